@@ -1,0 +1,78 @@
+# takana: `make` builds takana/core.so; `make test` installs what is missing,
+# builds and runs the specs. Variables follow luarocks' make conventions.
+
+LUA ?= lua5.4
+LUA_VERSION ?= 5.4
+LUA_INCDIR ?= /usr/include/lua$(LUA_VERSION)
+CC ?= cc
+CFLAGS ?= -O2 -g
+LIBFLAG ?= -shared
+PREFIX ?= /usr/local
+INST_LIBDIR ?= $(PREFIX)/lib/lua/$(LUA_VERSION)
+INST_LUADIR ?= $(PREFIX)/share/lua/$(LUA_VERSION)
+INST_BINDIR ?= $(PREFIX)/bin
+BUSTED ?= $(LUA) /usr/bin/busted
+
+OUT := .output
+WARN := -Wall -Wextra -pedantic -Wshadow -Wcast-qual -Wcast-align \
+	-Wstrict-prototypes -Wmissing-prototypes -Wmissing-declarations \
+	-Wpointer-arith -Wwrite-strings -Wundef -Wredundant-decls \
+	-Wnested-externs -Wformat=2 -Wdisabled-optimization
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+TK_CFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN) -I$(LUA_INCDIR) $(CFLAGS)
+
+CORE_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c
+BIND_SRC := csrc/lua_core.c csrc/lua_snapshot.c
+OBJS := $(patsubst csrc/%.c,$(OUT)/%.o,$(CORE_SRC) $(BIND_SRC))
+HDRS := $(wildcard csrc/*.h bpf/*.h)
+
+all: takana/core.so
+
+$(OUT):
+	@mkdir -p $@
+
+$(OUT)/%.o: csrc/%.c $(HDRS) | $(OUT)
+	$(CC) $(TK_CFLAGS) -c $< -o $@
+
+takana/core.so: $(OBJS)
+	@mkdir -p takana
+	$(CC) $(LIBFLAG) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LIBS)
+
+bench/takana_bench.so: bench/takana_bench.c $(CORE_SRC) $(HDRS)
+	$(CC) -std=gnu11 -fPIC -shared -O2 $(WARN) -I$(LUA_INCDIR) -Icsrc -o $@ bench/takana_bench.c $(CORE_SRC)
+
+spec/fixture: spec/fixture.c
+	$(CC) -std=gnu11 -O2 $(WARN) -pthread -o $@ $<
+
+deps:
+	@sh .ci/deps
+
+# The README's test command.
+test: deps
+	$(MAKE) WERROR=1 all spec/fixture
+	$(BUSTED) $(BUSTED_FLAGS)
+
+# The same suite as uid 65534 from a world-readable copy: proves the fallbacks.
+test-unpriv: deps
+	$(MAKE) WERROR=1 all spec/fixture
+	sh .ci/unpriv $(BUSTED) $(BUSTED_FLAGS)
+
+bench: deps all bench/takana_bench.so
+	$(LUA) bench/snapshot.lua
+
+run: deps all
+	$(LUA) -e 'package.path="./lua/?.lua;./lua/?/init.lua;"..package.path; package.cpath="./?.so;"..package.cpath' \
+		bench/ps.lua
+
+install: all
+	install -d $(DESTDIR)$(INST_LIBDIR)/takana $(DESTDIR)$(INST_LUADIR)/takana
+	install -m 755 takana/core.so $(DESTDIR)$(INST_LIBDIR)/takana/core.so
+	install -m 644 lua/takana/*.lua $(DESTDIR)$(INST_LUADIR)/takana/
+
+clean:
+	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture
+
+.PHONY: all deps test test-unpriv bench run install clean
+.DELETE_ON_ERROR:

@@ -1,0 +1,45 @@
+/* The process record shared by every snapshot backend: the /proc parser in
+ * csrc/ and the BPF programs in bpf/ fill exactly this layout, so a record
+ * means the same thing whichever backend produced it.
+ *
+ * Only fixed-width types, no kernel or libc types: the same header compiles
+ * for the BPF target and for user space. Units are fixed here, once:
+ * nanoseconds for times, bytes for memory. */
+#ifndef TAKANA_RECORD_H
+#define TAKANA_RECORD_H
+
+#ifdef __bpf__
+/* vmlinux-style types come from the BPF side's own type header. */
+#else
+#include <linux/types.h>
+#endif
+
+/* /proc decorates kernel workers' names ("kworker/0:1-events") up to the
+ * kernel's 64-byte extended comm; task->comm itself holds 16. */
+#define TK_COMM_LEN 64
+
+/* flags */
+#define TK_REC_KTHREAD 0x1u
+
+struct tk_record {
+	__u32 pid;          /* thread-group id */
+	__u32 ppid;
+	__u32 pgid;
+	__u32 sid;
+	__u32 uid;          /* effective uid as /proc shows it (owner of /proc/<pid>) */
+	__u32 nthreads;
+	__u32 nice;         /* two's-complement int32 (-20..19) */
+	__u32 flags;        /* TK_REC_* */
+	__u64 start_ns;     /* since boot, CLOCK_BOOTTIME */
+	__u64 utime_ns;     /* whole process: live threads plus exited ones */
+	__u64 stime_ns;
+	__u64 rss_bytes;
+	__u64 vsize_bytes;
+	__u64 minflt;
+	__u64 majflt;
+	__u32 state;        /* the one-letter state /proc shows, as ASCII */
+	__u32 comm_len;     /* bytes used in comm (comm may hold any byte, even NUL-free newlines) */
+	char comm[TK_COMM_LEN];
+};
+
+#endif

@@ -1,0 +1,30 @@
+/* Shared declarations of the Lua binding files (lua_*.c). Everything here is
+ * hidden; only luaopen_takana_core is exported from the module. */
+#ifndef TAKANA_BINDING_H
+#define TAKANA_BINDING_H
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "core.h"
+
+/* Metatable names: one constant each, checked in every method. */
+#define TK_SNAPSHOT_MT "takana.Snapshot"
+#define TK_RECORD_MT "takana.Record"
+#define TK_SCANNER_MT "takana.ProcScanner"
+
+/* Pushes nil, "ctx: strerror(-err)", -err and returns 3: the runtime
+ * failure convention of every function in the module. */
+int tk_push_error(lua_State *L, const char *ctx, int err);
+/* Raises "bad argument #i (no more than n arguments expected)" on extras. */
+void tk_check_nargs(lua_State *L, int max);
+
+/* Registrars, one per binding file. Each adds its functions to the module
+ * table on the top of the stack. */
+void tk_snapshot_open(lua_State *L);
+
+/* Hands a snapshot filled by any backend to Lua, taking over rb's memory. */
+void tk_snapshot_push(lua_State *L, struct tk_recbuf *rb, uint64_t time_ns,
+                      const char *backend);
+
+#endif

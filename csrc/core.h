@@ -1,0 +1,73 @@
+/* takana's C core: plain C, no Lua. Functions return 0 or a negative errno;
+ * the binding files (lua_*.c) turn them into Lua values. */
+#ifndef TAKANA_CORE_H
+#define TAKANA_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../bpf/takana_record.h"
+
+/* ---- /proc/<pid>/stat parser (proc_stat.c) ---------------------------- */
+
+struct tk_units {
+	uint64_t ns_per_tick;   /* 1e9 / sysconf(_SC_CLK_TCK) */
+	uint64_t page_size;
+};
+
+/* Parses one /proc/<pid>/stat line. On success fills *out completely (uid is
+ * left 0: it does not come from the text) and returns 0; on malformed input
+ * returns -EBADMSG and leaves *out untouched. Pure: reads only buf[0..len). */
+int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
+                  struct tk_record *out);
+
+void tk_units_init(struct tk_units *units);
+
+/* ---- growable record array (snapshot.c) ---------------------------------- */
+
+struct tk_recbuf {
+	struct tk_record *recs;
+	size_t len;
+	size_t cap;
+	size_t vanished;   /* listed, then gone before it could be read */
+	size_t denied;     /* listed, but not readable (hidepid=1 and the like) */
+};
+
+struct tk_record *tk_recbuf_push(struct tk_recbuf *rb);   /* NULL on ENOMEM */
+void tk_recbuf_free(struct tk_recbuf *rb);
+/* Sorts by pid and drops duplicate pids (keeping the first seen). */
+void tk_recbuf_sort(struct tk_recbuf *rb);
+/* Binary search; NULL when absent. Requires a sorted buffer. */
+const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid);
+
+uint64_t tk_boottime_ns(void);
+
+/* ---- /proc backend (proc_scan.c) ---------------------------------------- */
+
+struct tk_fd_entry {
+	uint32_t pid;
+	int fd;
+};
+
+struct tk_proc_scanner {
+	int proc_fd;                 /* O_DIRECTORY fd of /proc, -1 when closed */
+	char *dents;                 /* getdents64 buffer */
+	size_t dents_cap;
+	struct tk_fd_entry *cache;   /* open <pid>/stat fds, sorted by pid */
+	size_t cache_len;
+	size_t cache_cap;
+	size_t cache_limit;          /* 0 disables the cache */
+	struct tk_fd_entry *next;    /* scratch for the cache being rebuilt */
+	struct tk_units units;
+	int bad_pid;                 /* pid whose stat failed to parse, for the message */
+};
+
+int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path);
+void tk_proc_scanner_close(struct tk_proc_scanner *s);
+/* Closes every cached fd; the scanner stays usable. */
+void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s);
+/* Appends one record per live thread-group leader. With use_cache, stat fds
+ * are kept open between scans (pread at 0 on the next scan). */
+int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache);
+
+#endif

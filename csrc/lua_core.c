@@ -1,0 +1,35 @@
+/* luaopen_takana_core: the only exported symbol. Each concern registers its
+ * functions from its own lua_*.c file. */
+#include <string.h>
+
+#include "binding.h"
+
+#define TK_VERSION "0.1.0"
+
+int tk_push_error(lua_State *L, const char *ctx, int err)
+{
+	int e = err < 0 ? -err : err;
+
+	lua_pushnil(L);
+	lua_pushfstring(L, "%s: %s", ctx, strerror(e));
+	lua_pushinteger(L, e);
+	return 3;
+}
+
+void tk_check_nargs(lua_State *L, int max)
+{
+	if (lua_gettop(L) > max)
+		luaL_argerror(L, max + 1, lua_pushfstring(L, "no more than %d argument%s expected",
+		                                        max, max == 1 ? "" : "s"));
+}
+
+__attribute__((visibility("default"))) int luaopen_takana_core(lua_State *L);
+
+int luaopen_takana_core(lua_State *L)
+{
+	lua_newtable(L);
+	lua_pushliteral(L, TK_VERSION);
+	lua_setfield(L, -2, "_VERSION");
+	tk_snapshot_open(L);
+	return 1;
+}

@@ -1,0 +1,553 @@
+/* Lua binding of snapshots: one userdata holding every record, record
+ * views that read fields straight from it, and the delta between two
+ * snapshots. Tables are only built when the caller asks for them. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "binding.h"
+
+struct lsnap {
+	struct tk_recbuf rb;
+	uint64_t time_ns;
+	const char *backend;   /* static string */
+};
+
+/* A movable view of one record; its user value keeps the snapshot alive. */
+struct lrecord {
+	const struct tk_record *rec;
+	size_t next;           /* iteration position when used by snap:each() */
+};
+
+enum field {
+	FLD_PID, FLD_PPID, FLD_PGID, FLD_SID, FLD_UID, FLD_STATE, FLD_COMM,
+	FLD_NTHREADS, FLD_NICE, FLD_START, FLD_UTIME, FLD_STIME, FLD_RSS,
+	FLD_VSIZE, FLD_MINFLT, FLD_MAJFLT, FLD_KTHREAD, FLD_COUNT
+};
+
+static const char *const field_names[FLD_COUNT] = {
+	"pid", "ppid", "pgid", "sid", "uid", "state", "comm", "nthreads", "nice",
+	"start_ns", "utime_ns", "stime_ns", "rss_bytes", "vsize_bytes", "minflt",
+	"majflt", "kthread",
+};
+
+static lua_Integer u64_int(uint64_t v)
+{
+	return v > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)v;
+}
+
+static void field_push(lua_State *L, const struct tk_record *r, int id)
+{
+	switch (id) {
+	case FLD_PID: lua_pushinteger(L, r->pid); break;
+	case FLD_PPID: lua_pushinteger(L, r->ppid); break;
+	case FLD_PGID: lua_pushinteger(L, r->pgid); break;
+	case FLD_SID: lua_pushinteger(L, r->sid); break;
+	case FLD_UID: lua_pushinteger(L, r->uid); break;
+	case FLD_STATE: {
+		char c = (char)r->state;
+		lua_pushlstring(L, &c, 1);
+		break;
+	}
+	case FLD_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
+	case FLD_NTHREADS: lua_pushinteger(L, r->nthreads); break;
+	case FLD_NICE: lua_pushinteger(L, (int32_t)r->nice); break;
+	case FLD_START: lua_pushinteger(L, u64_int(r->start_ns)); break;
+	case FLD_UTIME: lua_pushinteger(L, u64_int(r->utime_ns)); break;
+	case FLD_STIME: lua_pushinteger(L, u64_int(r->stime_ns)); break;
+	case FLD_RSS: lua_pushinteger(L, u64_int(r->rss_bytes)); break;
+	case FLD_VSIZE: lua_pushinteger(L, u64_int(r->vsize_bytes)); break;
+	case FLD_MINFLT: lua_pushinteger(L, u64_int(r->minflt)); break;
+	case FLD_MAJFLT: lua_pushinteger(L, u64_int(r->majflt)); break;
+	case FLD_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
+	default: lua_pushnil(L); break;
+	}
+}
+
+static void record_table_push(lua_State *L, const struct tk_record *r)
+{
+	lua_createtable(L, 0, FLD_COUNT);
+	for (int id = 0; id < FLD_COUNT; id++) {
+		field_push(L, r, id);
+		lua_setfield(L, -2, field_names[id]);
+	}
+}
+
+static struct lsnap *snap_check(lua_State *L, int idx)
+{
+	return luaL_checkudata(L, idx, TK_SNAPSHOT_MT);
+}
+
+static uint32_t pid_check(lua_State *L, int idx)
+{
+	lua_Integer pid = luaL_checkinteger(L, idx);
+	luaL_argcheck(L, pid > 0 && pid <= INT32_MAX, idx, "pid out of range");
+	return (uint32_t)pid;
+}
+
+/* ---- record views -------------------------------------------------------- */
+
+static struct lrecord *record_check(lua_State *L, int idx)
+{
+	struct lrecord *r = luaL_checkudata(L, idx, TK_RECORD_MT);
+	if (r->rec == NULL)
+		luaL_error(L, "record view used before its iteration started");
+	return r;
+}
+
+/* upvalue 1: field name -> id; upvalue 2: methods */
+static int record_index(lua_State *L)
+{
+	struct lrecord *r = record_check(L, 1);
+
+	lua_pushvalue(L, 2);
+	if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TNUMBER) {
+		field_push(L, r->rec, (int)lua_tointeger(L, -1));
+		return 1;
+	}
+	lua_pushvalue(L, 2);
+	lua_rawget(L, lua_upvalueindex(2));
+	return 1;
+}
+
+/*** Copies the record the view points at into a new table.
+ * @function record:totable
+ * @treturn table the record's fields */
+static int record_totable(lua_State *L)
+{
+	struct lrecord *r = record_check(L, 1);
+	tk_check_nargs(L, 1);
+	record_table_push(L, r->rec);
+	return 1;
+}
+
+static int record_tostring(lua_State *L)
+{
+	struct lrecord *r = luaL_checkudata(L, 1, TK_RECORD_MT);
+	if (r->rec == NULL)
+		lua_pushliteral(L, "takana.Record (unset)");
+	else
+		lua_pushfstring(L, "takana.Record (pid %d, %s)", (int)r->rec->pid,
+		                r->rec->comm);
+	return 1;
+}
+
+static int each_next(lua_State *L)
+{
+	struct lsnap *s = lua_touserdata(L, lua_upvalueindex(1));
+	struct lrecord *r = lua_touserdata(L, lua_upvalueindex(2));
+
+	if (r->next >= s->rb.len)
+		return 0;
+	r->rec = &s->rb.recs[r->next++];
+	lua_pushvalue(L, lua_upvalueindex(2));
+	return 1;
+}
+
+/*** Iterates over every record in pid order.
+ * The value yielded is a view that moves with the loop: read its fields
+ * inside the loop body, or keep `rec:totable()` (or `snap:get(pid)`).
+ * @function snapshot:each
+ * @usage for p in snap:each() do print(p.pid, p.comm) end */
+static int snap_each(lua_State *L)
+{
+	struct lrecord *r;
+
+	snap_check(L, 1);
+	tk_check_nargs(L, 1);
+	lua_pushvalue(L, 1);
+	r = lua_newuserdatauv(L, sizeof *r, 1);
+	r->rec = NULL;
+	r->next = 0;
+	luaL_setmetatable(L, TK_RECORD_MT);
+	lua_pushvalue(L, 1);
+	lua_setiuservalue(L, -2, 1);
+	lua_pushcclosure(L, each_next, 2);
+	return 1;
+}
+
+/*** The record of one process.
+ * @function snapshot:get
+ * @int pid
+ * @treturn[1] table the record
+ * @treturn[2] nil when the pid is not in the snapshot */
+static int snap_get(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	lua_Integer pid = luaL_checkinteger(L, 2);
+	const struct tk_record *r = NULL;
+
+	tk_check_nargs(L, 2);
+	if (pid > 0 && pid <= INT32_MAX)
+		r = tk_recbuf_find(&s->rb, (uint32_t)pid);
+	if (r == NULL)
+		lua_pushnil(L);
+	else
+		record_table_push(L, r);
+	return 1;
+}
+
+/*** Every record as an array of tables, in pid order.
+ * @function snapshot:totable */
+static int snap_totable(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+
+	tk_check_nargs(L, 1);
+	lua_createtable(L, (int)s->rb.len, 0);
+	for (size_t i = 0; i < s->rb.len; i++) {
+		record_table_push(L, &s->rb.recs[i]);
+		lua_rawseti(L, -2, (lua_Integer)i + 1);
+	}
+	return 1;
+}
+
+/*** The children of a process, in pid order.
+ * @function snapshot:children
+ * @int pid
+ * @bool[opt=false] recursive include grandchildren and further descendants
+ * @treturn[1] {int,...} pids (breadth-first when recursive)
+ * @treturn[2] nil when pid is not in the snapshot */
+static int snap_children(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	uint32_t pid = pid_check(L, 2);
+	int recursive = lua_toboolean(L, 3);
+	lua_Integer n = 0, head = 1;
+
+	tk_check_nargs(L, 3);
+	if (!lua_isnoneornil(L, 3))
+		luaL_checktype(L, 3, LUA_TBOOLEAN);
+	if (tk_recbuf_find(&s->rb, pid) == NULL) {
+		lua_pushnil(L);
+		return 1;
+	}
+	lua_newtable(L);
+	/* Breadth-first over the result array itself: each pass appends the
+	 * children of the next pid in it. pid 0's "children" are never asked. */
+	for (;;) {
+		for (size_t i = 0; i < s->rb.len; i++) {
+			const struct tk_record *r = &s->rb.recs[i];
+			if (r->ppid == pid && r->pid != pid) {
+				lua_pushinteger(L, r->pid);
+				lua_rawseti(L, -2, ++n);
+			}
+		}
+		if (!recursive || head > n)
+			break;
+		lua_rawgeti(L, -1, head++);
+		pid = (uint32_t)lua_tointeger(L, -1);
+		lua_pop(L, 1);
+	}
+	return 1;
+}
+
+static int snap_len(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	lua_pushinteger(L, (lua_Integer)s->rb.len);
+	return 1;
+}
+
+static int snap_gc(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	tk_recbuf_free(&s->rb);
+	return 0;
+}
+
+static int snap_tostring(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	lua_pushfstring(L, "takana.Snapshot (%s, %d processes)", s->backend,
+	                (int)s->rb.len);
+	return 1;
+}
+
+/* upvalue 1: methods */
+static int snap_index(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	const char *key = lua_tostring(L, 2);
+
+	if (key != NULL && lua_type(L, 2) == LUA_TSTRING) {
+		if (strcmp(key, "backend") == 0) {
+			lua_pushstring(L, s->backend);
+			return 1;
+		}
+		if (strcmp(key, "time_ns") == 0) {
+			lua_pushinteger(L, u64_int(s->time_ns));
+			return 1;
+		}
+		if (strcmp(key, "vanished") == 0) {
+			lua_pushinteger(L, (lua_Integer)s->rb.vanished);
+			return 1;
+		}
+		if (strcmp(key, "denied") == 0) {
+			lua_pushinteger(L, (lua_Integer)s->rb.denied);
+			return 1;
+		}
+	}
+	lua_pushvalue(L, 2);
+	lua_rawget(L, lua_upvalueindex(1));
+	return 1;
+}
+
+/* ---- delta ------------------------------------------------------------- */
+
+static void pid_list_append(lua_State *L, int list, lua_Integer *n, uint32_t pid)
+{
+	lua_pushinteger(L, pid);
+	lua_rawseti(L, list, ++*n);
+}
+
+/* Same process: same pid and the same start time. /proc gives start times
+ * in clock ticks, BPF in ns, so one tick of slack keeps cross-backend
+ * deltas right while a reused pid (a later start) still reads as new. */
+static int same_process(const struct tk_record *a, const struct tk_record *b,
+                        uint64_t slack)
+{
+	uint64_t d = a->start_ns > b->start_ns ? a->start_ns - b->start_ns
+	                                        : b->start_ns - a->start_ns;
+	return d < slack;
+}
+
+static uint64_t sub_floor(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : 0;
+}
+
+/*** CPU used by each process between two snapshots.
+ * @function delta
+ * @tparam snapshot old
+ * @tparam snapshot new
+ * @treturn table `{interval_ns=, cpu_ns={[pid]=ns}, utime_ns={[pid]=ns},
+ *   stime_ns={[pid]=ns}, share={[pid]=fraction of one CPU}, started={pid...},
+ *   exited={pid...}}`. A pid reused between the two counts as exited and started. */
+static int l_delta(lua_State *L)
+{
+	struct lsnap *a = snap_check(L, 1);
+	struct lsnap *b = snap_check(L, 2);
+	struct tk_units units;
+	size_t i = 0, j = 0;
+	lua_Integer nstarted = 0, nexited = 0;
+	double interval;
+	int t;
+
+	tk_check_nargs(L, 2);
+	luaL_argcheck(L, b->time_ns >= a->time_ns, 2, "new snapshot is older than old");
+	tk_units_init(&units);
+	interval = (double)(b->time_ns - a->time_ns);
+
+	lua_createtable(L, 0, 7);
+	t = lua_gettop(L);
+	lua_pushinteger(L, u64_int(b->time_ns - a->time_ns));
+	lua_setfield(L, t, "interval_ns");
+	lua_newtable(L); /* t+1 cpu_ns */
+	lua_newtable(L); /* t+2 utime_ns */
+	lua_newtable(L); /* t+3 stime_ns */
+	lua_newtable(L); /* t+4 share */
+	lua_newtable(L); /* t+5 started */
+	lua_newtable(L); /* t+6 exited */
+
+	while (i < a->rb.len || j < b->rb.len) {
+		const struct tk_record *ra = i < a->rb.len ? &a->rb.recs[i] : NULL;
+		const struct tk_record *rb = j < b->rb.len ? &b->rb.recs[j] : NULL;
+
+		if (rb == NULL || (ra != NULL && ra->pid < rb->pid)) {
+			pid_list_append(L, t + 6, &nexited, ra->pid);
+			i++;
+		} else if (ra == NULL || rb->pid < ra->pid) {
+			pid_list_append(L, t + 5, &nstarted, rb->pid);
+			j++;
+		} else if (!same_process(ra, rb, units.ns_per_tick)) {
+			pid_list_append(L, t + 6, &nexited, ra->pid);
+			pid_list_append(L, t + 5, &nstarted, rb->pid);
+			i++;
+			j++;
+		} else {
+			uint64_t du = sub_floor(rb->utime_ns, ra->utime_ns);
+			uint64_t ds = sub_floor(rb->stime_ns, ra->stime_ns);
+			lua_Integer pid = rb->pid;
+
+			lua_pushinteger(L, u64_int(du + ds));
+			lua_rawseti(L, t + 1, pid);
+			lua_pushinteger(L, u64_int(du));
+			lua_rawseti(L, t + 2, pid);
+			lua_pushinteger(L, u64_int(ds));
+			lua_rawseti(L, t + 3, pid);
+			lua_pushnumber(L, interval > 0 ? (double)(du + ds) / interval : 0.0);
+			lua_rawseti(L, t + 4, pid);
+			i++;
+			j++;
+		}
+	}
+	lua_setfield(L, t, "exited");
+	lua_setfield(L, t, "started");
+	lua_setfield(L, t, "share");
+	lua_setfield(L, t, "stime_ns");
+	lua_setfield(L, t, "utime_ns");
+	lua_setfield(L, t, "cpu_ns");
+	return 1;
+}
+
+/* ---- the /proc backend --------------------------------------------------- */
+
+static int scanner_gc(lua_State *L)
+{
+	struct tk_proc_scanner *s = luaL_checkudata(L, 1, TK_SCANNER_MT);
+	tk_proc_scanner_close(s);
+	return 0;
+}
+
+/* core.snapshot_proc(use_cache) ; upvalue 1: the scanner */
+static int l_snapshot_proc(lua_State *L)
+{
+	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
+	int use_cache = lua_toboolean(L, 1);
+	struct lsnap *s;
+	int err;
+
+	tk_check_nargs(L, 1);
+	if (sc->proc_fd < 0) {
+		err = tk_proc_scanner_init(sc, "/proc");
+		if (err < 0)
+			return tk_push_error(L, "snapshot: open /proc", err);
+	}
+	s = lua_newuserdatauv(L, sizeof *s, 0);
+	memset(s, 0, sizeof *s);
+	s->backend = "proc";
+	luaL_setmetatable(L, TK_SNAPSHOT_MT);
+	s->time_ns = tk_boottime_ns();
+	err = tk_proc_scan(sc, &s->rb, use_cache);
+	if (err < 0) {
+		tk_recbuf_free(&s->rb);
+		if (err == -EBADMSG) {
+			char ctx[64];
+			snprintf(ctx, sizeof ctx, "snapshot: parse /proc/%d/stat", sc->bad_pid);
+			return tk_push_error(L, ctx, err);
+		}
+		return tk_push_error(L, "snapshot: read /proc", err);
+	}
+	tk_recbuf_sort(&s->rb);
+	return 1;
+}
+
+/* core.stat_parse(text): the parser alone, for specs and tools. */
+static int l_stat_parse(lua_State *L)
+{
+	size_t len;
+	const char *text = luaL_checklstring(L, 1, &len);
+	struct tk_units units;
+	struct tk_record rec;
+	int err;
+
+	tk_check_nargs(L, 1);
+	tk_units_init(&units);
+	err = tk_stat_parse(text, len, &units, &rec);
+	if (err < 0)
+		return tk_push_error(L, "stat_parse", err);
+	record_table_push(L, &rec);
+	return 1;
+}
+
+/*** Open descriptors of the /proc fd cache.
+ * @function proc_cache_info
+ * @treturn table `{fds=n, limit=n}` */
+static int l_proc_cache_info(lua_State *L)
+{
+	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
+
+	tk_check_nargs(L, 0);
+	lua_createtable(L, 0, 2);
+	lua_pushinteger(L, (lua_Integer)sc->cache_len);
+	lua_setfield(L, -2, "fds");
+	lua_pushinteger(L, (lua_Integer)sc->cache_limit);
+	lua_setfield(L, -2, "limit");
+	return 1;
+}
+
+/*** Closes every cached /proc descriptor; the next snapshot reopens them.
+ * @function proc_cache_close */
+static int l_proc_cache_close(lua_State *L)
+{
+	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
+
+	tk_check_nargs(L, 0);
+	tk_proc_scanner_drop_cache(sc);
+	return 0;
+}
+
+void tk_snapshot_push(lua_State *L, struct tk_recbuf *rb, uint64_t time_ns,
+                      const char *backend)
+{
+	struct lsnap *s = lua_newuserdatauv(L, sizeof *s, 0);
+	s->rb = *rb;
+	s->time_ns = time_ns;
+	s->backend = backend;
+	memset(rb, 0, sizeof *rb);
+	luaL_setmetatable(L, TK_SNAPSHOT_MT);
+	tk_recbuf_sort(&s->rb);
+}
+
+void tk_snapshot_open(lua_State *L)
+{
+	static const luaL_Reg snap_methods[] = {
+		{ "get", snap_get },
+		{ "each", snap_each },
+		{ "children", snap_children },
+		{ "totable", snap_totable },
+		{ NULL, NULL },
+	};
+	static const luaL_Reg scanner_funcs[] = {
+		{ "snapshot_proc", l_snapshot_proc },
+		{ "proc_cache_info", l_proc_cache_info },
+		{ "proc_cache_close", l_proc_cache_close },
+		{ NULL, NULL },
+	};
+	struct tk_proc_scanner *sc;
+
+	luaL_newmetatable(L, TK_SNAPSHOT_MT);
+	luaL_newlib(L, snap_methods);
+	lua_pushcclosure(L, snap_index, 1);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, snap_len);
+	lua_setfield(L, -2, "__len");
+	lua_pushcfunction(L, snap_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_pushcfunction(L, snap_tostring);
+	lua_setfield(L, -2, "__tostring");
+	lua_pop(L, 1);
+
+	luaL_newmetatable(L, TK_RECORD_MT);
+	lua_createtable(L, 0, FLD_COUNT);
+	for (int id = 0; id < FLD_COUNT; id++) {
+		lua_pushinteger(L, id);
+		lua_setfield(L, -2, field_names[id]);
+	}
+	lua_createtable(L, 0, 1);
+	lua_pushcfunction(L, record_totable);
+	lua_setfield(L, -2, "totable");
+	lua_pushcclosure(L, record_index, 2);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, record_tostring);
+	lua_setfield(L, -2, "__tostring");
+	lua_pop(L, 1);
+
+	luaL_newmetatable(L, TK_SCANNER_MT);
+	lua_pushcfunction(L, scanner_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_pop(L, 1);
+
+	/* One scanner per Lua state: its fd cache is state, not a global. */
+	sc = lua_newuserdatauv(L, sizeof *sc, 0);
+	memset(sc, 0, sizeof *sc);
+	sc->proc_fd = -1;
+	luaL_setmetatable(L, TK_SCANNER_MT);
+	luaL_setfuncs(L, scanner_funcs, 1);
+
+	lua_pushcfunction(L, l_delta);
+	lua_setfield(L, -2, "delta");
+	lua_pushcfunction(L, l_stat_parse);
+	lua_setfield(L, -2, "stat_parse");
+}

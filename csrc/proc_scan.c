@@ -1,0 +1,247 @@
+/* The /proc snapshot backend: one getdents64 pass over /proc, then each
+ * <pid>/stat read relative to the /proc dirfd and parsed by proc_stat.c.
+ *
+ * Warm path: stat fds stay open between scans and are re-read with pread at
+ * offset 0, which skips the path walk and the open/close that dominate the
+ * cold cost. A cached fd is bound to its process, not to the pid number, so
+ * once that process is gone pread fails (ESRCH) even if the pid was reused,
+ * and the pid is reopened. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core.h"
+
+#define DENTS_BUF (64 * 1024)
+/* A stat line is ~300 bytes; kworker names and 20-digit fields stay far below this. */
+#define STAT_BUF 4096
+#define CACHE_HARD_LIMIT 65536
+
+static size_t cache_limit_from_rlimit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur / 4 > CACHE_HARD_LIMIT)
+		return CACHE_HARD_LIMIT;
+	/* Leave three quarters of the descriptor budget to the caller. */
+	return (size_t)(rl.rlim_cur / 4);
+}
+
+int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path)
+{
+	memset(s, 0, sizeof *s);
+	s->proc_fd = open(proc_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->proc_fd < 0)
+		return -errno;
+	s->dents = malloc(DENTS_BUF);
+	if (s->dents == NULL) {
+		close(s->proc_fd);
+		s->proc_fd = -1;
+		return -ENOMEM;
+	}
+	s->dents_cap = DENTS_BUF;
+	s->cache_limit = cache_limit_from_rlimit();
+	tk_units_init(&s->units);
+	return 0;
+}
+
+void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s)
+{
+	for (size_t i = 0; i < s->cache_len; i++)
+		close(s->cache[i].fd);
+	s->cache_len = 0;
+}
+
+void tk_proc_scanner_close(struct tk_proc_scanner *s)
+{
+	tk_proc_scanner_drop_cache(s);
+	if (s->proc_fd >= 0)
+		close(s->proc_fd);
+	s->proc_fd = -1;
+	free(s->dents);
+	free(s->cache);
+	free(s->next);
+	s->dents = NULL;
+	s->cache = s->next = NULL;
+	s->cache_cap = 0;
+}
+
+static int parse_pid(const char *name, uint32_t *pid)
+{
+	uint32_t v = 0;
+
+	if (*name == '\0')
+		return -1;
+	for (; *name; name++) {
+		if (*name < '0' || *name > '9' || v > (UINT32_MAX - 9) / 10)
+			return -1;
+		v = v * 10 + (uint32_t)(*name - '0');
+	}
+	*pid = v;
+	return v ? 0 : -1;
+}
+
+/* Gone processes read as ENOENT (before open) or ESRCH (after). */
+static int vanished(int err)
+{
+	return err == ENOENT || err == ESRCH;
+}
+
+/* Reads <pid>/stat through *fd (reopening when the cached fd is stale) and
+ * fills rec. Returns 0, -ESRCH when the process is gone, or another -errno. */
+static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
+                     struct tk_record *rec)
+{
+	char buf[STAT_BUF];
+	char path[32];
+	struct stat st;
+	ssize_t n = -1;
+	int err;
+
+	if (*fd >= 0) {
+		n = pread(*fd, buf, sizeof buf, 0);
+		if (n <= 0) {
+			close(*fd);
+			*fd = -1;
+		}
+	}
+	if (*fd < 0) {
+		snprintf(path, sizeof path, "%u/stat", pid);
+		*fd = openat(s->proc_fd, path, O_RDONLY | O_CLOEXEC);
+		if (*fd < 0)
+			return vanished(errno) ? -ESRCH : -errno;
+		n = pread(*fd, buf, sizeof buf, 0);
+		if (n <= 0) {
+			err = n == 0 ? ESRCH : errno;
+			close(*fd);
+			*fd = -1;
+			return vanished(err) ? -ESRCH : -err;
+		}
+	}
+	/* The fd is bound to one process, so the owner and the text below
+	 * describe the same process even if the pid is reused meanwhile. */
+	if (fstat(*fd, &st) < 0)
+		return vanished(errno) ? -ESRCH : -errno;
+	if ((size_t)n == sizeof buf || tk_stat_parse(buf, (size_t)n, &s->units, rec) < 0) {
+		s->bad_pid = (int)pid;
+		return -EBADMSG;
+	}
+	if (rec->pid != pid)
+		return -ESRCH;
+	rec->uid = (uint32_t)st.st_uid;
+	return 0;
+}
+
+static int next_push(struct tk_proc_scanner *s, size_t *len, uint32_t pid, int fd)
+{
+	if (*len == s->cache_cap) {
+		size_t cap = s->cache_cap ? s->cache_cap * 2 : 256;
+		struct tk_fd_entry *a = realloc(s->cache, cap * sizeof *a);
+		if (a == NULL)
+			return -ENOMEM;
+		s->cache = a;
+		a = realloc(s->next, cap * sizeof *a);
+		if (a == NULL)
+			return -ENOMEM;
+		s->next = a;
+		s->cache_cap = cap;
+	}
+	s->next[*len].pid = pid;
+	s->next[*len].fd = fd;
+	(*len)++;
+	return 0;
+}
+
+int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache)
+{
+	size_t ci = 0, next_len = 0;
+	uint32_t last_pid = 0;
+	int err = 0;
+
+	if (s->proc_fd < 0)
+		return -EBADF;
+	if (!use_cache)
+		tk_proc_scanner_drop_cache(s);
+	if (lseek(s->proc_fd, 0, SEEK_SET) < 0)
+		return -errno;
+
+	for (;;) {
+		ssize_t n = getdents64(s->proc_fd, s->dents, s->dents_cap);
+		if (n < 0) {
+			err = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		for (ssize_t off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(void *)(s->dents + off);
+			struct tk_record rec;
+			uint32_t pid;
+			int fd = -1, r;
+
+			off += d->d_reclen;
+			if (d->d_type != DT_DIR || parse_pid(d->d_name, &pid) < 0)
+				continue;
+			/* Cached pids below this one are gone: /proc lists in pid order. */
+			while (ci < s->cache_len && s->cache[ci].pid < pid)
+				close(s->cache[ci++].fd);
+			if (ci < s->cache_len && s->cache[ci].pid == pid)
+				fd = s->cache[ci++].fd;
+
+			r = stat_read(s, pid, &fd, &rec);
+			if (r == -EMFILE || r == -ENFILE) {
+				/* Out of descriptors: give the cached ones back and go on cold. */
+				while (ci < s->cache_len)
+					close(s->cache[ci++].fd);
+				for (size_t i = 0; i < next_len; i++)
+					close(s->next[i].fd);
+				next_len = 0;
+				use_cache = 0;
+				s->cache_limit /= 2;
+				r = stat_read(s, pid, &fd, &rec);
+			}
+			if (fd >= 0) {
+				if (use_cache && pid > last_pid && next_len < s->cache_limit &&
+				    next_push(s, &next_len, pid, fd) == 0)
+					last_pid = pid;
+				else
+					close(fd);
+			}
+			if (r == 0) {
+				struct tk_record *slot = tk_recbuf_push(out);
+				if (slot == NULL) {
+					err = -ENOMEM;
+					goto done;
+				}
+				*slot = rec;
+			} else if (r == -ESRCH) {
+				out->vanished++;
+			} else if (r == -EACCES || r == -EPERM) {
+				out->denied++;
+			} else {
+				err = r;
+				goto done;
+			}
+		}
+	}
+done:
+	while (ci < s->cache_len)
+		close(s->cache[ci++].fd);
+	/* The rebuilt list becomes the cache; swap so both buffers are reused. */
+	{
+		struct tk_fd_entry *t = s->cache;
+		s->cache = s->next;
+		s->next = t;
+		s->cache_len = next_len;
+	}
+	return err;
+}

@@ -1,0 +1,81 @@
+/* The record array behind a snapshot: grown while a backend fills it, then
+ * sorted by pid once so lookups are binary searches. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+
+struct tk_record *tk_recbuf_push(struct tk_recbuf *rb)
+{
+	if (rb->len == rb->cap) {
+		size_t cap = rb->cap ? rb->cap * 2 : 512;
+		struct tk_record *recs = realloc(rb->recs, cap * sizeof *recs);
+		if (recs == NULL)
+			return NULL;
+		rb->recs = recs;
+		rb->cap = cap;
+	}
+	return &rb->recs[rb->len++];
+}
+
+void tk_recbuf_free(struct tk_recbuf *rb)
+{
+	free(rb->recs);
+	rb->recs = NULL;
+	rb->len = rb->cap = 0;
+}
+
+static int record_cmp(const void *a, const void *b)
+{
+	uint32_t pa = ((const struct tk_record *)a)->pid;
+	uint32_t pb = ((const struct tk_record *)b)->pid;
+	return (pa > pb) - (pa < pb);
+}
+
+void tk_recbuf_sort(struct tk_recbuf *rb)
+{
+	size_t i, out;
+	int sorted = 1;
+
+	/* /proc lists pids in ascending order already; skip the sort then. */
+	for (i = 1; i < rb->len && sorted; i++)
+		sorted = rb->recs[i - 1].pid < rb->recs[i].pid;
+	if (sorted)
+		return;
+	qsort(rb->recs, rb->len, sizeof *rb->recs, record_cmp);
+	for (i = 1, out = 1; i < rb->len; i++) {
+		if (rb->recs[i].pid == rb->recs[out - 1].pid)
+			continue;
+		if (out != i)
+			rb->recs[out] = rb->recs[i];
+		out++;
+	}
+	if (rb->len > 0)
+		rb->len = out;
+}
+
+const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
+{
+	size_t lo = 0, hi = rb->len;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		uint32_t p = rb->recs[mid].pid;
+		if (p == pid)
+			return &rb->recs[mid];
+		if (p < pid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+uint64_t tk_boottime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

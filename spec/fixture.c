@@ -1,0 +1,168 @@
+/* Fixture process for specs and benches: takes a name, threads, CPU time,
+ * memory, children, then prints "ready <pid> [extra pids]" and waits to be
+ * killed. Every fixture dies with its parent (PR_SET_PDEATHSIG) and after
+ * --life seconds at most, so a crashed spec leaves nothing behind. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static long burn_ms;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Burns thread CPU time, measured on the thread's own clock. */
+static void burn(long ms)
+{
+	struct timespec ts;
+	double until;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	until = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + (double)ms / 1000.0;
+	for (;;) {
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+		if ((double)ts.tv_sec + (double)ts.tv_nsec / 1e9 >= until)
+			break;
+	}
+}
+
+static void *thread_block(void *arg)
+{
+	(void)arg;
+	burn(burn_ms);
+	for (;;)
+		pause();
+	return NULL;
+}
+
+static void *thread_exit(void *arg)
+{
+	(void)arg;
+	burn(burn_ms);
+	return NULL;
+}
+
+static void die_with_parent(unsigned life)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	alarm(life);
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: fixture [--name N] [--threads N] [--exited-threads N] "
+	                "[--burn-ms MS] [--touch-mb MB] [--zombie] [--nice N] [--setsid] "
+	                "[--spin] [--herd N] [--churn SECONDS] [--life SECONDS]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	const char *name = NULL;
+	long threads = 0, exited_threads = 0, touch_mb = 0, herd = 0, nice_v = 0;
+	double churn_s = 0;
+	unsigned life = 60;
+	int zombie = 0, do_setsid = 0, set_nice = 0, spin = 0;
+	pid_t zombie_pid = 0;
+	pthread_t t;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (strcmp(a, "--zombie") == 0) { zombie = 1; continue; }
+		if (strcmp(a, "--setsid") == 0) { do_setsid = 1; continue; }
+		if (strcmp(a, "--spin") == 0) { spin = 1; continue; }
+		if (v == NULL)
+			usage();
+		i++;
+		if (strcmp(a, "--name") == 0) name = v;
+		else if (strcmp(a, "--threads") == 0) threads = atol(v);
+		else if (strcmp(a, "--exited-threads") == 0) exited_threads = atol(v);
+		else if (strcmp(a, "--burn-ms") == 0) burn_ms = atol(v);
+		else if (strcmp(a, "--touch-mb") == 0) touch_mb = atol(v);
+		else if (strcmp(a, "--herd") == 0) herd = atol(v);
+		else if (strcmp(a, "--churn") == 0) churn_s = atof(v);
+		else if (strcmp(a, "--nice") == 0) { nice_v = atol(v); set_nice = 1; }
+		else if (strcmp(a, "--life") == 0) life = (unsigned)atol(v);
+		else usage();
+	}
+	die_with_parent(life);
+	if (do_setsid)
+		setsid();
+	if (set_nice)
+		setpriority(PRIO_PROCESS, 0, (int)nice_v);
+	if (name != NULL)
+		prctl(PR_SET_NAME, name);
+	for (long i = 0; i < exited_threads; i++) {
+		pthread_create(&t, NULL, thread_exit, NULL);
+		pthread_join(t, NULL);
+	}
+	for (long i = 0; i < threads; i++)
+		pthread_create(&t, NULL, thread_block, NULL);
+	burn(burn_ms);
+	if (touch_mb > 0) {
+		size_t len = (size_t)touch_mb << 20;
+		char *p = malloc(len);
+		if (p == NULL)
+			return 1;
+		memset(p, 0x5a, len);
+	}
+	if (zombie) {
+		zombie_pid = fork();
+		if (zombie_pid == 0)
+			_exit(7);
+	}
+	for (long i = 0; i < herd; i++) {
+		pid_t c = fork();
+		if (c == 0) {
+			die_with_parent(life);
+			for (;;)
+				pause();
+		}
+		if (c < 0) {
+			fprintf(stderr, "fixture: fork: %s\n", strerror(errno));
+			return 1;
+		}
+	}
+	if (churn_s > 0) {
+		/* Short-lived children as fast as possible, reaped, until time is up. */
+		double end = now_s() + churn_s;
+		long forks = 0;
+		printf("ready %d\n", (int)getpid());
+		fflush(stdout);
+		while (now_s() < end) {
+			pid_t c = fork();
+			if (c == 0)
+				_exit(0);
+			if (c > 0) {
+				waitpid(c, NULL, 0);
+				forks++;
+			}
+		}
+		printf("forks %ld\n", forks);
+		fflush(stdout);
+		return 0;
+	}
+	if (zombie)
+		printf("ready %d %d\n", (int)getpid(), (int)zombie_pid);
+	else
+		printf("ready %d\n", (int)getpid());
+	fflush(stdout);
+	while (spin)
+		burn(1000);
+	for (;;)
+		pause();
+}
