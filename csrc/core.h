@@ -17,7 +17,8 @@ struct tk_units {
 
 /* Parses one /proc/<pid>/stat line. On success fills *out completely (uid is
  * left 0: it does not come from the text) and returns 0; on malformed input
- * returns -EBADMSG and leaves *out untouched. Pure: reads only buf[0..len). */
+ * returns -EBADMSG, for a dead task (state X) -ESRCH, and leaves *out
+ * untouched. Pure: reads only buf[0..len). */
 int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
                   struct tk_record *out);
 

@@ -131,10 +131,11 @@ static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
 	 * describe the same process even if the pid is reused meanwhile. */
 	if (fstat(*fd, &st) < 0)
 		return vanished(errno) ? -ESRCH : -errno;
-	if ((size_t)n == sizeof buf || tk_stat_parse(buf, (size_t)n, &s->units, rec) < 0) {
+	err = (size_t)n == sizeof buf ? -EBADMSG : tk_stat_parse(buf, (size_t)n, &s->units, rec);
+	if (err == -EBADMSG)
 		s->bad_pid = (int)pid;
-		return -EBADMSG;
-	}
+	if (err < 0)
+		return err;
 	if (rec->pid != pid)
 		return -ESRCH;
 	rec->uid = (uint32_t)st.st_uid;

@@ -127,6 +127,10 @@ int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
 	if ((unsigned char)*c.p < 'A' || (unsigned char)*c.p > 'z')
 		return -EBADMSG;
 	rec.state = (uint32_t)(unsigned char)*c.p++;
+	/* A task already reaped but still reachable prints state X with ppid 0
+	 * and pgrp/session -1: it is gone, not malformed. */
+	if (rec.state == 'X')
+		return -ESRCH;
 
 	for (int i = 0; i < F_COUNT; i++) {
 		if (expect_space(&c) < 0 || parse_i64(&c, &f[i]) < 0)

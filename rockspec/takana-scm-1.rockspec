@@ -1,0 +1,38 @@
+rockspec_format = "3.0"
+package = "takana"
+version = "scm-1"
+source = {
+   url = "git+file:///work/main",
+   branch = "main",
+}
+description = {
+   summary = "See and steer Linux processes through the cheapest kernel interface",
+   detailed = [[
+      Process snapshots (BPF task iterators or /proc), pidfds, spawn into
+      cgroups, cgroup v2 accounting and limits, and process events, for Lua 5.4.
+   ]],
+   homepage = "https://example.invalid/takana",
+   license = "MIT",
+}
+supported_platforms = { "linux" }
+dependencies = {
+   "lua >= 5.4",
+}
+build = {
+   type = "make",
+   build_variables = {
+      CFLAGS = "$(CFLAGS)",
+      LIBFLAG = "$(LIBFLAG)",
+      LUA = "$(LUA)",
+      LUA_INCDIR = "$(LUA_INCDIR)",
+      LUA_VERSION = "5.4",
+   },
+   install_variables = {
+      INST_LIBDIR = "$(LIBDIR)",
+      INST_LUADIR = "$(LUADIR)",
+      INST_BINDIR = "$(BINDIR)",
+   },
+}
+test = {
+   type = "busted",
+}

@@ -1,0 +1,20 @@
+local H = require "helpers"
+
+describe("luarocks make", function()
+  it("installs into a local tree, offline, and require 'takana' works from it", function()
+    local dir = select(2, H.run("mktemp -d")):match("%S+")
+    finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
+    -- Build in a copy: building in place would rewrite the core.so this
+    -- very process has loaded.
+    local code, out = H.run(("tar cf - Makefile csrc lua bpf rockspec $(ls -d bin 2>/dev/null) | tar xf - -C %s && cd %s && " ..
+      "luarocks --lua-version=5.4 make --tree %s/tree rockspec/takana-scm-1.rockspec")
+      :format(dir, dir, dir))
+    assert.equal(0, code, out)
+    code, out = H.run(("cd / && LUA_PATH='%s/tree/share/lua/5.4/?.lua;%s/tree/share/lua/5.4/?/init.lua' " ..
+      "LUA_CPATH='%s/tree/lib/lua/5.4/?.so' lua5.4 -e 'local t = require \"takana\"; " ..
+      "local s = assert(t.snapshot()); print(package.searchpath(\"takana.core\", package.cpath), #s > 0)'")
+      :format(dir, dir, dir))
+    assert.equal(0, code, out)
+    assert.equal(dir .. "/tree/lib/lua/5.4/takana/core.so true\n", out)
+  end)
+end)

@@ -1,0 +1,98 @@
+-- Fixture processes and host facts for the specs. Every process started here
+-- dies with its parent and after a bounded lifetime (spec/fixture.c).
+local H = {}
+
+H.fixture_path = "./spec/fixture"
+
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+H.shell_quote = shell_quote
+
+-- Reads a whole file, or nil.
+function H.read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- Parses a stat line the independent way (Lua patterns after the last ')').
+function H.stat_fields(text)
+  local close = text:match(".*()%)")
+  local comm = text:sub(text:find("(", 1, true) + 1, close - 1)
+  local rest = {}
+  for w in text:sub(close + 2):gmatch("%S+") do rest[#rest + 1] = w end
+  return comm, rest -- rest[1] is state, rest[2] ppid, ... as proc(5) field n-2
+end
+
+function H.self_stat()
+  local _, f = H.stat_fields(H.read("/proc/self/stat"))
+  return { pid = tonumber(H.read("/proc/self/stat"):match("^%d+")), ppid = tonumber(f[2]),
+           pgid = tonumber(f[3]), sid = tonumber(f[4]) }
+end
+
+-- The busted process itself (not the /proc/self of a child shell).
+H.pid = H.self_stat().pid
+
+function H.uid()
+  local status = H.read("/proc/self/status")
+  return tonumber(status:match("\nUid:%s+%d+%s+(%d+)"))
+end
+
+function H.is_root()
+  return H.uid() == 0
+end
+
+-- Starts spec/fixture with the given arguments; returns a handle with
+-- .pid, .extra (further pids it printed) and :kill().
+function H.fixture(args)
+  local words = {}
+  for i, a in ipairs(args or {}) do words[i] = shell_quote(tostring(a)) end
+  local f = assert(io.popen("exec " .. H.fixture_path .. " " .. table.concat(words, " "), "r"))
+  local line = f:read("l")
+  assert(line and line:match("^ready"), "fixture did not start: " .. tostring(line))
+  local nums = {}
+  for n in line:gmatch("%d+") do nums[#nums + 1] = tonumber(n) end
+  local fx = { pid = nums[1], extra = { table.unpack(nums, 2) }, file = f }
+  function fx.kill(self)
+    if self.file then
+      os.execute("kill -KILL " .. self.pid .. " 2>/dev/null")
+      self.file:close()
+      self.file = nil
+    end
+  end
+  function fx.lines(self)
+    return self.file:lines()
+  end
+  return fx
+end
+
+function H.sleep(s)
+  os.execute("sleep " .. s)
+end
+
+function H.count_fds()
+  local n = 0
+  local p = io.popen("ls /proc/" .. H.pid .. "/fd")
+  for _ in p:lines() do n = n + 1 end
+  p:close()
+  return n
+end
+
+function H.boottime_ns()
+  -- /proc/uptime is CLOCK_BOOTTIME in centiseconds.
+  local up = H.read("/proc/uptime"):match("^(%S+)")
+  return math.floor(tonumber(up) * 1e9)
+end
+
+-- Runs a shell command; returns its exit code and output.
+function H.run(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return code, out
+end
+
+return H
