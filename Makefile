@@ -62,14 +62,17 @@ test-unpriv: deps
 bench: deps all bench/takana_bench.so
 	$(LUA) bench/snapshot.lua
 
+# The main job on this machine: what the host offers, then every process.
+RUN_ENV = LUA_PATH="./lua/?.lua;./lua/?/init.lua;;" LUA_CPATH="./?.so;;"
 run: deps all
-	$(LUA) -e 'package.path="./lua/?.lua;./lua/?/init.lua;"..package.path; package.cpath="./?.so;"..package.cpath' \
-		bench/ps.lua
+	$(RUN_ENV) $(LUA) bin/takana ps --tree
 
 install: all
 	install -d $(DESTDIR)$(INST_LIBDIR)/takana $(DESTDIR)$(INST_LUADIR)/takana
 	install -m 755 takana/core.so $(DESTDIR)$(INST_LIBDIR)/takana/core.so
 	install -m 644 lua/takana/*.lua $(DESTDIR)$(INST_LUADIR)/takana/
+	install -d $(DESTDIR)$(INST_BINDIR)
+	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
 
 clean:
 	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture

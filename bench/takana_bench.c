@@ -1,0 +1,106 @@
+/* Baselines in plain C for the benches, loaded into the same Lua process as
+ * takana so contender and baseline alternate within one run. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "core.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int is_pid(const char *s)
+{
+	if (*s == '\0')
+		return 0;
+	for (; *s; s++)
+		if (*s < '0' || *s > '9')
+			return 0;
+	return 1;
+}
+
+/* The seed's path A: readdir(/proc), then open/read/close/parse each stat. */
+static int l_plain_scan(lua_State *L)
+{
+	struct tk_units units;
+	char buf[4096], path[64];
+	long n = 0;
+	uint64_t t0;
+	DIR *d;
+	struct dirent *e;
+
+	tk_units_init(&units);
+	t0 = now_ns();
+	d = opendir("/proc");
+	if (d == NULL)
+		return luaL_error(L, "opendir /proc failed");
+	while ((e = readdir(d)) != NULL) {
+		struct tk_record rec;
+		ssize_t len;
+		int fd;
+
+		if (!is_pid(e->d_name))
+			continue;
+		snprintf(path, sizeof path, "/proc/%.20s/stat", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		len = read(fd, buf, sizeof buf);
+		close(fd);
+		if (len > 0 && tk_stat_parse(buf, (size_t)len, &units, &rec) == 0)
+			n++;
+	}
+	closedir(d);
+	lua_pushinteger(L, n);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
+/* The floor: readdir(/proc) alone, opening nothing. */
+static int l_readdir_floor(lua_State *L)
+{
+	long n = 0;
+	uint64_t t0 = now_ns();
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+
+	if (d == NULL)
+		return luaL_error(L, "opendir /proc failed");
+	while ((e = readdir(d)) != NULL)
+		n += is_pid(e->d_name);
+	closedir(d);
+	lua_pushinteger(L, n);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
+static int l_now_ns(lua_State *L)
+{
+	lua_pushinteger(L, (lua_Integer)now_ns());
+	return 1;
+}
+
+__attribute__((visibility("default"))) int luaopen_takana_bench(lua_State *L);
+
+int luaopen_takana_bench(lua_State *L)
+{
+	static const luaL_Reg funcs[] = {
+		{ "plain_scan", l_plain_scan },
+		{ "readdir_floor", l_readdir_floor },
+		{ "now_ns", l_now_ns },
+		{ NULL, NULL },
+	};
+	luaL_newlib(L, funcs);
+	return 1;
+}
