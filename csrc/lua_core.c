@@ -31,5 +31,6 @@ int luaopen_takana_core(lua_State *L)
 	lua_pushliteral(L, TK_VERSION);
 	lua_setfield(L, -2, "_VERSION");
 	tk_snapshot_open(L);
+	tk_process_open(L);
 	return 1;
 }

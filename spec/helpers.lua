@@ -95,4 +95,28 @@ function H.run(cmd)
   return code, out
 end
 
+-- The cgroup2 mount point, from mountinfo (/sys/fs/cgroup or .../unified).
+function H.cgroup2_mount()
+  for line in io.lines("/proc/self/mountinfo") do
+    local mnt, fstype = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+)")
+    if fstype == "cgroup2" then return mnt end
+  end
+end
+
+-- A fresh takana-test-<random> directory on the cgroup2 hierarchy (root
+-- only), removed by H.cgroup_cleanup.
+function H.test_cgroup_path()
+  local mnt = H.cgroup2_mount()
+  if not mnt or not H.is_root() then return nil end
+  local name = ("takana-test-%d-%d"):format(H.pid, math.random(1e9))
+  local path = mnt .. "/" .. name
+  assert(os.execute("mkdir " .. path))
+  return path, name
+end
+
+function H.cgroup_cleanup(path)
+  -- Children first; all test processes are dead by now.
+  os.execute("find " .. H.shell_quote(path) .. " -depth -type d -exec rmdir {} + 2>/dev/null")
+end
+
 return H

@@ -99,6 +99,72 @@ end
 --   two snapshots is in both lists.
 M.delta = core.delta
 
+--- Opens a pidfd on a process: signals reach that process even after its
+-- pid is reused, and the descriptor turns readable when it exits.
+-- Methods: `:signal(sig)`, `:alive()`, `:wait(timeout_s)` (children only),
+-- `:fileno()`, `:pollfd()`/`:events()`/`:timeout()` (cqueues), `:close()`.
+-- @function pidfd
+-- @int pid
+-- @treturn[1] pidfd
+-- @treturn[2] nil, message, errno (ESRCH when the process is gone)
+M.pidfd = core.pidfd
+
+--- Starts a program; see README "pidfd + spawn".
+-- `t = {prog, args..., env=, cwd=, cgroup=, stdin=, stdout=, stderr=,
+-- setsid=, pgroup=, cgroup_fallback=}`. `prog` without '/' is searched in PATH.
+-- stdin/stdout/stderr: "inherit" (default), "null", "pipe", an fd or a file.
+-- @function spawn
+-- @tparam table t
+-- @treturn[1] pidfd the child, with `.pid`, `.mechanism` ("clone3" or
+--   "posix_spawn"), and `.stdin`/`.stdout`/`.stderr` files for "pipe"
+-- @treturn[2] nil, "spawn prog: message", errno (exec errors included)
+function M.spawn(t)
+  if type(t) ~= "table" then argerror("spawn", 1, "table expected, got " .. type(t)) end
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" and not ({ env = 1, cwd = 1, cgroup = 1, stdin = 1, stdout = 1,
+        stderr = 1, setsid = 1, pgroup = 1, cgroup_fallback = 1 })[k] then
+      argerror("spawn", 1, "unknown option '" .. tostring(k) .. "'")
+    end
+  end
+  if type(t.cgroup) == "string" and t.cgroup:sub(1, 1) ~= "/" and M.cgroup then
+    local cg, err, errno = M.cgroup(t.cgroup)
+    if not cg then return nil, "spawn " .. tostring(t[1]) .. ": " .. err, errno end
+    local copy = table.move(t, 1, #t, 1, {})
+    for k, v in pairs(t) do copy[k] = v end
+    copy.cgroup = cg
+    local child, e2, n2 = core.spawn(copy)
+    cg:close()
+    return child, e2, n2
+  end
+  return core.spawn(t)
+end
+
+--- Waits until at least one object is readable (a pidfd whose process
+-- exited, a pipe with data...). For scripts without an event loop.
+-- @tparam {object,...} objects anything with `:fileno()`
+-- @number[opt] timeout seconds; nil waits forever
+-- @treturn[1] {object,...} the ready ones, in the order given (empty on timeout)
+-- @treturn[2] nil, message, errno
+function M.poll(objects, timeout)
+  if type(objects) ~= "table" then argerror("poll", 1, "table expected, got " .. type(objects)) end
+  if timeout ~= nil and type(timeout) ~= "number" then
+    argerror("poll", 2, "number expected, got " .. type(timeout))
+  end
+  local fds = {}
+  for i, o in ipairs(objects) do
+    local ok, fd = pcall(function() return o:fileno() end)
+    if not ok or math.type(fd) ~= "integer" then
+      argerror("poll", 1, ("object #%d has no usable fileno()"):format(i))
+    end
+    fds[i] = fd
+  end
+  local idx, err, errno = core.poll_fds(fds, timeout)
+  if not idx then return nil, err, errno end
+  local ready = {}
+  for i, k in ipairs(idx) do ready[i] = objects[k] end
+  return ready
+end
+
 --- Descriptors held by the /proc backend's cache: `{fds=n, limit=n}`.
 -- @function proc_cache_info
 M.proc_cache_info = core.proc_cache_info

@@ -1,0 +1,380 @@
+/* pidfds and spawn. A child is created with clone3(CLONE_VM | CLONE_VFORK |
+ * CLONE_PIDFD | CLONE_CLEAR_SIGHAND [| CLONE_INTO_CGROUP]) on a small
+ * separate stack: the parent's memory is shared, not copied, so the cost is
+ * flat however large the parent is, and the parent sleeps until the child
+ * execs or exits. The child reports an exec failure by writing errno into
+ * the shared memory before _exit, so it reaches the caller synchronously. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/sched.h>
+
+#include "process.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+int tk_pidfd_open(pid_t pid)
+{
+	long fd = syscall(SYS_pidfd_open, pid, 0);
+	return fd < 0 ? -errno : (int)fd;
+}
+
+int tk_pidfd_signal(int pidfd, int sig)
+{
+	return syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0 ? -errno : 0;
+}
+
+/* A pidfd turns readable once the process has exited (zombie or reaped);
+ * unlike kill(pid, 0) this is false for a zombie too. */
+int tk_pidfd_alive(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+	int r = poll(&p, 1, 0);
+	if (r < 0)
+		return -errno;
+	return r == 0;
+}
+
+static int waitid_pidfd(int pidfd, int flags, siginfo_t *info)
+{
+	for (;;) {
+		memset(info, 0, sizeof *info);
+		if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, info, WEXITED | flags) == 0)
+			return 0;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+int tk_pidfd_wait(int pidfd, int timeout_ms, struct tk_exit *out)
+{
+	siginfo_t info;
+	int r;
+
+	if (timeout_ms >= 0) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		/* WNOHANG first: a non-child fails with ECHILD now, not after the timeout. */
+		r = waitid_pidfd(pidfd, WNOHANG, &info);
+		if (r < 0)
+			return r;
+		if (info.si_pid != 0)
+			goto done;
+		do
+			r = poll(&p, 1, timeout_ms);
+		while (r < 0 && errno == EINTR);
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ETIMEDOUT;
+	}
+	r = waitid_pidfd(pidfd, 0, &info);
+	if (r < 0)
+		return r;
+done:
+	out->signaled = info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED;
+	out->core = info.si_code == CLD_DUMPED;
+	out->code = info.si_status;
+	return 0;
+}
+
+/* ---- spawn ----------------------------------------------------------------- */
+
+#define CHILD_STACK (64 * 1024)
+#define SPAWN_HIGH_FD 100
+
+struct child_ctx {
+	const struct tk_spawn_opts *o;
+	sigset_t mask;
+	volatile int err;          /* written by the child before _exit */
+	const char *volatile step; /* what failed, for the message */
+};
+
+/* In the child: runs on its own stack in the parent's memory. Only
+ * async-signal-safe calls, no allocation. */
+static void child_exec_path(struct child_ctx *c)
+{
+	const struct tk_spawn_opts *o = c->o;
+	const char *file = o->argv[0];
+	const char *path;
+	char buf[PATH_MAX];
+	int seen_eacces = 0;
+
+	if (strchr(file, '/') != NULL) {
+		execve(file, o->argv, o->envp);
+		c->err = errno;
+		return;
+	}
+	path = o->search_path ? o->search_path : "/usr/local/bin:/usr/bin:/bin";
+	for (const char *p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		size_t dlen = (size_t)(end - p), flen = strlen(file);
+		if (dlen + flen + 2 <= sizeof buf) {
+			if (dlen == 0) {
+				memcpy(buf, file, flen + 1);
+			} else {
+				memcpy(buf, p, dlen);
+				buf[dlen] = '/';
+				memcpy(buf + dlen + 1, file, flen + 1);
+			}
+			execve(buf, o->argv, o->envp);
+			if (errno == EACCES)
+				seen_eacces = 1;
+			else if (errno != ENOENT && errno != ENOTDIR && errno != ENAMETOOLONG) {
+				c->err = errno;
+				return;
+			}
+		}
+		p = end;
+		if (*p == '\0')
+			break;
+	}
+	c->err = seen_eacces ? EACCES : ENOENT;
+}
+
+static int child_main(void *arg)
+{
+	struct child_ctx *c = arg;
+	const struct tk_spawn_opts *o = c->o;
+	int moved[3];
+
+	c->step = "setsid";
+	if (o->setsid && setsid() < 0)
+		goto fail;
+	c->step = "setpgid";
+	if (o->pgroup >= 0 && setpgid(0, o->pgroup) < 0)
+		goto fail;
+	c->step = "chdir";
+	if (o->cwd != NULL && chdir(o->cwd) < 0)
+		goto fail;
+	c->step = "dup2";
+	/* Move every source above 2 first, so a source that is itself 0..2
+	 * is not overwritten by an earlier dup2. */
+	for (int i = 0; i < 3; i++) {
+		moved[i] = -1;
+		if (o->fds[i] >= 0) {
+			moved[i] = fcntl(o->fds[i], F_DUPFD_CLOEXEC, 3);
+			if (moved[i] < 0)
+				goto fail;
+		}
+	}
+	for (int i = 0; i < 3; i++) {
+		if (moved[i] >= 0 && dup2(moved[i], i) < 0)
+			goto fail;
+	}
+	/* Everything not passed is closed; takana's own fds are CLOEXEC anyway,
+	 * this catches the caller's inherited ones. */
+	if (syscall(SYS_close_range, 3, ~0u, 0) < 0 && errno != ENOSYS)
+		goto fail;
+	sigprocmask(SIG_SETMASK, &c->mask, NULL);
+	c->step = NULL;
+	child_exec_path(c);
+	_exit(127);
+fail:
+	c->err = errno;
+	_exit(127);
+}
+
+#if defined(__x86_64__)
+/* clone3 with a new stack must not return through C frames in the child:
+ * the child starts on the fresh stack, calls fn(arg) and exits there. */
+static long clone3_run(struct clone_args *args, int (*fn)(void *), void *arg)
+{
+	register long rax __asm__("rax") = SYS_clone3;
+	register void *rdi __asm__("rdi") = args;
+	register long rsi __asm__("rsi") = sizeof *args;
+	register int (*r12)(void *) __asm__("r12") = fn;
+	register void *r13 __asm__("r13") = arg;
+
+	__asm__ volatile(
+		"syscall\n\t"
+		"test %%rax, %%rax\n\t"
+		"jnz 1f\n\t"
+		"xor %%ebp, %%ebp\n\t"
+		"mov %%r13, %%rdi\n\t"
+		"call *%%r12\n\t"
+		"mov %%eax, %%edi\n\t"
+		"mov $60, %%eax\n\t"
+		"syscall\n\t"
+		"hlt\n"
+		"1:\n\t"
+		: "+r"(rax)
+		: "r"(rdi), "r"(rsi), "r"(r12), "r"(r13)
+		: "rcx", "r11", "memory");
+	return rax;
+}
+#define HAVE_CLONE3_RUN 1
+#endif
+
+static int spawn_clone3(const struct tk_spawn_opts *o, struct child_ctx *c,
+                        pid_t *pid, int *pidfd)
+{
+#ifdef HAVE_CLONE3_RUN
+	struct clone_args args;
+	char *stack;
+	long r;
+
+	stack = malloc(CHILD_STACK);
+	if (stack == NULL)
+		return -ENOMEM;
+	memset(&args, 0, sizeof args);
+	args.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_CLEAR_SIGHAND;
+	args.pidfd = (uint64_t)(uintptr_t)pidfd;
+	args.exit_signal = SIGCHLD;
+	args.stack = (uint64_t)(uintptr_t)stack;
+	args.stack_size = CHILD_STACK;
+	if (o->cgroup_fd >= 0) {
+		args.flags |= CLONE_INTO_CGROUP;
+		args.cgroup = (uint64_t)o->cgroup_fd;
+	}
+	r = clone3_run(&args, child_main, c);
+	free(stack);
+	if (r < 0)
+		return (int)r;
+	*pid = (pid_t)r;
+	return 0;
+#else
+	(void)o; (void)c; (void)pid; (void)pidfd;
+	return -ENOSYS;
+#endif
+}
+
+/* posix_spawn + pidfd_open: for kernels or sandboxes without clone3. The
+ * pid is ours (an unreaped child) until we wait, so pidfd_open cannot race
+ * with pid reuse here. */
+static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+	sigset_t all;
+	int err;
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawnattr_init(&attr);
+	err = 0;
+	if (o->cwd != NULL)
+		err = posix_spawn_file_actions_addchdir_np(&fa, o->cwd);
+	/* Through high fds first, as in child_main, so sources that are
+	 * themselves 0..2 survive; closefrom(3) drops the copies. */
+	for (int i = 0; i < 3 && err == 0; i++)
+		if (o->fds[i] >= 0)
+			err = posix_spawn_file_actions_adddup2(&fa, o->fds[i], SPAWN_HIGH_FD + i);
+	for (int i = 0; i < 3 && err == 0; i++)
+		if (o->fds[i] >= 0)
+			err = posix_spawn_file_actions_adddup2(&fa, SPAWN_HIGH_FD + i, i);
+	if (err == 0)
+		err = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	sigfillset(&all);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	{
+		sigset_t cur;
+		sigprocmask(SIG_SETMASK, NULL, &cur);
+		posix_spawnattr_setsigmask(&attr, &cur);
+	}
+	if (o->setsid)
+		flags |= POSIX_SPAWN_SETSID;
+	if (o->pgroup >= 0) {
+		flags |= POSIX_SPAWN_SETPGROUP;
+		posix_spawnattr_setpgroup(&attr, o->pgroup);
+	}
+	posix_spawnattr_setflags(&attr, flags);
+	if (err == 0) {
+		/* posix_spawnp searches the PATH of environ: use the caller's. */
+		if (o->search_path != NULL)
+			err = posix_spawnp(pid, o->argv[0], &fa, &attr, o->argv, o->envp);
+		else
+			err = posix_spawn(pid, o->argv[0], &fa, &attr, o->argv, o->envp);
+	}
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	if (err != 0)
+		return -err;
+	*pidfd = tk_pidfd_open(*pid);
+	if (*pidfd < 0) {
+		int e = *pidfd;
+		kill(*pid, SIGKILL);
+		waitpid(*pid, NULL, 0);
+		return e;
+	}
+	if (o->cgroup_fd >= 0) {
+		/* Only with cgroup_fallback = "attach": a move after the fact. */
+		int procs = openat(o->cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+		char num[16];
+		int len = snprintf(num, sizeof num, "%d", (int)*pid);
+		if (procs < 0 || write(procs, num, (size_t)len) != len) {
+			int e = errno;
+			if (procs >= 0)
+				close(procs);
+			tk_pidfd_signal(*pidfd, SIGKILL);
+			waitpid(*pid, NULL, 0);
+			close(*pidfd);
+			return -e;
+		}
+		close(procs);
+	}
+	return 0;
+}
+
+int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res)
+{
+	struct child_ctx c;
+	sigset_t all;
+	pid_t pid = -1;
+	int pidfd = -1, r;
+
+	res->pid = -1;
+	res->pidfd = -1;
+	res->mechanism = "clone3";
+	res->exec_failed = 0;
+	res->failed_step = NULL;
+	if (!o->force_posix_spawn) {
+		memset(&c, 0, sizeof c);
+		c.o = o;
+		/* No handler may run in the child before CLONE_CLEAR_SIGHAND and
+		 * exec take effect: block everything around the clone. */
+		sigfillset(&all);
+		sigprocmask(SIG_SETMASK, &all, &c.mask);
+		r = spawn_clone3(o, &c, &pid, &pidfd);
+		sigprocmask(SIG_SETMASK, &c.mask, NULL);
+		if (r == 0) {
+			if (c.err != 0) {
+				/* The child wrote its errno and exited 127: reap it. */
+				waitpid(pid, NULL, 0);
+				close(pidfd);
+				res->exec_failed = 1;
+				res->failed_step = c.step;
+				return -c.err;
+			}
+			res->pid = pid;
+			res->pidfd = pidfd;
+			return 0;
+		}
+		if (r != -ENOSYS && r != -E2BIG && r != -EPERM)
+			return r;
+		/* clone3 missing or refused (seccomp): the portable path. */
+	}
+	if (o->cgroup_fd >= 0 && !o->cgroup_attach_fallback)
+		return -EOPNOTSUPP;
+	res->mechanism = "posix_spawn";
+	r = spawn_posix(o, &pid, &pidfd);
+	if (r < 0) {
+		res->exec_failed = 1;
+		return r;
+	}
+	res->pid = pid;
+	res->pidfd = pidfd;
+	return 0;
+}

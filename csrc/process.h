@@ -1,0 +1,46 @@
+/* pidfds and spawn: the C core behind takana.pidfd and takana.spawn. */
+#ifndef TAKANA_PROCESS_H
+#define TAKANA_PROCESS_H
+
+#include <sys/types.h>
+
+struct tk_exit {
+	int signaled;   /* killed by a signal (code is the signal) */
+	int core;       /* ... and dumped core */
+	int code;       /* exit code, or the signal number */
+};
+
+int tk_pidfd_open(pid_t pid);                    /* fd or -errno */
+int tk_pidfd_signal(int pidfd, int sig);         /* 0 or -errno */
+int tk_pidfd_alive(int pidfd);                   /* 1, 0 or -errno */
+/* Reaps a child through its pidfd. timeout_ms < 0 waits forever;
+ * -ETIMEDOUT when it ran out, -ECHILD for a process that is not our child. */
+int tk_pidfd_wait(int pidfd, int timeout_ms, struct tk_exit *out);
+
+struct tk_spawn_opts {
+	char *const *argv;          /* argv[0] is the program: a path, or a name searched in search_path */
+	char *const *envp;
+	const char *search_path;    /* PATH for names without '/'; NULL: fixed default */
+	const char *cwd;            /* NULL: inherit */
+	int fds[3];                 /* what becomes the child's 0, 1, 2; -1 inherits */
+	int cgroup_fd;              /* -1: the parent's cgroup */
+	int cgroup_attach_fallback; /* allow a non-atomic move when clone3 is unavailable */
+	int setsid;
+	pid_t pgroup;               /* -1: none; 0: a new group led by the child; >0 join */
+	int force_posix_spawn;      /* for specs of the fallback */
+};
+
+struct tk_spawn_result {
+	pid_t pid;
+	int pidfd;
+	const char *mechanism;      /* "clone3" or "posix_spawn" */
+	int exec_failed;            /* the error came from the child, not the clone */
+	const char *failed_step;    /* "chdir", "setsid", ... or NULL for exec itself */
+};
+
+/* 0 with pid and pidfd set, or -errno. Exec errors (ENOENT, EACCES, a bad
+ * cwd) are returned here, never left to a child exiting 127. -EOPNOTSUPP
+ * when a cgroup is asked for and only the non-atomic fallback remains. */
+int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res);
+
+#endif

@@ -1,0 +1,362 @@
+local takana = require "takana"
+local core = require "takana.core"
+local H = require "helpers"
+
+local ESRCH, ENOENT, EACCES, ECHILD, EINVAL, EOPNOTSUPP = 3, 2, 13, 10, 22, 95
+
+local function spawn_ok(t)
+  return assert(takana.spawn(t))
+end
+
+describe("takana.pidfd", function()
+  it("holds a process and follows the pollable protocol", function()
+    local fx = H.fixture {}
+    local p = assert(takana.pidfd(fx.pid))
+    assert.equal(fx.pid, p.pid)
+    assert.equal("number", math.type(p:fileno()) and "number")
+    assert.equal(p:fileno(), p:pollfd())
+    assert.equal("r", p:events())
+    assert.is_nil(p:timeout())
+    assert.is_true(p:alive())
+    assert.matches("^takana.Pidfd %(pid %d+, fd %d+%)$", tostring(p))
+    assert.is_true(p:signal(0))
+    fx:kill()
+    assert.is_false(p:alive())
+    assert.is_nil(p:signal(0))
+    p:close()
+    p:close()
+    assert.matches("closed", tostring(p))
+    assert.has_error(function() p:alive() end, "attempt to use a closed pidfd")
+    assert.equal(fx.pid, p.pid)
+  end)
+
+  it("returns ESRCH for a gone pid", function()
+    local child = spawn_ok { "true" }
+    local pid = child.pid
+    child:wait()
+    child:close()
+    local p, err, errno = takana.pidfd(pid)
+    if p then -- the pid was reused already; try once more with a sure-dead one
+      p:close()
+    else
+      assert.equal(("pidfd %d: No such process"):format(pid), err)
+      assert.equal(ESRCH, errno)
+    end
+  end)
+
+  it("refuses a thread id (EINVAL before Linux 6.9, ENOENT after)", function()
+    local fx = H.fixture { "--threads", 1 }
+    local tid
+    for t in io.popen("ls /proc/" .. fx.pid .. "/task"):lines() do
+      if tonumber(t) ~= fx.pid then tid = tonumber(t) end
+    end
+    local p, err, errno = takana.pidfd(tid)
+    fx:kill()
+    assert.is_nil(p)
+    assert.matches("^pidfd " .. tid .. ": ", err)
+    assert.truthy(errno == EINVAL or errno == ENOENT, tostring(errno))
+  end)
+
+  it("raises on bad arguments", function()
+    for _, bad in ipairs { "x", 0, -1, 2 ^ 40, 1.5, math.huge, 0 / 0 } do
+      assert.has_error(function() takana.pidfd(bad) end)
+    end
+    assert.has_error(function() takana.pidfd() end)
+    assert.has_error(function() takana.pidfd(1, 2) end)
+  end)
+
+  it("signals by number or by name", function()
+    for _, sig in ipairs { 15, "TERM", "SIGTERM", "term" } do
+      local c = spawn_ok { "sleep", "30" }
+      assert.is_true(c:signal(sig))
+      assert.same({ signaled = true, signal = 15, core = false }, c:wait())
+    end
+    local c = spawn_ok { "sleep", "30" }
+    assert.has_error(function() c:signal("NOPE") end)
+    assert.has_error(function() c:signal(999) end)
+    assert.has_error(function() c:signal(-1) end)
+    assert.has_error(function() c:signal("TERM\0") end)
+    assert.has_error(function() c:signal({}) end)
+    c:signal("KILL")
+    assert.same({ signaled = true, signal = 9, core = false }, c:wait())
+  end)
+
+  it("wait reports exit codes, timeouts and non-children", function()
+    local c = spawn_ok { "sh", "-c", "exit 3" }
+    assert.same({ exited = true, code = 3 }, c:wait())
+    assert.same({ exited = true, code = 3 }, c:wait(), "the status stays")
+    assert.is_false(c:alive())
+    local s = spawn_ok { "sleep", "30" }
+    local r, msg = s:wait(0.05)
+    assert.is_nil(r)
+    assert.equal("timeout", msg)
+    assert.is_true(s:alive())
+    s:signal("KILL")
+    assert.same({ signaled = true, signal = 9, core = false }, s:wait(5))
+    local init = assert(takana.pidfd(1))
+    local r2, msg2, errno = init:wait(0.01)
+    assert.is_nil(r2)
+    assert.equal("wait: process 1 is not a child of this process", msg2)
+    assert.equal(ECHILD, errno)
+    assert.has_error(function() s:wait(-1) end)
+    assert.has_error(function() s:wait("soon") end)
+    assert.has_error(function() s:wait(0 / 0) end)
+  end)
+
+  it("is closed by __close and by the collector", function()
+    collectgarbage()
+    collectgarbage()
+    local before = H.count_fds()
+    do
+      local p <close> = spawn_ok { "true" }
+      p:wait()
+    end
+    assert.equal(before, H.count_fds())
+    for _ = 1, 20 do spawn_ok { "true" }:wait() end
+    collectgarbage()
+    collectgarbage()
+    assert.equal(before, H.count_fds())
+  end)
+
+  it("never signals a process that reused the pid (needs root: pid namespace)", function()
+    if not H.is_root() then
+      pending("needs root to create a pid namespace and set ns_last_pid")
+      return
+    end
+    -- Inside a new pid namespace the script is pid 1; its first child is
+    -- pid 2. After that child is reaped, ns_last_pid = 1 makes the next
+    -- child pid 2 again.
+    local script = [[
+      package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+      package.cpath = "./?.so;" .. package.cpath
+      local takana = require "takana"
+      local old = assert(takana.spawn { "sleep", "30" })
+      assert(old:signal("KILL")); old:wait()
+      local f = assert(io.open("/proc/sys/kernel/ns_last_pid", "w"))
+      f:write(tostring(old.pid - 1)); f:close()
+      local new = assert(takana.spawn { "sleep", "30" })
+      local ok, err, errno = old:signal("KILL")
+      print(old.pid, new.pid, tostring(ok), errno, tostring(new:alive()))
+      new:signal("KILL"); new:wait()
+    ]]
+    local code, out = H.run("unshare --pid --fork --mount-proc lua5.4 -e " .. H.shell_quote(script))
+    assert.equal(0, code, out)
+    local oldpid, newpid, ok, errno, alive = out:match("^(%d+)\t(%d+)\t(%S+)\t(%d+)\t(%S+)")
+    assert.equal(oldpid, newpid, out)
+    assert.equal("nil", ok)
+    assert.equal(tostring(ESRCH), errno)
+    assert.equal("true", alive)
+  end)
+end)
+
+describe("takana.spawn", function()
+  it("starts a program found in PATH with clone3, output through a pipe", function()
+    local c = spawn_ok { "echo", "hello world", stdout = "pipe" }
+    assert.equal("clone3", c.mechanism)
+    assert.equal("hello world\n", c.stdout:read("a"))
+    assert.same({ exited = true, code = 0 }, c:wait())
+  end)
+
+  it("feeds stdin and reads stderr", function()
+    local c = spawn_ok { "sh", "-c", "cat; echo oops >&2", stdin = "pipe", stdout = "pipe", stderr = "pipe" }
+    c.stdin:write("in\n")
+    c.stdin:close()
+    assert.equal("in\n", c.stdout:read("a"))
+    assert.equal("oops\n", c.stderr:read("a"))
+    assert.same({ exited = true, code = 0 }, c:wait())
+  end)
+
+  it("redirects to null, an fd number and a Lua file", function()
+    local c = spawn_ok { "sh", "-c", "cat; echo out", stdin = "null", stdout = "pipe" }
+    assert.equal("out\n", c.stdout:read("a"))
+    c:wait()
+    local f = io.tmpfile()
+    spawn_ok { "echo", "to file", stdout = f }:wait()
+    f:seek("set")
+    assert.equal("to file\n", f:read("a"))
+    -- An fd number: the child's stderr becomes our stdout.
+    local p = spawn_ok { "readlink", "/proc/self/fd/2", stdout = "pipe", stderr = 1 }
+    local target = p.stdout:read("l")
+    p:wait()
+    local ours = select(2, H.run("readlink /proc/" .. H.pid .. "/fd/1")):match("[^\n]+")
+    assert.equal(ours, target)
+  end)
+
+  it("passes env (map or array) and cwd", function()
+    local c = spawn_ok { "sh", "-c", "echo $A-$B; pwd", env = { A = "1", B = "two words" }, cwd = "/tmp", stdout = "pipe" }
+    assert.equal("1-two words\n/tmp\n", c.stdout:read("a"))
+    c:wait()
+    local d = spawn_ok { "/usr/bin/env", env = { "X=y" }, stdout = "pipe" }
+    assert.equal("X=y\n", d.stdout:read("a"))
+    d:wait()
+  end)
+
+  it("closes every descriptor not passed", function()
+    local leak = assert(io.open("/etc/hostname")) -- Lua opens without O_CLOEXEC
+    local c = spawn_ok { "ls", "/proc/self/fd", stdout = "pipe" }
+    local fds = c.stdout:read("a")
+    c:wait()
+    leak:close()
+    assert.equal("0\n1\n2\n3\n", fds) -- 3 is ls's own directory fd
+  end)
+
+  it("creates a session or a process group", function()
+    local s = spawn_ok { "sleep", "30", setsid = true }
+    local g = spawn_ok { "sleep", "30", pgroup = true }
+    local snap = takana.snapshot { backend = "proc" }
+    assert.equal(s.pid, snap:get(s.pid).sid)
+    assert.equal(s.pid, snap:get(s.pid).pgid)
+    assert.equal(g.pid, snap:get(g.pid).pgid)
+    assert.equal(snap:get(H.pid).sid, snap:get(g.pid).sid)
+    s:signal("KILL"); g:signal("KILL"); s:wait(); g:wait()
+  end)
+
+  it("returns exec errors synchronously", function()
+    assert.same({ nil, "spawn /nonexistent: No such file or directory", ENOENT },
+                { takana.spawn { "/nonexistent" } })
+    local plain = os.tmpname()
+    os.execute("chmod 644 " .. plain)
+    assert.same({ nil, "spawn " .. plain .. ": Permission denied", EACCES },
+                { takana.spawn { plain } })
+    os.remove(plain)
+    assert.same({ nil, "spawn true: chdir /nonexistent: No such file or directory", ENOENT },
+                { takana.spawn { "true", cwd = "/nonexistent" } })
+    assert.same({ nil, "spawn no-such-program-takana: No such file or directory", ENOENT },
+                { takana.spawn { "no-such-program-takana" } })
+  end)
+
+  it("falls back to posix_spawn + pidfd_open", function()
+    local c = assert(core.spawn { "sh", "-c", "exit 4", _fallback = true })
+    assert.equal("posix_spawn", c.mechanism)
+    assert.same({ exited = true, code = 4 }, c:wait())
+    assert.same({ nil, "spawn /nonexistent: No such file or directory", ENOENT },
+                { core.spawn { "/nonexistent", _fallback = true } })
+    local p = assert(core.spawn { "sh", "-c", "cat; echo done", stdin = "null", stdout = "pipe", _fallback = true })
+    assert.equal("done\n", p.stdout:read("a"))
+    p:wait()
+  end)
+
+  it("raises on bad arguments", function()
+    local bad = {
+      {}, { 1 }, { "" }, { "true\0x" }, { "true", "a\0b" }, { "true", cwd = 5 },
+      { "true", cwd = "/tmp\0x" }, { "true", env = "A=1" }, { "true", env = { "NOEQUALS" } },
+      { "true", env = { ["A=B"] = "c" } }, { "true", env = { A = 1 } }, { "true", stdout = "bogus" },
+      { "true", stdout = 99999 }, { "true", stdout = -1 }, { "true", stdout = {} },
+      { "true", setsid = "yes" }, { "true", pgroup = -5 }, { "true", pgroup = 2 ^ 40 },
+      { "true", setsid = true, pgroup = true }, { "true", cgroup = 5 },
+      { "true", cgroup_fallback = "maybe" }, { "true", bogus = 1 },
+    }
+    for _, t in ipairs(bad) do
+      assert.has_error(function() takana.spawn(t) end)
+    end
+    assert.has_error(function() takana.spawn("true") end)
+    assert.has_error(function() takana.spawn() end)
+    local closed = io.tmpfile()
+    closed:close()
+    assert.has_error(function() takana.spawn { "true", stdout = closed } end)
+  end)
+
+  describe("into a cgroup", function()
+    local path
+    before_each(function() path = H.test_cgroup_path() end)
+    after_each(function() if path then H.cgroup_cleanup(path) end end)
+
+    it("is in it from the first instruction (CLONE_INTO_CGROUP)", function()
+      if not path then pending("needs root and a cgroup2 mount") return end
+      local c = spawn_ok { "cat", "/proc/self/cgroup", cgroup = path, stdout = "pipe" }
+      local out = c.stdout:read("a")
+      c:wait()
+      local mnt = H.cgroup2_mount()
+      assert.matches("\n0::" .. path:sub(#mnt + 1):gsub("%-", "%%-") .. "\n", "\n" .. out)
+    end)
+
+    it("refuses the non-atomic fallback unless asked", function()
+      if not path then pending("needs root and a cgroup2 mount") return end
+      local c, err, errno = core.spawn { "true", cgroup = path, _fallback = true }
+      assert.is_nil(c)
+      assert.matches("cannot be entered atomically", err)
+      assert.equal(EOPNOTSUPP, errno)
+      local d = assert(core.spawn { "sleep", "30", cgroup = path, cgroup_fallback = "attach", _fallback = true })
+      local out = H.read("/proc/" .. d.pid .. "/cgroup")
+      d:signal("KILL")
+      d:wait()
+      assert.equal("posix_spawn", d.mechanism)
+      assert.truthy(out:find("0::" .. path:sub(#H.cgroup2_mount() + 1) .. "\n", 1, true), out)
+    end)
+
+    it("refuses a directory outside cgroup2", function()
+      assert.has_error(function() takana.spawn { "true", cgroup = "/tmp" } end)
+      local c, err = takana.spawn { "true", cgroup = "/nonexistent-cgroup" }
+      assert.is_nil(c)
+      assert.equal("spawn true: cgroup /nonexistent-cgroup: No such file or directory", err)
+    end)
+  end)
+end)
+
+describe("waiting for many", function()
+  it("takana.poll returns the ready objects", function()
+    local quick = spawn_ok { "true" }
+    local slow = spawn_ok { "sleep", "30" }
+    local ready = assert(takana.poll({ slow, quick }, 5))
+    assert.equal(1, #ready)
+    assert.equal(quick, ready[1])
+    assert.same({}, takana.poll({ slow }, 0.01))
+    slow:signal("KILL")
+    slow:wait()
+    quick:wait()
+    assert.has_error(function() takana.poll({ 5 }) end)
+    assert.has_error(function() takana.poll("x") end)
+    assert.has_error(function() takana.poll({ slow }, "soon") end)
+    assert.has_error(function() takana.poll({ slow }, -1) end)
+  end)
+
+  it("waits on 1,000 children at once", function()
+    local kids = {}
+    for i = 1, 1000 do kids[i] = spawn_ok { "sleep", "30" } end
+    for _, k in ipairs(kids) do k:signal("TERM") end
+    local pending_kids = kids
+    local seen = 0
+    while #pending_kids > 0 do
+      local ready = assert(takana.poll(pending_kids, 10))
+      assert.truthy(#ready > 0)
+      local done = {}
+      for _, r in ipairs(ready) do
+        assert.same({ signaled = true, signal = 15, core = false }, r:wait())
+        r:close()
+        done[r] = true
+        seen = seen + 1
+      end
+      local rest = {}
+      for _, k in ipairs(pending_kids) do if not done[k] then rest[#rest + 1] = k end end
+      pending_kids = rest
+    end
+    assert.equal(1000, seen)
+  end)
+
+  it("works in a cqueues coroutine", function()
+    local cqueues = require "cqueues"
+    local child = spawn_ok { "sh", "-c", "sleep 0.1; exit 5" }
+    local status
+    local cq = cqueues.new()
+    cq:wrap(function()
+      cqueues.poll(child)
+      status = child:wait()
+    end)
+    assert(cq:loop(10))
+    assert.same({ exited = true, code = 5 }, status)
+  end)
+
+  it("works with a luv poll handle", function()
+    local uv = require "luv"
+    local child = spawn_ok { "sh", "-c", "sleep 0.1; exit 6" }
+    local status
+    local handle = uv.new_poll(child:fileno())
+    handle:start("r", function()
+      status = child:wait()
+      handle:stop()
+      handle:close()
+    end)
+    uv.run()
+    assert.same({ exited = true, code = 6 }, status)
+  end)
+end)
