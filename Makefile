@@ -59,8 +59,9 @@ test-unpriv: deps
 	$(MAKE) WERROR=1 all spec/fixture
 	sh .ci/unpriv $(BUSTED) $(BUSTED_FLAGS)
 
-bench: deps all bench/takana_bench.so
+bench: deps all bench/takana_bench.so spec/fixture
 	$(LUA) bench/snapshot.lua
+	$(LUA) bench/spawn.lua
 
 # The main job on this machine: what the host offers, then every process.
 RUN_ENV = LUA_PATH="./lua/?.lua;./lua/?/init.lua;;" LUA_CPATH="./?.so;;"

@@ -3,8 +3,12 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -85,6 +89,56 @@ static int l_readdir_floor(lua_State *L)
 	return 2;
 }
 
+
+/* fork + exec + wait: the cost grows with the parent's touched memory. */
+static int l_fork_exec_wait(lua_State *L)
+{
+	const char *path = luaL_checkstring(L, 1);
+	uint64_t t0 = now_ns();
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0) {
+		char *argv[] = { (char *)(uintptr_t)path, NULL };
+		execve(path, argv, environ);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		return luaL_error(L, "fork failed");
+	lua_pushinteger(L, 1);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
+static int l_posix_spawn_wait(lua_State *L)
+{
+	const char *path = luaL_checkstring(L, 1);
+	char *argv[] = { (char *)(uintptr_t)path, NULL };
+	uint64_t t0 = now_ns();
+	pid_t pid;
+	int st;
+
+	if (posix_spawn(&pid, path, NULL, NULL, argv, environ) != 0 || waitpid(pid, &st, 0) < 0)
+		return luaL_error(L, "posix_spawn failed");
+	lua_pushinteger(L, 1);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
+/* kill(pid, 0) n times: the liveness check a C supervisor would write. */
+static int l_kill0_loop(lua_State *L)
+{
+	pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+	lua_Integer n = luaL_checkinteger(L, 2);
+	uint64_t t0 = now_ns();
+
+	for (lua_Integer i = 0; i < n; i++)
+		kill(pid, 0);
+	lua_pushinteger(L, n);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
 static int l_now_ns(lua_State *L)
 {
 	lua_pushinteger(L, (lua_Integer)now_ns());
@@ -99,6 +153,9 @@ int luaopen_takana_bench(lua_State *L)
 		{ "plain_scan", l_plain_scan },
 		{ "readdir_floor", l_readdir_floor },
 		{ "now_ns", l_now_ns },
+		{ "fork_exec_wait", l_fork_exec_wait },
+		{ "posix_spawn_wait", l_posix_spawn_wait },
+		{ "kill0_loop", l_kill0_loop },
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, funcs);
