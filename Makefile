@@ -23,8 +23,8 @@ WARN += -Werror
 endif
 TK_CFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN) -I$(LUA_INCDIR) $(CFLAGS)
 
-CORE_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c
-BIND_SRC := csrc/lua_core.c csrc/lua_snapshot.c csrc/lua_process.c
+CORE_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c
+BIND_SRC := csrc/lua_core.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c
 OBJS := $(patsubst csrc/%.c,$(OUT)/%.o,$(CORE_SRC) $(BIND_SRC))
 HDRS := $(wildcard csrc/*.h bpf/*.h)
 

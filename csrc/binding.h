@@ -13,6 +13,7 @@
 #define TK_RECORD_MT "takana.Record"
 #define TK_SCANNER_MT "takana.ProcScanner"
 #define TK_PIDFD_MT "takana.Pidfd"
+#define TK_CGROUP_MT "takana.Cgroup"
 
 /* Pushes nil, "ctx: strerror(-err)", -err and returns 3: the runtime
  * failure convention of every function in the module. */
@@ -24,6 +25,7 @@ void tk_check_nargs(lua_State *L, int max);
  * table on the top of the stack. */
 void tk_snapshot_open(lua_State *L);
 void tk_process_open(lua_State *L);
+void tk_cgroup_open(lua_State *L);
 
 /* Hands a snapshot filled by any backend to Lua, taking over rb's memory. */
 void tk_snapshot_push(lua_State *L, struct tk_recbuf *rb, uint64_t time_ns,

@@ -1,6 +1,7 @@
 /* luaopen_takana_core: the only exported symbol. Each concern registers its
  * functions from its own lua_*.c file. */
 #include <string.h>
+#include <time.h>
 
 #include "binding.h"
 
@@ -23,6 +24,15 @@ void tk_check_nargs(lua_State *L, int max)
 		                                        max, max == 1 ? "" : "s"));
 }
 
+/* core.monotime(): CLOCK_MONOTONIC seconds, for timeouts in the Lua front. */
+static int l_monotime(lua_State *L)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+	return 1;
+}
+
 __attribute__((visibility("default"))) int luaopen_takana_core(lua_State *L);
 
 int luaopen_takana_core(lua_State *L)
@@ -30,7 +40,10 @@ int luaopen_takana_core(lua_State *L)
 	lua_newtable(L);
 	lua_pushliteral(L, TK_VERSION);
 	lua_setfield(L, -2, "_VERSION");
+	lua_pushcfunction(L, l_monotime);
+	lua_setfield(L, -2, "monotime");
 	tk_snapshot_open(L);
 	tk_process_open(L);
+	tk_cgroup_open(L);
 	return 1;
 }

@@ -422,11 +422,10 @@ static int cgroup_option(lua_State *L, struct spawn_state *st)
 		if (fd < 0)
 			return -errno;
 	} else {
-		/* A handle: anything with :fileno() on a cgroup2 directory. */
-		if (luaL_getmetafield(L, -1, "__index") == LUA_TNIL)
-			luaL_error(L, "bad argument #1 to 'spawn' (cgroup: path or handle expected)");
-		lua_pop(L, 1);
-		lua_getfield(L, -1, "fileno");
+		/* A takana.cgroup handle: its directory fd. */
+		if (luaL_testudata(L, -1, TK_CGROUP_MT) == NULL)
+			luaL_error(L, "bad argument #1 to 'spawn' (cgroup: path or takana.cgroup handle expected)");
+		lua_getfield(L, -1, "_dirfd");
 		lua_pushvalue(L, -2);
 		lua_call(L, 1, 1);
 		if (!lua_isinteger(L, -1))
@@ -609,7 +608,8 @@ static int l_spawn(lua_State *L)
 
 /* ---- poll ------------------------------------------------------------------ */
 
-/* core.poll_fds({fd...}, timeout_s) -> {index...} of the readable ones. */
+/* core.poll_fds({fd...}, timeout_s[, {pri...}]) -> {index...} of the ready
+ * ones: readable, or with pri[i] true, priority-readable (cgroup.events). */
 static int l_poll_fds(lua_State *L)
 {
 	lua_Integer n;
@@ -618,7 +618,9 @@ static int l_poll_fds(lua_State *L)
 
 	luaL_checktype(L, 1, LUA_TTABLE);
 	timeout = timeout_ms_check(L, 2);
-	tk_check_nargs(L, 2);
+	if (!lua_isnoneornil(L, 3))
+		luaL_checktype(L, 3, LUA_TTABLE);
+	tk_check_nargs(L, 3);
 	n = (lua_Integer)lua_rawlen(L, 1);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0)
@@ -626,6 +628,11 @@ static int l_poll_fds(lua_State *L)
 	evs = lua_newuserdatauv(L, sizeof *evs * (size_t)(n > 0 ? n : 1), 0);
 	for (lua_Integer i = 1; i <= n; i++) {
 		struct epoll_event ev = { .events = EPOLLIN };
+		if (lua_istable(L, 3)) {
+			if (lua_rawgeti(L, 3, i) != LUA_TNIL && lua_toboolean(L, -1))
+				ev.events = EPOLLPRI;
+			lua_pop(L, 1);
+		}
 		lua_rawgeti(L, 1, i);
 		ev.data.fd = (int)lua_tointeger(L, -1);
 		lua_pop(L, 1);

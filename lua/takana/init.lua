@@ -150,20 +150,30 @@ function M.poll(objects, timeout)
   if timeout ~= nil and type(timeout) ~= "number" then
     argerror("poll", 2, "number expected, got " .. type(timeout))
   end
-  local fds = {}
+  if timeout ~= nil and (timeout < 0 or timeout ~= timeout) then
+    argerror("poll", 2, "timeout must be >= 0 seconds")
+  end
+  local fds, pri = {}, {}
   for i, o in ipairs(objects) do
     local ok, fd = pcall(function() return o:fileno() end)
     if not ok or math.type(fd) ~= "integer" then
       argerror("poll", 1, ("object #%d has no usable fileno()"):format(i))
     end
     fds[i] = fd
+    -- cgroup handles signal changes as priority data ("p"), not as input.
+    local ok2, ev = pcall(function() return o:events() end)
+    pri[i] = ok2 and ev == "p"
   end
-  local idx, err, errno = core.poll_fds(fds, timeout)
+  local idx, err, errno = core.poll_fds(fds, timeout, pri)
   if not idx then return nil, err, errno end
   local ready = {}
   for i, k in ipairs(idx) do ready[i] = objects[k] end
   return ready
 end
+
+--- cgroup v2 handles; see the takana.cgroup module: `takana.cgroup(path)`,
+-- `takana.cgroup.self()`, `takana.cgroup.of(pid|pidfd)`.
+M.cgroup = require "takana.cgroup"
 
 --- Descriptors held by the /proc backend's cache: `{fds=n, limit=n}`.
 -- @function proc_cache_info
