@@ -147,13 +147,19 @@ describe("takana.cgroup", function()
 
       assert.is_true(sub:freeze(5))
       assert.is_true(sub:stat().events.frozen)
-      -- Frozen: a SIGTERM stays pending until the thaw.
-      assert.is_true(b:signal("TERM"))
-      assert.same({ nil, "timeout" }, { b:wait(0.2) })
+      assert.is_true(sub:thaw())
+      -- Frozen: a CPU spinner in the unit gets no CPU until the thaw.
+      local spin = assert(takana.spawn { H.fixture_path, "--spin", "--life", "30", cgroup = sub, stdout = "null" })
+      assert.is_true(sub:freeze(5))
+      local u1 = sub:stat().cpu.usage_ns
+      H.sleep(0.2)
+      assert.equal(u1, sub:stat().cpu.usage_ns)
       assert.is_true(sub:thaw())
       assert.is_false(sub:stat().events.frozen)
-      assert.same({ signaled = true, signal = 15, core = false }, b:wait(5))
-      b = assert(takana.spawn { "sleep", "30", cgroup = sub })
+      H.sleep(0.2)
+      assert.truthy(sub:stat().cpu.usage_ns > u1)
+      spin:signal("KILL")
+      spin:wait()
 
       local busy, msg, errno = sub:remove()
       assert.is_nil(busy)

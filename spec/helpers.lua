@@ -115,8 +115,12 @@ function H.test_cgroup_path()
 end
 
 function H.cgroup_cleanup(path)
-  -- Children first; all test processes are dead by now.
-  os.execute("find " .. H.shell_quote(path) .. " -depth -type d -exec rmdir {} + 2>/dev/null")
+  -- Whatever a failed spec left inside is ours: kill it, then remove the
+  -- directories children first.
+  local q = H.shell_quote(path)
+  os.execute("echo 1 > " .. q .. "/cgroup.kill 2>/dev/null; " ..
+             "for i in 1 2 3 4 5 6 7 8 9 10; do grep -q 'populated 0' " .. q .. "/cgroup.events && break; sleep 0.1; done; " ..
+             "find " .. q .. " -depth -type d -exec rmdir {} + 2>/dev/null")
 end
 
 return H
