@@ -139,6 +139,38 @@ static int l_kill0_loop(lua_State *L)
 	return 2;
 }
 
+/* Sums utime+stime of the given pids from /proc/<pid>/stat: the O(N) way
+ * of accounting a unit. */
+static int l_sum_stat(lua_State *L)
+{
+	struct tk_units units;
+	char buf[4096], path[64];
+	lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
+	uint64_t t0, sum = 0;
+
+	tk_units_init(&units);
+	t0 = now_ns();
+	for (lua_Integer i = 1; i <= n; i++) {
+		struct tk_record rec;
+		ssize_t len;
+		int fd;
+
+		lua_rawgeti(L, 1, i);
+		snprintf(path, sizeof path, "/proc/%d/stat", (int)lua_tointeger(L, -1));
+		lua_pop(L, 1);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		len = read(fd, buf, sizeof buf);
+		close(fd);
+		if (len > 0 && tk_stat_parse(buf, (size_t)len, &units, &rec) == 0)
+			sum += rec.utime_ns + rec.stime_ns;
+	}
+	lua_pushinteger(L, (lua_Integer)sum);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
 static int l_now_ns(lua_State *L)
 {
 	lua_pushinteger(L, (lua_Integer)now_ns());
@@ -156,6 +188,7 @@ int luaopen_takana_bench(lua_State *L)
 		{ "fork_exec_wait", l_fork_exec_wait },
 		{ "posix_spawn_wait", l_posix_spawn_wait },
 		{ "kill0_loop", l_kill0_loop },
+		{ "sum_stat", l_sum_stat },
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, funcs);
