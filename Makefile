@@ -67,6 +67,7 @@ bench: deps all bench/takana_bench.so spec/fixture
 # The main job on this machine: what the host offers, then every process.
 RUN_ENV = LUA_PATH="./lua/?.lua;./lua/?/init.lua;;" LUA_CPATH="./?.so;;"
 run: deps all
+	$(RUN_ENV) $(LUA) bin/takana probe
 	$(RUN_ENV) $(LUA) bin/takana ps --tree
 
 install: all

@@ -44,7 +44,7 @@ local known_backend = { auto = true, kfunc = true, iter = true, proc = true }
 -- Each BPF tier reports why it cannot run; /proc always can.
 local function tier_unavailable(name)
   local why = core.snapshot_unavailable and core.snapshot_unavailable(name)
-    or "takana was built without BPF"
+    or "this build of takana has no BPF snapshot backends; /proc is used"
   return why
 end
 
@@ -174,6 +174,52 @@ end
 --- cgroup v2 handles; see the takana.cgroup module: `takana.cgroup(path)`,
 -- `takana.cgroup.self()`, `takana.cgroup.of(pid|pidfd)`.
 M.cgroup = require "takana.cgroup"
+
+local function read_first_line(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local l = f:read("l")
+  f:close()
+  return l
+end
+
+--- What this host offers and which backend each capability uses, with the
+-- reason for every "no". Never raises.
+-- @treturn table `kernel`, `btf`, `snapshot = {kfunc=, iter=, proc=, backend=}`,
+--   `pidfd`, `clone3`, `cgroup` (mode, v2_mount, v2_controllers, v1 mounts);
+--   each capability has `ok` and, when not ok, `why`.
+function M.probe()
+  local r = { kernel = read_first_line("/proc/sys/kernel/osrelease") }
+  local btf = io.open("/sys/kernel/btf/vmlinux")
+  r.btf = { ok = btf ~= nil, why = not btf and "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)" or nil }
+  if btf then btf:close() end
+
+  r.snapshot = {}
+  for _, name in ipairs(snapshot_backends) do
+    if tiers[name] then
+      local ok, snap, err = pcall(tiers[name], {})
+      r.snapshot[name] = { ok = ok and snap ~= nil, why = (not ok and tostring(snap)) or err }
+    else
+      r.snapshot[name] = { ok = false, why = tier_unavailable(name) }
+    end
+    if r.snapshot[name].ok and not r.snapshot.backend then r.snapshot.backend = name end
+  end
+
+  local pok, p, perr = pcall(core.pidfd, tonumber(read_first_line("/proc/self/stat"):match("^%d+")))
+  r.pidfd = { ok = pok and p ~= nil, why = (not pok and tostring(p)) or perr }
+  if pok and p then p:close() end
+
+  local sok, child, serr = pcall(core.spawn, { "/bin/true", stdout = "null" })
+  r.clone3 = { ok = sok and child ~= nil and child.mechanism == "clone3" }
+  if not r.clone3.ok then
+    r.clone3.why = (not sok and tostring(child)) or serr or "clone3 refused; spawn falls back to posix_spawn"
+  end
+  if sok and child then child:wait() child:close() end
+
+  local cok, cg = pcall(M.cgroup.probe)
+  r.cgroup = cok and cg or { ok = false, why = tostring(cg) }
+  return r
+end
 
 --- Descriptors held by the /proc backend's cache: `{fds=n, limit=n}`.
 -- @function proc_cache_info
