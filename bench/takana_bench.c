@@ -34,11 +34,25 @@ static int is_pid(const char *s)
 	return 1;
 }
 
+/* open + read + close + parse of one stat file; 0 on success. */
+static int stat_path_read(const char *path, const struct tk_units *units, struct tk_record *rec)
+{
+	char buf[4096];
+	ssize_t len;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	len = read(fd, buf, sizeof buf);
+	close(fd);
+	return len > 0 ? tk_stat_parse(buf, (size_t)len, units, rec) : -1;
+}
+
 /* The seed's path A: readdir(/proc), then open/read/close/parse each stat. */
 static int l_plain_scan(lua_State *L)
 {
 	struct tk_units units;
-	char buf[4096], path[64];
+	char path[64];
 	long n = 0;
 	uint64_t t0;
 	DIR *d;
@@ -51,18 +65,11 @@ static int l_plain_scan(lua_State *L)
 		return luaL_error(L, "opendir /proc failed");
 	while ((e = readdir(d)) != NULL) {
 		struct tk_record rec;
-		ssize_t len;
-		int fd;
 
 		if (!is_pid(e->d_name))
 			continue;
 		snprintf(path, sizeof path, "/proc/%.20s/stat", e->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		len = read(fd, buf, sizeof buf);
-		close(fd);
-		if (len > 0 && tk_stat_parse(buf, (size_t)len, &units, &rec) == 0)
+		if (stat_path_read(path, &units, &rec) == 0)
 			n++;
 	}
 	closedir(d);
@@ -144,7 +151,7 @@ static int l_kill0_loop(lua_State *L)
 static int l_sum_stat(lua_State *L)
 {
 	struct tk_units units;
-	char buf[4096], path[64];
+	char path[64];
 	lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
 	uint64_t t0, sum = 0;
 
@@ -152,18 +159,11 @@ static int l_sum_stat(lua_State *L)
 	t0 = now_ns();
 	for (lua_Integer i = 1; i <= n; i++) {
 		struct tk_record rec;
-		ssize_t len;
-		int fd;
 
 		lua_rawgeti(L, 1, i);
 		snprintf(path, sizeof path, "/proc/%d/stat", (int)lua_tointeger(L, -1));
 		lua_pop(L, 1);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		len = read(fd, buf, sizeof buf);
-		close(fd);
-		if (len > 0 && tk_stat_parse(buf, (size_t)len, &units, &rec) == 0)
+		if (stat_path_read(path, &units, &rec) == 0)
 			sum += rec.utime_ns + rec.stime_ns;
 	}
 	lua_pushinteger(L, (lua_Integer)sum);

@@ -27,8 +27,4 @@ void tk_snapshot_open(lua_State *L);
 void tk_process_open(lua_State *L);
 void tk_cgroup_open(lua_State *L);
 
-/* Hands a snapshot filled by any backend to Lua, taking over rb's memory. */
-void tk_snapshot_push(lua_State *L, struct tk_recbuf *rb, uint64_t time_ns,
-                      const char *backend);
-
 #endif

@@ -126,23 +126,40 @@ static int kv_file_push(lua_State *L, struct lcgroup *cg, int f, char *buf)
 	return 0;
 }
 
-static int single_field(lua_State *L, struct lcgroup *cg, int f, const char *name, char *buf)
+/* The first failure of cg:stat() other than an absent file: reported, not
+ * turned into a missing section. */
+struct stat_error {
+	int err;
+	int file;
+};
+
+static int stat_note(struct stat_error *se, int f, int err)
+{
+	if (err < 0 && err != -ENOENT && se->err == 0) {
+		se->err = err;
+		se->file = f;
+	}
+	return err;
+}
+
+static int single_field(lua_State *L, struct lcgroup *cg, int f, const char *name, char *buf,
+                        struct stat_error *se)
 {
 	size_t len;
 
-	if (cg_file_read(cg, f, buf, &len) < 0)
+	if (stat_note(se, f, cg_file_read(cg, f, buf, &len)) < 0)
 		return 0;
 	value_push(L, buf, len);
 	lua_setfield(L, -2, name);
 	return 1;
 }
 
-static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf)
+static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf, struct stat_error *se)
 {
 	size_t len;
 	const char *p, *end;
 
-	if (cg_file_read(cg, f, buf, &len) < 0)
+	if (stat_note(se, f, cg_file_read(cg, f, buf, &len)) < 0)
 		return 0;
 	lua_newtable(L);
 	for (p = buf, end = buf + len; p < end;) {
@@ -161,6 +178,8 @@ static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf)
 			lua_pushinteger(L, (lua_Integer)(line.total_us * 1000));
 			lua_setfield(L, -2, "total_ns");
 			lua_setfield(L, -2, line.full ? "full" : "some");
+		} else if (eol > p) {
+			stat_note(se, f, -EBADMSG);
 		}
 		p = eol + 1;
 	}
@@ -171,10 +190,13 @@ static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf)
  * `pressure`, `events`. A section whose files are absent is absent;
  * `cg:why(section)` says why.
  * @function cgroup:stat
- * @treturn table */
+ * @treturn[1] table
+ * @treturn[2] nil, "stat <file>: message", errno when a present file cannot
+ *   be read or parsed */
 static int cg_stat(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
+	struct stat_error se = { 0, 0 };
 	char *buf;
 	int have;
 
@@ -182,16 +204,16 @@ static int cg_stat(lua_State *L)
 	buf = lua_newuserdatauv(L, READ_BUF, 0);
 	lua_createtable(L, 0, 5);
 
-	if (kv_file_push(L, cg, CGF_CPU_STAT, buf) == 0)
+	if (stat_note(&se, CGF_CPU_STAT, kv_file_push(L, cg, CGF_CPU_STAT, buf)) == 0)
 		lua_setfield(L, -2, "cpu");
 
 	lua_createtable(L, 0, 5);
-	have = single_field(L, cg, CGF_MEM_CURRENT, "current", buf);
+	have = single_field(L, cg, CGF_MEM_CURRENT, "current", buf, &se);
 	if (have) {
-		single_field(L, cg, CGF_MEM_PEAK, "peak", buf);
-		single_field(L, cg, CGF_MEM_MAX, "max", buf);
-		single_field(L, cg, CGF_MEM_HIGH, "high", buf);
-		if (kv_file_push(L, cg, CGF_MEM_EVENTS, buf) == 0)
+		single_field(L, cg, CGF_MEM_PEAK, "peak", buf, &se);
+		single_field(L, cg, CGF_MEM_MAX, "max", buf, &se);
+		single_field(L, cg, CGF_MEM_HIGH, "high", buf, &se);
+		if (stat_note(&se, CGF_MEM_EVENTS, kv_file_push(L, cg, CGF_MEM_EVENTS, buf)) == 0)
 			lua_setfield(L, -2, "events");
 		lua_setfield(L, -2, "memory");
 	} else {
@@ -199,23 +221,23 @@ static int cg_stat(lua_State *L)
 	}
 
 	lua_createtable(L, 0, 3);
-	if (single_field(L, cg, CGF_PIDS_CURRENT, "current", buf)) {
-		single_field(L, cg, CGF_PIDS_MAX, "max", buf);
-		single_field(L, cg, CGF_PIDS_PEAK, "peak", buf);
+	if (single_field(L, cg, CGF_PIDS_CURRENT, "current", buf, &se)) {
+		single_field(L, cg, CGF_PIDS_MAX, "max", buf, &se);
+		single_field(L, cg, CGF_PIDS_PEAK, "peak", buf, &se);
 		lua_setfield(L, -2, "pids");
 	} else {
 		lua_pop(L, 1);
 	}
 
 	lua_createtable(L, 0, 3);
-	have = psi_push(L, cg, CGF_CPU_PRESSURE, buf);
+	have = psi_push(L, cg, CGF_CPU_PRESSURE, buf, &se);
 	if (have)
 		lua_setfield(L, -2, "cpu");
-	if (psi_push(L, cg, CGF_MEM_PRESSURE, buf)) {
+	if (psi_push(L, cg, CGF_MEM_PRESSURE, buf, &se)) {
 		lua_setfield(L, -2, "memory");
 		have = 1;
 	}
-	if (psi_push(L, cg, CGF_IO_PRESSURE, buf)) {
+	if (psi_push(L, cg, CGF_IO_PRESSURE, buf, &se)) {
 		lua_setfield(L, -2, "io");
 		have = 1;
 	}
@@ -224,7 +246,7 @@ static int cg_stat(lua_State *L)
 	else
 		lua_pop(L, 1);
 
-	if (kv_file_push(L, cg, CGF_EVENTS, buf) == 0) {
+	if (stat_note(&se, CGF_EVENTS, kv_file_push(L, cg, CGF_EVENTS, buf)) == 0) {
 		/* populated/frozen as booleans */
 		for (int i = 0; i < 2; i++) {
 			const char *k = i ? "frozen" : "populated";
@@ -239,6 +261,8 @@ static int cg_stat(lua_State *L)
 		}
 		lua_setfield(L, -2, "events");
 	}
+	if (se.err < 0)
+		return tk_push_error(L, lua_pushfstring(L, "stat %s", cg_files[se.file]), se.err);
 	return 1;
 }
 

@@ -478,18 +478,6 @@ static int l_proc_cache_close(lua_State *L)
 	return 0;
 }
 
-void tk_snapshot_push(lua_State *L, struct tk_recbuf *rb, uint64_t time_ns,
-                      const char *backend)
-{
-	struct lsnap *s = lua_newuserdatauv(L, sizeof *s, 0);
-	s->rb = *rb;
-	s->time_ns = time_ns;
-	s->backend = backend;
-	memset(rb, 0, sizeof *rb);
-	luaL_setmetatable(L, TK_SNAPSHOT_MT);
-	tk_recbuf_sort(&s->rb);
-}
-
 void tk_snapshot_open(lua_State *L)
 {
 	static const luaL_Reg snap_methods[] = {

@@ -166,7 +166,8 @@ end
 function methods:why(section)
   local known = { cpu = 1, memory = 1, pids = 1, pressure = 1, events = 1 }
   if not known[section] then argerror("why", 1, "unknown section '" .. tostring(section) .. "'") end
-  local st = self:stat()
+  local st, err = self:stat()
+  if not st then return err end
   if st[section] then return nil end
   if section == "memory" or section == "pids" then return controller_reason(self, section) end
   if section == "pressure" then
@@ -373,7 +374,7 @@ local function wait_frozen(self, want, timeout)
   local fd = self:fileno()
   local deadline = core.monotime() + timeout
   while true do
-    local ev = self:stat().events
+    local ev = (self:stat() or {}).events
     if ev and ev.frozen == want then return true end
     local left = deadline - core.monotime()
     if left <= 0 then return false end
@@ -425,7 +426,8 @@ end
 
 --- Removes the (empty) cgroup directory; refuses a populated one.
 function methods:remove()
-  local st = self:stat()
+  local st, serr, serrno = self:stat()
+  if not st then return nil, "remove: " .. serr, serrno end
   if st.events and st.events.populated then
     local n = #(self:procs() or {})
     return nil, ("remove %s: the cgroup is populated (%d processes here or below); kill them first")
