@@ -36,6 +36,7 @@ describe("takana.snapshot (proc backend)", function()
     for _, name in ipairs(names) do
       it(("for %q"):format(name), function()
         local fx = H.fixture { "--name", name }
+        assert.equal("S", H.wait_state(fx.pid, "S"))
         local me = H.self_stat()
         local snap = proc_snapshot()
         fx:kill()

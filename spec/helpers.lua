@@ -73,6 +73,22 @@ function H.sleep(s)
   os.execute("sleep " .. s)
 end
 
+-- A fixture prints "ready" just before it blocks, so for a moment after
+-- H.fixture returns it may still be running: wait (bounded) until /proc
+-- shows the wanted state letter. Returns the last state seen.
+function H.wait_state(pid, want)
+  local state
+  for _ = 1, 200 do
+    local text = H.read("/proc/" .. pid .. "/stat")
+    if not text then return nil end
+    local _, f = H.stat_fields(text)
+    state = f[1]
+    if state == want then return state end
+    H.sleep(0.01)
+  end
+  return state
+end
+
 function H.count_fds()
   local n = 0
   local p = io.popen("ls /proc/" .. H.pid .. "/fd")
