@@ -23,22 +23,53 @@ WARN += -Werror
 endif
 TK_CFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN) -I$(LUA_INCDIR) $(CFLAGS)
 
-CORE_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c
+# BPF=0 builds without clang, bpftool and libbpf: /proc is then the only
+# snapshot backend and takana.probe() says "built without BPF".
+BPF ?= 1
+CLANG ?= clang
+LLVM_STRIP ?= llvm-strip
+BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
+
+CORE_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c \
+	csrc/bpf_snapshot.c
 BIND_SRC := csrc/lua_core.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c
 OBJS := $(patsubst csrc/%.c,$(OUT)/%.o,$(CORE_SRC) $(BIND_SRC))
 HDRS := $(wildcard csrc/*.h bpf/*.h)
+BPF_PROGS := kfunc iter
+ifeq ($(BPF),0)
+TK_CFLAGS += -DTK_NO_BPF
+SKELS :=
+else
+TK_CFLAGS += -I$(OUT) $(if $(LIBBPF_INCDIR),-I$(LIBBPF_INCDIR))
+LIBS += $(if $(LIBBPF_LIBDIR),-L$(LIBBPF_LIBDIR)) -lbpf
+SKELS := $(patsubst %,$(OUT)/takana_%.skel.h,$(BPF_PROGS))
+endif
 
 all: takana/core.so
 
 $(OUT):
 	@mkdir -p $@
 
-$(OUT)/%.o: csrc/%.c $(HDRS) | $(OUT)
+# Rebuild everything when the build mode changes (BPF=0 vs BPF=1).
+$(OUT)/config: FORCE | $(OUT)
+	@echo "BPF=$(BPF) CFLAGS=$(CFLAGS)" | cmp -s - $@ || echo "BPF=$(BPF) CFLAGS=$(CFLAGS)" > $@
+
+$(OUT)/%.o: csrc/%.c $(HDRS) $(OUT)/config | $(OUT)
 	@echo "  CC $<"; $(CC) $(TK_CFLAGS) -c $< -o $@
+
+$(OUT)/bpf_snapshot.o: $(SKELS)
+
+# BPF objects: CO-RE against bpf/vmlinux_min.h, never the build host's BTF;
+# DWARF stripped, BTF kept; embedded in the module as libbpf skeletons.
+$(OUT)/takana_%.bpf.o: bpf/takana_%.bpf.c $(wildcard bpf/*.h) | $(OUT)
+	@echo "  BPF $<"; $(CLANG) -g -O2 -target bpf -Wall -Werror -Ibpf -c $< -o $@ && $(LLVM_STRIP) -g $@
+
+$(OUT)/takana_%.skel.h: $(OUT)/takana_%.bpf.o
+	@echo "  GEN $@"; $(BPFTOOL) gen skeleton $< name takana_$* > $@
 
 takana/core.so: $(OBJS)
 	@mkdir -p takana
-	$(CC) $(LIBFLAG) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LIBS)
+	$(CC) $(LIBFLAG) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LIBS) -pthread
 
 bench/takana_bench.so: bench/takana_bench.c $(CORE_SRC) $(HDRS)
 	$(CC) -std=gnu11 -fPIC -shared -O2 $(WARN) -I$(LUA_INCDIR) -Icsrc -o $@ bench/takana_bench.c $(CORE_SRC)
@@ -80,5 +111,5 @@ install: all
 clean:
 	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture
 
-.PHONY: all deps test test-unpriv bench run install clean
+.PHONY: FORCE all deps test test-unpriv bench run install clean
 .DELETE_ON_ERROR:

@@ -20,6 +20,9 @@
 
 /* flags */
 #define TK_REC_KTHREAD 0x1u
+/* iter/task only, never in a snapshot: one non-leader thread's times and
+ * faults, to be added to the record of its thread group (pid). */
+#define TK_REC_THREAD  0x2u
 
 struct tk_record {
 	__u32 pid;          /* thread-group id */
@@ -40,6 +43,16 @@ struct tk_record {
 	__u32 state;        /* the one-letter state /proc shows, as ASCII */
 	__u32 comm_len;     /* bytes used in comm (comm may hold any byte, even NUL-free newlines) */
 	char comm[TK_COMM_LEN];
+};
+
+/* What the BPF programs write: the record with utime_ns/stime_ns still the
+ * kernel's raw tick-sampled sums, plus what user space needs to split the
+ * precise runtime as /proc does (tk_cputime_adjust in csrc/snapshot.c). */
+struct tk_wire_record {
+	struct tk_record rec;
+	__u64 runtime_ns;       /* sum_exec_runtime, whole process */
+	__u64 prev_utime_ns;    /* signal->prev_cputime: the split /proc reported last */
+	__u64 prev_stime_ns;
 };
 
 #endif

@@ -32,16 +32,24 @@ struct tk_recbuf {
 	size_t cap;
 	size_t vanished;   /* listed, then gone before it could be read */
 	size_t denied;     /* listed, but not readable (hidepid=1 and the like) */
+	size_t from_proc;  /* hidden from a BPF walk, read from /proc instead */
 };
 
 struct tk_record *tk_recbuf_push(struct tk_recbuf *rb);   /* NULL on ENOMEM */
 void tk_recbuf_free(struct tk_recbuf *rb);
 /* Sorts by pid and drops duplicate pids (keeping the first seen). */
 void tk_recbuf_sort(struct tk_recbuf *rb);
+/* Inserts in pid order unless the pid is there already. Requires a sorted
+ * buffer; linear, for the odd record added after a sort. */
+int tk_recbuf_insert(struct tk_recbuf *rb, const struct tk_record *rec);
 /* Binary search; NULL when absent. Requires a sorted buffer. */
 const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid);
 
 uint64_t tk_boottime_ns(void);
+
+/* Sets out's utime/stime: a BPF record's precise runtime split as /proc
+ * splits it. */
+void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out);
 
 /* ---- /proc backend (proc_scan.c) ---------------------------------------- */
 
@@ -67,8 +75,37 @@ int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path);
 void tk_proc_scanner_close(struct tk_proc_scanner *s);
 /* Closes every cached fd; the scanner stays usable. */
 void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s);
+/* Reads one process's record, without the cache. Returns 0, -ESRCH when
+ * it is gone, or another -errno. */
+int tk_proc_scan_pid(struct tk_proc_scanner *s, uint32_t pid, struct tk_record *out);
 /* Appends one record per live thread-group leader. With use_cache, stat fds
  * are kept open between scans (pread at 0 on the next scan). */
 int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache);
+
+/* ---- BPF backends (bpf_snapshot.c) --------------------------------------- */
+
+enum tk_bpf_tier {
+	TK_TIER_KFUNC,   /* task iterator kfuncs in a SEC("syscall") program */
+	TK_TIER_ITER,    /* iter/task link read through an iterator fd */
+	TK_TIER_COUNT
+};
+
+struct tk_bpf_tier_info {
+	int loaded;
+	uint64_t load_ns;    /* first load: open, verify, attach */
+	uint64_t runs;       /* snapshots taken */
+	size_t capacity;     /* kfunc: records the array holds now */
+};
+
+/* Appends one record per process using a BPF tier, sorted by pid. The tier
+ * is loaded on first use, once per process; a failed load is remembered.
+ * Thread-safe. On failure returns -errno with a reason in why. */
+int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, char *why, size_t why_len);
+void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info);
+/* Reloads the kfunc tier with room for this many records before its next
+ * run (the array still grows past it when needed). */
+int tk_bpf_kfunc_set_capacity(size_t capacity);
+/* Unloads both tiers; the next snapshot loads again. */
+void tk_bpf_release(void);
 
 #endif

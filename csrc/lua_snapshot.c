@@ -287,6 +287,10 @@ static int snap_index(lua_State *L)
 			lua_pushinteger(L, (lua_Integer)s->rb.denied);
 			return 1;
 		}
+		if (strcmp(key, "from_proc") == 0) {
+			lua_pushinteger(L, (lua_Integer)s->rb.from_proc);
+			return 1;
+		}
 	}
 	lua_pushvalue(L, 2);
 	lua_rawget(L, lua_upvalueindex(1));
@@ -433,6 +437,102 @@ static int l_snapshot_proc(lua_State *L)
 	return 1;
 }
 
+/* ---- the BPF backends ---------------------------------------------------- */
+
+static const char *const tier_names[] = { "kfunc", "iter", NULL };
+
+/* Init is always there in the initial pid namespace, yet some kernels keep
+ * it out of BPF task walks (seen on a Firecracker guest's 6.18, whose init
+ * is its sandbox agent). Then its record comes from /proc, and is counted
+ * in snap.from_proc, rather than a snapshot silently missing pid 1. */
+static void add_hidden_init(struct tk_proc_scanner *sc, struct tk_recbuf *rb)
+{
+	struct tk_record rec;
+	int err;
+
+	if (tk_recbuf_find(rb, 1) != NULL)
+		return;
+	if (sc->proc_fd < 0 && tk_proc_scanner_init(sc, "/proc") < 0)
+		return;
+	err = tk_proc_scan_pid(sc, 1, &rec);
+	if (err == 0 && tk_recbuf_insert(rb, &rec) == 0)
+		rb->from_proc++;
+	else if (err == -EACCES || err == -EPERM)
+		rb->denied++;
+}
+
+/* core.snapshot_bpf(tier): a snapshot, or nil, "snapshot: <tier> backend
+ * unavailable: <reason>", errno ; upvalue 1: the /proc scanner */
+static int l_snapshot_bpf(lua_State *L)
+{
+	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
+	enum tk_bpf_tier tier = (enum tk_bpf_tier)luaL_checkoption(L, 1, NULL, tier_names);
+	char why[384];
+	struct lsnap *s;
+	int err;
+
+	tk_check_nargs(L, 1);
+	s = lua_newuserdatauv(L, sizeof *s, 0);
+	memset(s, 0, sizeof *s);
+	s->backend = tier_names[tier];
+	luaL_setmetatable(L, TK_SNAPSHOT_MT);
+	s->time_ns = tk_boottime_ns();
+	err = tk_bpf_snapshot(tier, &s->rb, why, sizeof why);
+	if (err < 0) {
+		tk_recbuf_free(&s->rb);
+		lua_pushnil(L);
+		lua_pushfstring(L, "snapshot: %s backend unavailable: %s", tier_names[tier], why);
+		lua_pushinteger(L, -err);
+		return 3;
+	}
+	add_hidden_init(sc, &s->rb);
+	return 1;
+}
+
+/* core.bpf_info(tier) -> {loaded=, load_ns=, runs=, capacity=} */
+static int l_bpf_info(lua_State *L)
+{
+	enum tk_bpf_tier tier = (enum tk_bpf_tier)luaL_checkoption(L, 1, NULL, tier_names);
+	struct tk_bpf_tier_info info;
+
+	tk_check_nargs(L, 1);
+	tk_bpf_info(tier, &info);
+	lua_createtable(L, 0, 4);
+	lua_pushboolean(L, info.loaded);
+	lua_setfield(L, -2, "loaded");
+	lua_pushinteger(L, u64_int(info.load_ns));
+	lua_setfield(L, -2, "load_ns");
+	lua_pushinteger(L, u64_int(info.runs));
+	lua_setfield(L, -2, "runs");
+	lua_pushinteger(L, (lua_Integer)info.capacity);
+	lua_setfield(L, -2, "capacity");
+	return 1;
+}
+
+/* core.bpf_kfunc_capacity(n): reload the kfunc tier with room for n
+ * records before its next run (for specs of the growth path). */
+static int l_bpf_kfunc_capacity(lua_State *L)
+{
+	lua_Integer n = luaL_checkinteger(L, 1);
+	int err;
+
+	tk_check_nargs(L, 1);
+	luaL_argcheck(L, n > 0, 1, "capacity must be positive");
+	err = tk_bpf_kfunc_set_capacity((size_t)n);
+	if (err < 0)
+		return tk_push_error(L, "bpf_kfunc_capacity", err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* core.bpf_release(): unload both tiers now (they load again on use). */
+static int l_bpf_release(lua_State *L)
+{
+	tk_check_nargs(L, 0);
+	tk_bpf_release();
+	return 0;
+}
+
 /* core.stat_parse(text): the parser alone, for specs and tools. */
 static int l_stat_parse(lua_State *L)
 {
@@ -489,8 +589,15 @@ void tk_snapshot_open(lua_State *L)
 	};
 	static const luaL_Reg scanner_funcs[] = {
 		{ "snapshot_proc", l_snapshot_proc },
+		{ "snapshot_bpf", l_snapshot_bpf },
 		{ "proc_cache_info", l_proc_cache_info },
 		{ "proc_cache_close", l_proc_cache_close },
+		{ NULL, NULL },
+	};
+	static const luaL_Reg bpf_funcs[] = {
+		{ "bpf_info", l_bpf_info },
+		{ "bpf_kfunc_capacity", l_bpf_kfunc_capacity },
+		{ "bpf_release", l_bpf_release },
 		{ NULL, NULL },
 	};
 	struct tk_proc_scanner *sc;
@@ -538,4 +645,5 @@ void tk_snapshot_open(lua_State *L)
 	lua_setfield(L, -2, "delta");
 	lua_pushcfunction(L, l_stat_parse);
 	lua_setfield(L, -2, "stat_parse");
+	luaL_setfuncs(L, bpf_funcs, 0);
 }

@@ -162,6 +162,19 @@ static int next_push(struct tk_proc_scanner *s, size_t *len, uint32_t pid, int f
 	return 0;
 }
 
+int tk_proc_scan_pid(struct tk_proc_scanner *s, uint32_t pid, struct tk_record *out)
+{
+	int fd = -1;
+	int err;
+
+	if (s->proc_fd < 0)
+		return -EBADF;
+	err = stat_read(s, pid, &fd, out);
+	if (fd >= 0)
+		close(fd);
+	return err;
+}
+
 int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache)
 {
 	size_t ci = 0, next_len = 0;

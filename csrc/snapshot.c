@@ -1,5 +1,6 @@
 /* The record array behind a snapshot: grown while a backend fills it, then
  * sorted by pid once so lookups are binary searches. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -55,6 +56,21 @@ void tk_recbuf_sort(struct tk_recbuf *rb)
 		rb->len = out;
 }
 
+int tk_recbuf_insert(struct tk_recbuf *rb, const struct tk_record *rec)
+{
+	size_t at = 0;
+
+	while (at < rb->len && rb->recs[at].pid < rec->pid)
+		at++;
+	if (at < rb->len && rb->recs[at].pid == rec->pid)
+		return 0;
+	if (tk_recbuf_push(rb) == NULL)
+		return -ENOMEM;
+	memmove(&rb->recs[at + 1], &rb->recs[at], (rb->len - 1 - at) * sizeof *rb->recs);
+	rb->recs[at] = *rec;
+	return 0;
+}
+
 const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
 {
 	size_t lo = 0, hi = rb->len;
@@ -70,6 +86,39 @@ const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
 			hi = mid;
 	}
 	return NULL;
+}
+
+/* kernel/sched/cputime.c cputime_adjust(), without storing prev (that
+ * stays the kernel's): the precise runtime split in the sampled ratio,
+ * never below the split /proc reported last. */
+void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
+{
+	uint64_t rtime = w->runtime_ns, ut = w->rec.utime_ns, st = w->rec.stime_ns;
+
+	if (w->prev_utime_ns + w->prev_stime_ns >= rtime) {
+		out->utime_ns = w->prev_utime_ns;
+		out->stime_ns = w->prev_stime_ns;
+		return;
+	}
+	if (st == 0) {
+		ut = rtime;
+	} else if (ut == 0) {
+		st = rtime;
+	} else {
+		__extension__ typedef unsigned __int128 u128;
+		st = (uint64_t)((u128)st * rtime / (st + ut));
+		if (st > rtime)
+			st = rtime;
+	}
+	if (st < w->prev_stime_ns)
+		st = w->prev_stime_ns;
+	ut = rtime - st;
+	if (ut < w->prev_utime_ns) {
+		ut = w->prev_utime_ns;
+		st = rtime - ut;
+	}
+	out->utime_ns = ut;
+	out->stime_ns = st;
 }
 
 uint64_t tk_boottime_ns(void)

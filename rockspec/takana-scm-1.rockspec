@@ -15,6 +15,14 @@ description = {
    license = "MIT",
 }
 supported_platforms = { "linux" }
+-- The BPF snapshot tiers link libbpf (>= 1.0); build with BPF=0 to go
+-- without it (and without clang and bpftool), /proc then being the backend.
+external_dependencies = {
+   LIBBPF = {
+      header = "bpf/libbpf.h",
+      library = "bpf",
+   },
+}
 dependencies = {
    "lua >= 5.4",
 }
@@ -26,6 +34,8 @@ build = {
       LUA = "$(LUA)",
       LUA_INCDIR = "$(LUA_INCDIR)",
       LUA_VERSION = "5.4",
+      LIBBPF_INCDIR = "$(LIBBPF_INCDIR)",
+      LIBBPF_LIBDIR = "$(LIBBPF_LIBDIR)",
    },
    install_variables = {
       INST_LIBDIR = "$(LIBDIR)",

@@ -36,22 +36,16 @@ local function check_options(fname, n, opts, spec)
   return opts
 end
 
-local ENOTSUP = 95
 
 local snapshot_backends = { "kfunc", "iter", "proc" }
 local known_backend = { auto = true, kfunc = true, iter = true, proc = true }
 
--- Each BPF tier reports why it cannot run; /proc always can.
-local function tier_unavailable(name)
-  local why = core.snapshot_unavailable and core.snapshot_unavailable(name)
-    or "this build of takana has no BPF snapshot backends; /proc is used"
-  return why
-end
-
+-- Best first. A BPF tier loads on first use (once per process) and says why
+-- when it cannot run; /proc always can.
 local tiers = {
-  proc = function(opts)
-    return core.snapshot_proc(opts.cache ~= false)
-  end,
+  kfunc = function() return core.snapshot_bpf("kfunc") end,
+  iter = function() return core.snapshot_bpf("iter") end,
+  proc = function(opts) return core.snapshot_proc(opts.cache ~= false) end,
 }
 
 --- Takes a snapshot of every live process.
@@ -74,18 +68,11 @@ function M.snapshot(opts)
     argerror("snapshot", 1, "unknown backend '" .. backend .. "' (auto, kfunc, iter or proc)")
   end
   if backend ~= "auto" then
-    local take = tiers[backend]
-    if not take then
-      return nil, ("snapshot: %s backend unavailable: %s"):format(backend, tier_unavailable(backend)), ENOTSUP
-    end
-    return take(opts)
+    return tiers[backend](opts)
   end
   for _, name in ipairs(snapshot_backends) do
-    local take = tiers[name]
-    if take then
-      local snap, err, errno = take(opts)
-      if snap or name == "proc" then return snap, err, errno end
-    end
+    local snap, err, errno = tiers[name](opts)
+    if snap or name == "proc" then return snap, err, errno end
   end
 end
 
@@ -196,13 +183,12 @@ function M.probe()
 
   r.snapshot = {}
   for _, name in ipairs(snapshot_backends) do
-    if tiers[name] then
-      local ok, snap, err = pcall(tiers[name], {})
-      r.snapshot[name] = { ok = ok and snap ~= nil, why = (not ok and tostring(snap)) or err }
-    else
-      r.snapshot[name] = { ok = false, why = tier_unavailable(name) }
-    end
-    if r.snapshot[name].ok and not r.snapshot.backend then r.snapshot.backend = name end
+    local ok, snap, err = pcall(tiers[name], {})
+    local t = { ok = ok and snap ~= nil, why = (not ok and tostring(snap)) or err }
+    if t.why then t.why = t.why:gsub("^snapshot: %S+ backend unavailable: ", "") end
+    if t.ok and core.bpf_info and name ~= "proc" then t.load_ns = core.bpf_info(name).load_ns end
+    r.snapshot[name] = t
+    if t.ok and not r.snapshot.backend then r.snapshot.backend = name end
   end
 
   local pok, p, perr = pcall(core.pidfd, tonumber(read_first_line("/proc/self/stat"):match("^%d+")))

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The kfunc snapshot tier: one BPF_PROG_TEST_RUN walks every thread-group
+ * leader with the open-coded task iterator (Linux >= 6.7) and writes the
+ * records into an mmapable array that user space reads in place. */
+#include "takana_task.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+extern int bpf_iter_task_new(struct bpf_iter_task *it, struct task_struct *task,
+                             unsigned int flags) __weak __ksym;
+extern struct task_struct *bpf_iter_task_next(struct bpf_iter_task *it) __weak __ksym;
+extern void bpf_iter_task_destroy(struct bpf_iter_task *it) __weak __ksym;
+extern struct task_struct *bpf_task_acquire(struct task_struct *p) __ksym;
+extern void bpf_task_release(struct task_struct *p) __ksym;
+extern void bpf_rcu_read_lock(void) __ksym;
+extern void bpf_rcu_read_unlock(void) __ksym;
+
+/* max_entries is set by the loader from the process count, with headroom. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct tk_wire_record);
+	__uint(max_entries, 1);
+} records SEC(".maps");
+
+/* Processes seen in the last run, counted past the map's capacity so the
+ * loader can grow it and run again instead of truncating. */
+__u32 total;
+
+/* The thread iterator wants a trusted task; the outer iterator's is only
+ * RCU-protected, so hold a reference while walking. */
+static __always_inline void add_other_threads(struct task_struct *t, struct tk_wire_record *w)
+{
+	struct task_struct *leader = bpf_task_acquire(t);
+	struct bpf_iter_task it;
+	struct task_struct *th;
+
+	if (!leader)
+		return;
+	bpf_iter_task_new(&it, leader, BPF_TASK_ITER_PROC_THREADS);
+	while ((th = bpf_iter_task_next(&it))) {
+		if (th->pid != th->tgid)
+			record_add_thread(w, th);
+	}
+	bpf_iter_task_destroy(&it);
+	bpf_task_release(leader);
+}
+
+SEC("syscall")
+int snapshot_kfunc(void *ctx)
+{
+	struct bpf_iter_task it;
+	struct task_struct *t;
+	__u32 n = 0;
+
+	total = 0;
+	if (reader_in_foreign_pidns())
+		return 0;
+	bpf_rcu_read_lock();
+	bpf_iter_task_new(&it, NULL, BPF_TASK_ITER_ALL_PROCS);
+	while ((t = bpf_iter_task_next(&it))) {
+		struct tk_wire_record *w;
+		__u32 idx;
+
+		if (t->tgid == 0)       /* the idle task; /proc does not list it */       /* the idle task; /proc does not list it */
+			continue;
+		idx = n++;
+		w = bpf_map_lookup_elem(&records, &idx);
+		if (!w)
+			continue;
+		record_fill(t, w);
+		if (w->rec.nthreads > 1)
+			add_other_threads(t, w);
+	}
+	bpf_iter_task_destroy(&it);
+	bpf_rcu_read_unlock();
+	total = n;
+	return 0;
+}

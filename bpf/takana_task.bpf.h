@@ -1,0 +1,218 @@
+/* Filling one tk_record from a task_struct, shared by the kfunc and the
+ * iter/task programs so both mean exactly what /proc/<pid>/stat means
+ * (fs/proc/array.c do_task_stat, fs/proc/base.c task_dump_owner). */
+#ifndef TAKANA_TASK_BPF_H
+#define TAKANA_TASK_BPF_H
+
+#include "vmlinux_min.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "takana_record.h"
+
+#define PF_WQ_WORKER      0x00000020u
+#define PF_KTHREAD        0x00200000u
+#define TASK_REPORT       0x7fu       /* RUNNING..PARKED, the states /proc reports */
+#define TASK_REPORT_IDLE  0x80u
+#define TASK_IDLE         0x402u      /* UNINTERRUPTIBLE | NOLOAD */
+#define TASK_RTLOCK_WAIT  0x1000u
+#define MMF_DUMPABLE_MASK 3ul
+#define SUID_DUMP_USER    1ul
+#define MM_FILEPAGES      0
+#define MM_ANONPAGES      1
+#define MM_SHMEMPAGES     3
+#define NICE_BASE         120         /* MAX_RT_PRIO + NICE_WIDTH / 2 */
+
+/* Set by the loader before load. */
+const volatile __u64 page_size = 4096;
+
+/* Set when the reader is not in the initial pid namespace: the records'
+ * pids would then be global numbers, not the caller's. */
+__u32 foreign_pidns;
+
+static __always_inline bool reader_in_foreign_pidns(void)
+{
+	struct task_struct *me = bpf_get_current_task_btf();
+
+	if (me->thread_pid->level == 0)
+		return false;
+	foreign_pidns = 1;
+	return true;
+}
+
+/* get_task_state(): the highest reported bit picks the letter. */
+static __always_inline __u32 task_state_letter(struct task_struct *t)
+{
+	__u32 st, rep;
+
+	if (bpf_core_field_exists(t->__state))
+		st = t->__state;
+	else
+		st = (__u32)((struct task_struct___state_long *)t)->state;
+	rep = (st | (__u32)t->exit_state) & TASK_REPORT;
+	if (st == TASK_IDLE)
+		rep = TASK_REPORT_IDLE;
+	else if (st == TASK_RTLOCK_WAIT)
+		rep = 2;
+	if (rep & 0x80) return 'I';
+	if (rep & 0x40) return 'P';
+	if (rep & 0x20) return 'Z';
+	if (rep & 0x10) return 'X';
+	if (rep & 0x08) return 't';
+	if (rep & 0x04) return 'T';
+	if (rep & 0x02) return 'D';
+	if (rep & 0x01) return 'S';
+	return 'R';
+}
+
+static __always_inline __u64 counter_positive(__s64 v)
+{
+	return v > 0 ? (__u64)v : 0;
+}
+
+/* get_mm_rss(): file + anon + shmem pages, each read as
+ * percpu_counter_read_positive() (6.2+) or atomic_long_read() before. */
+static __always_inline __u64 mm_rss_pages(struct mm_struct *mm)
+{
+	if (bpf_core_type_exists(struct mm_rss_stat)) {
+		struct mm_struct___atomic_rss *old = (void *)mm;
+
+		return counter_positive(old->rss_stat.count[MM_FILEPAGES].counter) +
+		       counter_positive(old->rss_stat.count[MM_ANONPAGES].counter) +
+		       counter_positive(old->rss_stat.count[MM_SHMEMPAGES].counter);
+	}
+	return counter_positive(mm->rss_stat[MM_FILEPAGES].count) +
+	       counter_positive(mm->rss_stat[MM_ANONPAGES].count) +
+	       counter_positive(mm->rss_stat[MM_SHMEMPAGES].count);
+}
+
+static __always_inline unsigned long mm_flags_word(struct mm_struct *mm)
+{
+	struct mm_struct___flags_bitmap *bitmap = (void *)mm;
+
+	if (bpf_core_field_exists(bitmap->flags))
+		return bitmap->flags.__mm_flags[0];
+	return mm->flags;
+}
+
+/* The owner /proc/<pid> shows: root for kernel threads and for processes
+ * that are not dumpable (setuid, PR_SET_DUMPABLE 0), else the euid. */
+static __always_inline __u32 task_owner_uid(struct task_struct *t, struct mm_struct *mm)
+{
+	if (t->flags & PF_KTHREAD)
+		return 0;
+	if (mm && (mm_flags_word(mm) & MMF_DUMPABLE_MASK) != SUID_DUMP_USER)
+		return 0;
+	return t->cred->euid.val;
+}
+
+static __always_inline __u32 pid_number(struct pid *pid)
+{
+	return pid ? (__u32)pid->numbers[0].nr : 0;
+}
+
+#define RESCUER_PREFIX_LEN 10          /* "kworker/R-" */
+
+/* proc_task_name(): a kernel thread shows its full name (kthread->full_name,
+ * up to 63 bytes); a workqueue worker shows its id, "kworker/R-<wq name>"
+ * for a rescuer, then "+desc" while it runs a work item or "-desc" after
+ * (wq_worker_comm). Read without the workqueue's locks, so a worker's
+ * suffix may lag one work item behind /proc's. */
+static __always_inline void kthread_name(struct task_struct *t, struct tk_record *r)
+{
+	struct workqueue_struct *rescue_wq;
+	struct kthread *k;
+	struct worker *w;
+	char *full_name;
+	__u32 off;
+	long n;
+
+	if (!bpf_core_field_exists(t->worker_private))
+		return;
+	k = BPF_CORE_READ(t, worker_private);
+	if (!k)
+		return;
+	if (!(t->flags & PF_WQ_WORKER)) {
+		full_name = BPF_CORE_READ(k, full_name);
+		if (!full_name)
+			return;
+		n = bpf_probe_read_kernel_str(r->comm, sizeof r->comm, full_name);
+		r->comm_len = n > 0 ? (__u32)n - 1 : 0;
+		return;
+	}
+	w = BPF_CORE_READ(k, data);
+	if (!w)
+		return;
+	if (bpf_core_field_exists(w->rescue_wq) && (rescue_wq = BPF_CORE_READ(w, rescue_wq))) {
+		/* task->comm already starts with the prefix. */
+		n = bpf_probe_read_kernel_str(&r->comm[RESCUER_PREFIX_LEN], sizeof rescue_wq->name,
+		                              &rescue_wq->name);
+		if (n > 0)
+			r->comm_len = RESCUER_PREFIX_LEN + (__u32)n - 1;
+	}
+	if (!BPF_CORE_READ(w, pool))
+		return;
+	/* Constant read sizes keep the verifier's bounds simple; /proc cuts
+	 * the name at 63 bytes too. */
+	off = r->comm_len;
+	if (off < sizeof r->comm - 1 - sizeof w->desc)
+		n = bpf_probe_read_kernel_str(&r->comm[off + 1], sizeof w->desc, &w->desc);
+	else if (off < sizeof r->comm - 1 - 16)
+		n = bpf_probe_read_kernel_str(&r->comm[off + 1], 16, &w->desc);
+	else
+		return;
+	if (n <= 1)
+		return;
+	r->comm[off] = BPF_CORE_READ(w, current_work) ? '+' : '-';
+	r->comm_len = off + (__u32)n;
+}
+
+/* The leader's view of its process; the caller adds the other threads
+ * (record_add_thread) when there are any. */
+static __always_inline void record_fill(struct task_struct *t, struct tk_wire_record *w)
+{
+	struct signal_struct *sig = t->signal;
+	struct mm_struct *mm = t->mm;
+	struct tk_record *r = &w->rec;
+	long len;
+
+	r->pid = t->tgid;
+	r->ppid = t->real_parent->tgid;
+	r->pgid = pid_number(sig->pids[PIDTYPE_PGID]);
+	r->sid = pid_number(sig->pids[PIDTYPE_SID]);
+	r->uid = task_owner_uid(t, mm);
+	r->nthreads = sig->nr_threads;
+	r->nice = (__u32)(t->static_prio - NICE_BASE);
+	r->flags = (t->flags & PF_KTHREAD) ? TK_REC_KTHREAD : 0;
+	r->start_ns = t->start_boottime;
+	/* signal_struct holds the totals of threads that already exited. */
+	r->utime_ns = sig->utime + t->utime;
+	r->stime_ns = sig->stime + t->stime;
+	w->runtime_ns = sig->sum_sched_runtime + t->se.sum_exec_runtime;
+	w->prev_utime_ns = sig->prev_cputime.utime;
+	w->prev_stime_ns = sig->prev_cputime.stime;
+	r->minflt = sig->min_flt + t->min_flt;
+	r->majflt = sig->maj_flt + t->maj_flt;
+	if (mm) {
+		r->rss_bytes = mm_rss_pages(mm) * page_size;
+		r->vsize_bytes = mm->total_vm * page_size;
+	} else {
+		r->rss_bytes = 0;
+		r->vsize_bytes = 0;
+	}
+	r->state = task_state_letter(t);
+	len = bpf_probe_read_kernel_str(r->comm, sizeof t->comm, t->comm);
+	r->comm_len = len > 0 ? (__u32)len - 1 : 0;
+	if (t->flags & PF_KTHREAD)
+		kthread_name(t, r);
+}
+
+static __always_inline void record_add_thread(struct tk_wire_record *w, struct task_struct *th)
+{
+	w->rec.utime_ns += th->utime;
+	w->rec.stime_ns += th->stime;
+	w->runtime_ns += th->se.sum_exec_runtime;
+	w->rec.minflt += th->min_flt;
+	w->rec.majflt += th->maj_flt;
+}
+
+#endif

@@ -1,0 +1,189 @@
+/* The few kernel types takana's BPF programs read, declared by hand with
+ * preserve_access_index so libbpf relocates every field against the running
+ * kernel's BTF (CO-RE). Committed instead of a `bpftool btf dump` of the
+ * build host: the build must not depend on the build host's kernel.
+ *
+ * Only the fields read are declared; their order and offsets here mean
+ * nothing. Renamed or retyped fields have ___flavor variants next to the
+ * main type. */
+#ifndef TAKANA_VMLINUX_MIN_H
+#define TAKANA_VMLINUX_MIN_H
+
+typedef signed char __s8;
+typedef unsigned char __u8;
+typedef short __s16;
+typedef unsigned short __u16;
+typedef int __s32;
+typedef unsigned int __u32;
+typedef long long __s64;
+typedef unsigned long long __u64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+enum bpf_map_type {
+	BPF_MAP_TYPE_ARRAY = 2,
+};
+
+enum {
+	BPF_F_MMAPABLE = 1u << 10,
+};
+
+/* include/linux/pid.h */
+enum pid_type {
+	PIDTYPE_PID,
+	PIDTYPE_TGID,
+	PIDTYPE_PGID,
+	PIDTYPE_SID,
+	PIDTYPE_MAX,
+};
+
+/* kernel/bpf/task_iter.c */
+enum {
+	BPF_TASK_ITER_ALL_PROCS,
+	BPF_TASK_ITER_ALL_THREADS,
+	BPF_TASK_ITER_PROC_THREADS,
+};
+
+/* Opaque kfunc iterator state: the verifier matches it by name and size. */
+struct bpf_iter_task {
+	__u64 __opaque[3];
+} __attribute__((aligned(8)));
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+
+typedef struct {
+	__u32 val;
+} kuid_t;
+
+struct cred {
+	kuid_t euid;
+};
+
+struct upid {
+	int nr;
+};
+
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+};
+
+struct prev_cputime {
+	__u64 utime;
+	__u64 stime;
+};
+
+struct signal_struct {
+	int nr_threads;
+	struct prev_cputime prev_cputime;
+	unsigned long long sum_sched_runtime;
+	struct pid *pids[PIDTYPE_MAX];
+	__u64 utime;
+	__u64 stime;
+	unsigned long min_flt;
+	unsigned long maj_flt;
+};
+
+/* Since 6.2 the rss counters are percpu_counters; before, atomic longs. */
+struct percpu_counter {
+	__s64 count;
+};
+
+struct mm_struct {
+	unsigned long total_vm;
+	unsigned long flags;          /* before 6.18: a plain word */
+	struct percpu_counter rss_stat[4];
+};
+
+struct mm_flags_word {
+	unsigned long __mm_flags[1];
+};
+
+struct mm_struct___flags_bitmap {     /* 6.18: mm_flags_t */
+	struct mm_flags_word flags;
+};
+
+typedef struct {
+	long counter;
+} atomic_long_t;
+
+struct mm_rss_stat {
+	atomic_long_t count[4];
+};
+
+struct mm_struct___atomic_rss {       /* before 6.2 */
+	struct mm_rss_stat rss_stat;
+};
+
+struct sched_entity {
+	__u64 sum_exec_runtime;
+};
+
+/* kernel/kthread.c: a kernel thread's longer name (5.17+: worker_private). */
+struct kthread {
+	void *data;
+	char *full_name;
+};
+
+/* kernel/workqueue_internal.h: what /proc appends to a worker's name. */
+struct work_struct;
+struct worker_pool;
+
+struct workqueue_struct {
+	char name[32];
+};
+
+struct worker {
+	struct work_struct *current_work;
+	struct worker_pool *pool;
+	struct workqueue_struct *rescue_wq;
+	char desc[32];
+};
+
+struct task_struct {
+	unsigned int __state;
+	int exit_state;
+	unsigned int flags;
+	int static_prio;
+	int pid;
+	int tgid;
+	struct task_struct *real_parent;
+	struct task_struct *group_leader;
+	struct pid *thread_pid;
+	struct mm_struct *mm;
+	struct signal_struct *signal;
+	const struct cred *cred;
+	struct sched_entity se;
+	void *worker_private;
+	__u64 utime;
+	__u64 stime;
+	__u64 start_boottime;
+	unsigned long min_flt;
+	unsigned long maj_flt;
+	char comm[16];
+};
+
+struct task_struct___state_long {     /* before 5.14 */
+	long state;
+};
+
+struct seq_file;
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+	__u64 session_id;
+	__u64 seq_num;
+};
+
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+};
+
+#pragma clang attribute pop
+
+#endif

@@ -1,0 +1,555 @@
+/* The BPF snapshot tiers: loading (lazily, once per process, under a lock),
+ * running, and copying records into a tk_recbuf; and, when a tier cannot
+ * work here, a reason a person can act on.
+ *
+ * kfunc: a SEC("syscall") program run with BPF_PROG_TEST_RUN writes every
+ *        process into an mmapable array; the records are copied out of the
+ *        mapping while the tier's lock is held.
+ * iter:  an iter/task link; each snapshot creates an iterator fd and reads
+ *        fixed-size records from it. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#ifdef TK_NO_BPF
+
+int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, char *why, size_t why_len)
+{
+	(void)tier;
+	(void)out;
+	snprintf(why, why_len, "this takana was built without BPF (make BPF=0)");
+	return -ENOTSUP;
+}
+
+void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info)
+{
+	(void)tier;
+	memset(info, 0, sizeof *info);
+}
+
+int tk_bpf_kfunc_set_capacity(size_t capacity)
+{
+	(void)capacity;
+	return -ENOTSUP;
+}
+
+void tk_bpf_release(void)
+{
+}
+
+#else
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-qual"
+#pragma GCC diagnostic ignored "-Wcast-align"
+#pragma GCC diagnostic ignored "-Woverlength-strings"
+#include "takana_kfunc.skel.h"
+#include "takana_iter.skel.h"
+#pragma GCC diagnostic pop
+
+#define WHY_LEN 320
+/* iter/task reads: whole records only, and at least the kernel's 32 KiB
+ * seq buffer so one read() is one trip through the kernel's batch. */
+#define ITER_READ_RECORDS 256
+
+/* The iter tier's records before threads are folded into their leaders. */
+struct wire_buf {
+	struct tk_wire_record *recs;
+	size_t len;
+	size_t cap;
+};
+
+struct tier {
+	pthread_mutex_t lock;
+	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
+	char why[WHY_LEN];
+	uint64_t load_ns;             /* the first load, verification included */
+	uint64_t runs;
+	/* kfunc */
+	struct takana_kfunc *kfunc;
+	const struct tk_wire_record *records;  /* read-only mapping of the array */
+	size_t mapped_bytes;
+	size_t capacity;
+	size_t capacity_wanted;       /* set for a reload before the next run */
+	/* iter */
+	struct takana_iter *iter;
+	struct bpf_link *link;
+	struct tk_wire_record *readbuf;
+	struct wire_buf leaders;      /* one iteration's records, by kind */
+	struct wire_buf threads;
+};
+
+static struct tier tiers[TK_TIER_COUNT] = {
+	[TK_TIER_KFUNC] = { .lock = PTHREAD_MUTEX_INITIALIZER },
+	[TK_TIER_ITER] = { .lock = PTHREAD_MUTEX_INITIALIZER },
+};
+
+/* libbpf's messages go to one buffer while a load runs (the load lock is
+ * global because libbpf's print hook is). The last "libbpf:" line is kept
+ * for the reason of a failed load. */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static char libbpf_last[200];
+
+static int libbpf_capture(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	char line[sizeof libbpf_last];
+	size_t len;
+	va_list copy;
+
+	/* TAKANA_BPF_DEBUG=1 shows libbpf's whole output, verifier log included. */
+	if (getenv("TAKANA_BPF_DEBUG") != NULL) {
+		va_copy(copy, ap);
+		vfprintf(stderr, fmt, copy);
+		va_end(copy);
+	}
+	if (level == LIBBPF_DEBUG)
+		return 0;
+	vsnprintf(line, sizeof line, fmt, ap);
+	len = strlen(line);
+	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == ' '))
+		line[--len] = '\0';
+	if (len > 0)
+		memcpy(libbpf_last, line, len + 1);
+	return 0;
+}
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether the running kernel's BTF names a function, -1 when there is no
+ * kernel BTF to ask. */
+static int kernel_has_func(const char *name)
+{
+	struct btf *btf = btf__load_vmlinux_btf();
+	int found;
+
+	if (btf == NULL)
+		return -1;
+	found = btf__find_by_name_kind(btf, name, BTF_KIND_FUNC) > 0;
+	btf__free(btf);
+	return found;
+}
+
+/* Turns a failed load into what a person can act on. Order matters: the
+ * missing prerequisite is the reason, not the errno it happened to cause. */
+static void explain_load_failure(enum tk_bpf_tier tier, int err, char *why)
+{
+	struct utsname uts;
+	const char *kfunc = tier == TK_TIER_KFUNC ? "bpf_iter_task_new" : "bpf_iter_task";
+	int has;
+
+	if (uname(&uts) != 0)
+		strcpy(uts.release, "?");
+	if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
+		snprintf(why, WHY_LEN, "no kernel BTF: /sys/kernel/btf/vmlinux is missing "
+		         "(kernel %s built without CONFIG_DEBUG_INFO_BTF)", uts.release);
+		return;
+	}
+	if (err == -EPERM || err == -EACCES) {
+		if (geteuid() == 0)
+			snprintf(why, WHY_LEN, "EPERM: the kernel refused BPF even to root "
+			         "(lockdown, seccomp or a user namespace?)");
+		else
+			snprintf(why, WHY_LEN, "EPERM: loading BPF needs CAP_BPF and CAP_PERFMON (or root)");
+		return;
+	}
+	has = kernel_has_func(kfunc);
+	if (has == 0) {
+		snprintf(why, WHY_LEN, "kernel %s too old: no %s (%s needs Linux >= %s)",
+		         uts.release, kfunc, tier == TK_TIER_KFUNC ? "the task iterator kfuncs" : "iter/task",
+		         tier == TK_TIER_KFUNC ? "6.7" : "5.8");
+		return;
+	}
+	snprintf(why, WHY_LEN, "BPF load failed on kernel %s: %s%s%s", uts.release,
+	         strerror(-err), libbpf_last[0] ? " -- " : "", libbpf_last);
+}
+
+/* Current thread count (an upper bound on processes) from /proc/loadavg. */
+static size_t estimate_processes(void)
+{
+	char buf[128];
+	long total = 0;
+	ssize_t n;
+	int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	char *slash;
+
+	if (fd < 0)
+		return 4096;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 4096;
+	buf[n] = '\0';
+	slash = strchr(buf, '/');
+	if (slash != NULL)
+		total = strtol(slash + 1, NULL, 10);
+	return total > 0 ? (size_t)total : 4096;
+}
+
+static void kfunc_unload(struct tier *t)
+{
+	if (t->records != NULL)
+		munmap((void *)(uintptr_t)t->records, t->mapped_bytes);
+	t->records = NULL;
+	takana_kfunc__destroy(t->kfunc);
+	t->kfunc = NULL;
+	t->capacity = 0;
+}
+
+static void iter_unload(struct tier *t)
+{
+	bpf_link__destroy(t->link);
+	t->link = NULL;
+	takana_iter__destroy(t->iter);
+	t->iter = NULL;
+	free(t->readbuf);
+	t->readbuf = NULL;
+	free(t->leaders.recs);
+	free(t->threads.recs);
+	memset(&t->leaders, 0, sizeof t->leaders);
+	memset(&t->threads, 0, sizeof t->threads);
+}
+
+static int kfunc_load(struct tier *t, size_t capacity)
+{
+	struct takana_kfunc *skel;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t bytes;
+	void *map;
+	int err;
+
+	skel = takana_kfunc__open();
+	if (skel == NULL)
+		return -errno;
+	skel->rodata->page_size = page;
+	err = bpf_map__set_max_entries(skel->maps.records, (uint32_t)capacity);
+	if (err == 0)
+		err = takana_kfunc__load(skel);
+	if (err != 0) {
+		takana_kfunc__destroy(skel);
+		return err < 0 ? err : -EINVAL;
+	}
+	bytes = (capacity * sizeof(struct tk_wire_record) + page - 1) / page * page;
+	map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, bpf_map__fd(skel->maps.records), 0);
+	if (map == MAP_FAILED) {
+		err = -errno;
+		takana_kfunc__destroy(skel);
+		snprintf(libbpf_last, sizeof libbpf_last, "mmap of the record array: %s", strerror(-err));
+		return err;
+	}
+	t->kfunc = skel;
+	t->records = map;
+	t->mapped_bytes = bytes;
+	t->capacity = capacity;
+	return 0;
+}
+
+static int iter_load(struct tier *t)
+{
+	struct takana_iter *skel;
+	int err;
+
+	skel = takana_iter__open();
+	if (skel == NULL)
+		return -errno;
+	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	err = takana_iter__load(skel);
+	if (err != 0) {
+		takana_iter__destroy(skel);
+		return err < 0 ? err : -EINVAL;
+	}
+	t->link = bpf_program__attach_iter(skel->progs.snapshot_iter, NULL);
+	if (t->link == NULL) {
+		err = -errno;
+		takana_iter__destroy(skel);
+		return err;
+	}
+	t->readbuf = malloc(ITER_READ_RECORDS * sizeof *t->readbuf);
+	if (t->readbuf == NULL) {
+		bpf_link__destroy(t->link);
+		t->link = NULL;
+		takana_iter__destroy(skel);
+		return -ENOMEM;
+	}
+	t->iter = skel;
+	return 0;
+}
+
+static size_t with_headroom(size_t n)
+{
+	return n + n / 2 + 256;
+}
+
+/* Loads a tier on first use; a failed load is remembered with its reason.
+ * Called with t->lock held. */
+static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
+{
+	uint64_t start;
+	int err;
+
+	if (t->state < 0)
+		return t->state;
+	if (t->state > 0 && !(tier == TK_TIER_KFUNC && t->capacity_wanted))
+		return 0;
+	pthread_mutex_lock(&load_lock);
+	libbpf_set_print(libbpf_capture);
+	libbpf_last[0] = '\0';
+	start = monotonic_ns();
+	if (tier == TK_TIER_KFUNC) {
+		size_t capacity = t->capacity_wanted ? t->capacity_wanted
+		                                     : with_headroom(estimate_processes());
+		t->capacity_wanted = 0;
+		kfunc_unload(t);
+		err = kfunc_load(t, capacity);
+	} else {
+		err = iter_load(t);
+	}
+	if (err == 0 && t->load_ns == 0)
+		t->load_ns = monotonic_ns() - start;
+	if (err != 0) {
+		explain_load_failure(tier, err, t->why);
+		t->state = err;
+	} else {
+		t->state = 1;
+	}
+	pthread_mutex_unlock(&load_lock);
+	return err;
+}
+
+static int reject_foreign_pidns(char *why, size_t why_len)
+{
+	snprintf(why, why_len, "the caller is not in the initial pid namespace, "
+	         "where BPF sees pids; /proc shows this namespace's");
+	return -EXDEV;
+}
+
+static int recbuf_reserve(struct tk_recbuf *rb, size_t n)
+{
+	struct tk_record *recs;
+
+	if (rb->cap - rb->len >= n)
+		return 0;
+	recs = realloc(rb->recs, (rb->len + n) * sizeof *recs);
+	if (recs == NULL)
+		return -ENOMEM;
+	rb->recs = recs;
+	rb->cap = rb->len + n;
+	return 0;
+}
+
+/* Wire records to snapshot records: the CPU time split as /proc does. */
+static int wire_finish(const struct tk_wire_record *w, size_t n, struct tk_recbuf *out)
+{
+	size_t i;
+	int err = recbuf_reserve(out, n);
+
+	if (err < 0)
+		return err;
+	for (i = 0; i < n; i++) {
+		struct tk_record *r = &out->recs[out->len++];
+
+		*r = w[i].rec;
+		tk_cputime_adjust(&w[i], r);
+	}
+	return 0;
+}
+
+static int kfunc_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why_len)
+{
+	for (;;) {
+		LIBBPF_OPTS(bpf_test_run_opts, opts);
+		uint32_t total;
+		int err;
+
+		if (bpf_prog_test_run_opts(bpf_program__fd(t->kfunc->progs.snapshot_kfunc), &opts) != 0) {
+			err = -errno;
+			snprintf(why, why_len, "BPF_PROG_TEST_RUN: %s", strerror(errno));
+			return err;
+		}
+		if (t->kfunc->bss->foreign_pidns)
+			return reject_foreign_pidns(why, why_len);
+		total = t->kfunc->bss->total;
+		if (total <= t->capacity)
+			return wire_finish(t->records, total, out);
+		/* More processes than room: grow, reload, run again. */
+		t->capacity_wanted = with_headroom(total);
+		err = tier_ensure_loaded(TK_TIER_KFUNC, t);
+		if (err < 0) {
+			snprintf(why, why_len, "growing the record array to %zu: %s", with_headroom(total), t->why);
+			return err;
+		}
+	}
+}
+
+static int wire_push(struct wire_buf *wb, const struct tk_wire_record *rec)
+{
+	if (wb->len == wb->cap) {
+		size_t cap = wb->cap ? wb->cap * 2 : 512;
+		struct tk_wire_record *recs = realloc(wb->recs, cap * sizeof *recs);
+		if (recs == NULL)
+			return -ENOMEM;
+		wb->recs = recs;
+		wb->cap = cap;
+	}
+	wb->recs[wb->len++] = *rec;
+	return 0;
+}
+
+static struct tk_wire_record *wire_find(struct wire_buf *wb, uint32_t pid)
+{
+	size_t lo = 0, hi = wb->len;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (wb->recs[mid].rec.pid == pid)
+			return &wb->recs[mid];
+		if (wb->recs[mid].rec.pid < pid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static int iter_read_all(struct tier *t, int fd, char *why, size_t why_len)
+{
+	for (;;) {
+		ssize_t n = read(fd, t->readbuf, ITER_READ_RECORDS * sizeof *t->readbuf);
+		size_t i, count;
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n < 0) {
+			snprintf(why, why_len, "read of the task iterator: %s", strerror(errno));
+			return -errno;
+		}
+		if (n == 0)
+			return 0;
+		if ((size_t)n % sizeof *t->readbuf != 0) {
+			snprintf(why, why_len, "task iterator returned %zd bytes, not whole records", n);
+			return -EBADMSG;
+		}
+		count = (size_t)n / sizeof *t->readbuf;
+		for (i = 0; i < count; i++) {
+			const struct tk_wire_record *w = &t->readbuf[i];
+			int err = wire_push((w->rec.flags & TK_REC_THREAD) ? &t->threads : &t->leaders, w);
+			if (err < 0)
+				return err;
+		}
+	}
+}
+
+static int iter_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why_len)
+{
+	int fd = bpf_iter_create(bpf_link__fd(t->link));
+	size_t i;
+	int err;
+
+	if (fd < 0) {
+		err = -errno;
+		snprintf(why, why_len, "bpf_iter_create: %s", strerror(errno));
+		return err;
+	}
+	t->leaders.len = t->threads.len = 0;
+	err = iter_read_all(t, fd, why, why_len);
+	close(fd);
+	if (err < 0)
+		return err;
+	if (t->iter->bss->foreign_pidns)
+		return reject_foreign_pidns(why, why_len);
+	/* The iterator walks tids in order, so leaders arrive sorted by pid. A
+	 * thread whose leader is missing (it exited between two reads) has no
+	 * process left to count toward, like /proc's vanished entries. */
+	for (i = 0; i < t->threads.len; i++) {
+		const struct tk_wire_record *th = &t->threads.recs[i];
+		struct tk_wire_record *leader = wire_find(&t->leaders, th->rec.pid);
+		if (leader == NULL)
+			continue;
+		leader->rec.utime_ns += th->rec.utime_ns;
+		leader->rec.stime_ns += th->rec.stime_ns;
+		leader->runtime_ns += th->runtime_ns;
+		leader->rec.minflt += th->rec.minflt;
+		leader->rec.majflt += th->rec.majflt;
+	}
+	return wire_finish(t->leaders.recs, t->leaders.len, out);
+}
+
+int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, char *why, size_t why_len)
+{
+	struct tier *t = &tiers[tier];
+	int err;
+
+	pthread_mutex_lock(&t->lock);
+	err = tier_ensure_loaded(tier, t);
+	if (err < 0)
+		snprintf(why, why_len, "%s", t->why);
+	else if (tier == TK_TIER_KFUNC)
+		err = kfunc_run(t, out, why, why_len);
+	else
+		err = iter_run(t, out, why, why_len);
+	if (err == 0)
+		t->runs++;
+	pthread_mutex_unlock(&t->lock);
+	if (err == 0)
+		tk_recbuf_sort(out);
+	return err;
+}
+
+void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info)
+{
+	struct tier *t = &tiers[tier];
+
+	pthread_mutex_lock(&t->lock);
+	info->loaded = t->state > 0;
+	info->load_ns = t->load_ns;
+	info->runs = t->runs;
+	info->capacity = t->capacity;
+	pthread_mutex_unlock(&t->lock);
+}
+
+int tk_bpf_kfunc_set_capacity(size_t capacity)
+{
+	struct tier *t = &tiers[TK_TIER_KFUNC];
+
+	if (capacity == 0 || capacity > UINT32_MAX / sizeof(struct tk_wire_record))
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	t->capacity_wanted = capacity;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+/* Closes every program, map and link: nothing is pinned, so the kernel
+ * frees them. Also run when the module is unloaded or the process exits. */
+__attribute__((destructor)) void tk_bpf_release(void)
+{
+	pthread_mutex_lock(&tiers[TK_TIER_KFUNC].lock);
+	kfunc_unload(&tiers[TK_TIER_KFUNC]);
+	tiers[TK_TIER_KFUNC].state = 0;
+	pthread_mutex_unlock(&tiers[TK_TIER_KFUNC].lock);
+	pthread_mutex_lock(&tiers[TK_TIER_ITER].lock);
+	iter_unload(&tiers[TK_TIER_ITER]);
+	tiers[TK_TIER_ITER].state = 0;
+	pthread_mutex_unlock(&tiers[TK_TIER_ITER].lock);
+}
+
+#endif
