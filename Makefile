@@ -90,6 +90,10 @@ test-unpriv: deps
 	$(MAKE) WERROR=1 all spec/fixture
 	sh .ci/unpriv $(BUSTED) $(BUSTED_FLAGS)
 
+# The same suite against a build without BPF: /proc must carry everything.
+test-nobpf: deps
+	sh .ci/nobpf $(BUSTED) $(BUSTED_FLAGS)
+
 bench: deps all bench/takana_bench.so spec/fixture
 	$(LUA) bench/snapshot.lua
 	$(LUA) bench/spawn.lua
@@ -111,5 +115,5 @@ install: all
 clean:
 	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture
 
-.PHONY: FORCE all deps test test-unpriv bench run install clean
+.PHONY: FORCE all deps test test-unpriv test-nobpf bench run install clean
 .DELETE_ON_ERROR:

@@ -646,4 +646,10 @@ void tk_snapshot_open(lua_State *L)
 	lua_pushcfunction(L, l_stat_parse);
 	lua_setfield(L, -2, "stat_parse");
 	luaL_setfuncs(L, bpf_funcs, 0);
+#ifdef TK_NO_BPF
+	lua_pushboolean(L, 0);
+#else
+	lua_pushboolean(L, 1);
+#endif
+	lua_setfield(L, -2, "bpf_built");
 }

@@ -16,6 +16,9 @@
 #include <unistd.h>
 
 static long burn_ms;
+/* "ready" is printed only after every live thread has burned its share,
+ * so specs read settled CPU times. */
+static pthread_barrier_t burned;
 
 static double now_s(void)
 {
@@ -43,6 +46,7 @@ static void *thread_block(void *arg)
 {
 	(void)arg;
 	burn(burn_ms);
+	pthread_barrier_wait(&burned);
 	for (;;)
 		pause();
 	return NULL;
@@ -110,9 +114,11 @@ int main(int argc, char **argv)
 		pthread_create(&t, NULL, thread_exit, NULL);
 		pthread_join(t, NULL);
 	}
+	pthread_barrier_init(&burned, NULL, (unsigned)threads + 1);
 	for (long i = 0; i < threads; i++)
 		pthread_create(&t, NULL, thread_block, NULL);
 	burn(burn_ms);
+	pthread_barrier_wait(&burned);
 	if (touch_mb > 0) {
 		size_t len = (size_t)touch_mb << 20;
 		char *p = malloc(len);

@@ -1,0 +1,287 @@
+-- The BPF snapshot tiers against the /proc backend, on the real kernel. As
+-- root with a BPF build they must work; elsewhere (uid 65534, make BPF=0)
+-- the specs that need them are pending with the reason the tier gave.
+local takana = require "takana"
+local core = require "takana.core"
+local H = require "helpers"
+
+local TICK_NS = 10000000 -- one USER_HZ tick: /proc's time resolution
+
+local function tier(name)
+  local snap, why = takana.snapshot { backend = name }
+  if snap then return snap end
+  -- Where BPF must work, a failure is a failure, not a skipped spec.
+  assert(not (H.is_root() and core.bpf_built), why)
+  return nil, why
+end
+
+-- Kernel workers' /proc names end in "+desc" or "-desc" for the work item
+-- they run; it changes from one moment to the next.
+local function stable_comm(p)
+  if p.kthread then
+    local base = p.comm:match("^(kworker/u?%d+:%d+H?)[-+]") or p.comm:match("^(kworker/R%-.-)[-+]")
+    if base then return base end
+  end
+  return p.comm
+end
+
+local function state_class(s)
+  if s == "Z" then return "zombie" end
+  if s == "T" or s == "t" then return "stopped" end
+  return "live"
+end
+
+-- Same process in two snapshots: same pid, same start (BPF has ns, /proc ticks).
+local function same(a, b)
+  return a and b and math.abs(a.start_ns - b.start_ns) < TICK_NS
+end
+
+for _, name in ipairs { "kfunc", "iter" } do
+  describe("takana.snapshot{backend='" .. name .. "'}", function()
+    it("gives the same processes, with the same fields, as /proc", function()
+      local fx = H.fixture { "--name", "x) (y", "--threads", 2, "--exited-threads", 2,
+                             "--burn-ms", 150, "--touch-mb", 64, "--nice", 5 }
+      local zfx = H.fixture { "--zombie" }
+      H.sleep(0.05)
+      local p1 = takana.snapshot { backend = "proc" }
+      local b, why = tier(name)
+      local p2 = takana.snapshot { backend = "proc" }
+      fx:kill()
+      zfx:kill()
+      if not b then return pending(why) end
+      assert.equal(name, b.backend)
+
+      -- Every process alive across the three snapshots is in b, and b has
+      -- nothing that was in neither /proc snapshot.
+      local checked = 0
+      for q in p1:each() do
+        local r = p2:get(q.pid)
+        if same(q, r) then
+          local p = b:get(q.pid)
+          assert(p, ("pid %d (%s) missing from the %s snapshot"):format(q.pid, q.comm, name))
+          assert.truthy(same(p, q), "start_ns of pid " .. q.pid)
+          for _, k in ipairs { "ppid", "pgid", "sid", "uid", "nice", "kthread" } do
+            assert(p[k] == q[k] or p[k] == r[k],
+              ("pid %d (%s) %s: %s says %s, /proc %s then %s"):format(q.pid, q.comm, k, name,
+                tostring(p[k]), tostring(q[k]), tostring(r[k])))
+          end
+          assert(stable_comm(p) == stable_comm(q) or stable_comm(p) == stable_comm(r),
+            ("pid %d comm: %s says %q, /proc %q"):format(q.pid, name, p.comm, q.comm))
+          assert(state_class(p.state) == state_class(q.state) or state_class(p.state) == state_class(r.state),
+            ("pid %d state %s vs %s"):format(q.pid, p.state, q.state))
+          checked = checked + 1
+        end
+      end
+      for p in b:each() do
+        assert(p1:get(p.pid) or p2:get(p.pid), ("pid %d (%s) only in %s"):format(p.pid, p.comm, name))
+      end
+      assert.truthy(checked > 10)
+
+      -- The fixture: exact identity, whole-process CPU times (two live and
+      -- two exited threads, 150 ms each, plus the main thread's 150 ms).
+      local p, q = assert(b:get(fx.pid)), assert(p1:get(fx.pid))
+      assert.equal("x) (y", p.comm)
+      assert.equal(H.pid, p.ppid)
+      assert.equal(3, p.nthreads)
+      assert.equal(5, p.nice)
+      assert.equal("S", p.state)
+      assert.is_false(p.kthread)
+      local cpu = p.utime_ns + p.stime_ns
+      assert.truthy(cpu >= 5 * 150e6 * 0.9, "cpu " .. cpu)
+      -- Both split the same runtime with the kernel's cputime_adjust; /proc
+      -- rounds to ticks.
+      assert.near(q.utime_ns, p.utime_ns, 2 * TICK_NS)
+      assert.near(q.stime_ns, p.stime_ns, 2 * TICK_NS)
+      assert.equal(q.minflt, p.minflt)
+      assert.equal(q.majflt, p.majflt)
+      -- 64 MiB touched; BPF reads the per-CPU rss counters unsummed.
+      assert.truthy(p.rss_bytes >= 64 << 20, "rss " .. p.rss_bytes)
+      assert.near(q.rss_bytes, p.rss_bytes, 4 << 20)
+      assert.equal(q.vsize_bytes, p.vsize_bytes)
+
+      local z = assert(b:get(zfx.extra[1]))
+      assert.equal("Z", z.state)
+      assert.equal(zfx.pid, z.ppid)
+      assert.equal(0, z.rss_bytes)
+    end)
+
+    it("includes init, even where the kernel hides it from BPF walks", function()
+      local b, why = tier(name)
+      if not b then return pending(why) end
+      local init = assert(b:get(1))
+      assert.equal(0, init.ppid)
+      assert.truthy(b.from_proc == 0 or b.from_proc == 1)
+    end)
+
+    it("is independent of later snapshots and safe to keep", function()
+      local b, why = tier(name)
+      if not b then return pending(why) end
+      local n, first = #b, b:get(H.pid).utime_ns
+      for _ = 1, 20 do assert(tier(name)) end
+      collectgarbage()
+      assert.equal(n, #b)
+      assert.equal(first, b:get(H.pid).utime_ns)
+    end)
+  end)
+end
+
+describe("the kfunc tier's record array", function()
+  it("grows and reruns when there are more processes than room", function()
+    if not tier("kfunc") then return pending(select(2, tier("kfunc"))) end
+    local herd = H.fixture { "--herd", 300 }
+    assert(core.bpf_kfunc_capacity(16))
+    local b = assert(takana.snapshot { backend = "kfunc" })
+    local p = assert(takana.snapshot { backend = "proc" })
+    herd:kill()
+    local kids = 0
+    for r in p:each() do
+      if r.ppid == herd.pid then
+        kids = kids + 1
+        assert(b:get(r.pid), "herd child " .. r.pid .. " missing")
+      end
+    end
+    assert.equal(300, kids)
+    local info = core.bpf_info("kfunc")
+    assert.truthy(info.capacity >= #b, "capacity " .. info.capacity .. " < " .. #b)
+    assert.truthy(info.capacity > 16)
+  end)
+end)
+
+describe("BPF tiers and their owners", function()
+  local function takana_progs()
+    local progs = {}
+    local code, out = H.run("bpftool prog show")
+    assert.equal(0, code, out)
+    for line in out:gmatch("[^\n]+") do
+      local id, pname = line:match("^(%d+): %S+%s+name (%S+)")
+      if pname == "snapshot_kfunc" or pname == "snapshot_iter" then progs[tonumber(id)] = pname end
+    end
+    return progs, out
+  end
+
+  it("are released when the owner goes, and nothing is pinned", function()
+    if not (H.is_root() and core.bpf_built) then return pending("needs root and a BPF build") end
+    local before = takana_progs()
+    local child = assert(takana.spawn {
+      "lua5.4", "-e", "package.path='./lua/?.lua;./lua/?/init.lua;'..package.path " ..
+      "package.cpath='./?.so;'..package.cpath local t=require'takana' " ..
+      "assert(t.snapshot{backend='kfunc'}) assert(t.snapshot{backend='iter'}) " ..
+      "io.write('loaded\\n') io.flush() io.read('l')",
+      stdin = "pipe", stdout = "pipe" })
+    assert.equal("loaded", child.stdout:read("l"))
+    local during = takana_progs()
+    local mine = 0
+    for id in pairs(during) do if not before[id] then mine = mine + 1 end end
+    assert.equal(2, mine)
+    child.stdin:close()
+    assert.same({ exited = true, code = 0 }, child:wait(10))
+    local after = takana_progs()
+    for id in pairs(after) do assert.truthy(before[id], "program " .. id .. " outlived its owner") end
+    local pinned = select(2, H.run("ls -R /sys/fs/bpf 2>/dev/null"))
+    assert.falsy(pinned:find("takana") or pinned:find("snapshot_"))
+  end)
+
+  it("are unloaded by bpf_release and load again on the next snapshot", function()
+    if not (H.is_root() and core.bpf_built) then return pending("needs root and a BPF build") end
+    assert(takana.snapshot { backend = "kfunc" })
+    core.bpf_release()
+    assert.is_false(core.bpf_info("kfunc").loaded)
+    assert(takana.snapshot { backend = "kfunc" })
+    assert.is_true(core.bpf_info("kfunc").loaded)
+  end)
+end)
+
+describe("BPF tiers from two threads at once", function()
+  it("give each caller its own complete snapshot", function()
+    if not tier("kfunc") then return pending(select(2, tier("kfunc"))) end
+    local ok_luv, uv = pcall(require, "luv")
+    if not ok_luv then return pending("lua-luv is not installed") end
+    local dir = select(2, H.run("mktemp -d")):match("%S+")
+    finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
+    local function worker(out_path, backend)
+      package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+      package.cpath = "./?.so;" .. package.cpath
+      local t = require "takana"
+      local f = io.open(out_path, "w")
+      for _ = 1, 200 do
+        local s = t.snapshot { backend = backend }
+        local prev, dup = 0, false
+        for p in s:each() do
+          if p.pid <= prev then dup = true end
+          prev = p.pid
+        end
+        f:write(("%s %d %s %s\n"):format(s.backend, #s, tostring(s:get(1) ~= nil), tostring(dup)))
+      end
+      f:close()
+    end
+    local threads = {}
+    for i, backend in ipairs { "kfunc", "kfunc", "iter" } do
+      threads[i] = uv.new_thread(worker, dir .. "/" .. i, backend)
+    end
+    local proc_count = #takana.snapshot { backend = "proc" }
+    for _, th in ipairs(threads) do th:join() end
+    for i, backend in ipairs { "kfunc", "kfunc", "iter" } do
+      local lines = 0
+      for line in io.lines(dir .. "/" .. i) do
+        local b, n, has_init, dup = line:match("^(%S+) (%d+) (%S+) (%S+)$")
+        assert.equal(backend, b)
+        assert.near(proc_count, tonumber(n), 20)
+        assert.equal("true", has_init)
+        assert.equal("false", dup)
+        lines = lines + 1
+      end
+      assert.equal(200, lines)
+    end
+  end)
+end)
+
+describe("takana.snapshot{backend=...} when a tier cannot run", function()
+  it("returns nil, the reason and an errno, and auto falls back to /proc", function()
+    if H.is_root() and core.bpf_built then
+      -- In a new pid namespace BPF would see the wrong pids: refused.
+      local code, out = H.run("unshare --pid --fork --mount-proc lua5.4 -e \"" ..
+        "package.path='./lua/?.lua;./lua/?/init.lua;'..package.path " ..
+        "package.cpath='./?.so;'..package.cpath local t=require'takana' " ..
+        "print(t.snapshot{backend='kfunc'}) print(t.snapshot{backend='iter'}) " ..
+        "local s=t.snapshot() print(s.backend, #s, s:get(1) and s:get(1).comm)\"")
+      assert.equal(0, code, out)
+      local lines = {}
+      for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+      assert.equal("nil\tsnapshot: kfunc backend unavailable: the caller is not in the initial pid " ..
+                   "namespace, where BPF sees pids; /proc shows this namespace's\t18", lines[1])
+      assert.matches("^nil\tsnapshot: iter backend unavailable: the caller is not in the initial pid namespace", lines[2])
+      assert.equal("proc\t1\tlua5.4", lines[3])
+    else
+      local snap, why, errno = takana.snapshot { backend = "kfunc" }
+      assert.is_nil(snap)
+      if core.bpf_built then
+        assert.equal("snapshot: kfunc backend unavailable: EPERM: loading BPF needs CAP_BPF and CAP_PERFMON (or root)", why)
+        assert.equal(1, errno)
+      else
+        assert.equal("snapshot: kfunc backend unavailable: this takana was built without BPF (make BPF=0)", why)
+        assert.equal(95, errno)
+      end
+      assert.equal("proc", takana.snapshot().backend)
+      local probe = takana.probe()
+      assert.is_false(probe.snapshot.kfunc.ok)
+      assert.is_false(probe.snapshot.iter.ok)
+      assert.equal(why:gsub("^snapshot: kfunc backend unavailable: ", ""), probe.snapshot.kfunc.why)
+      assert.equal("proc", probe.snapshot.backend)
+    end
+  end)
+
+  it("reports each tier in takana.probe()", function()
+    local probe = takana.probe()
+    for _, name in ipairs { "kfunc", "iter", "proc" } do
+      local t = probe.snapshot[name]
+      assert.is_boolean(t.ok)
+      if not t.ok then assert.is_string(t.why) end
+    end
+    if H.is_root() and core.bpf_built then
+      assert.is_true(probe.snapshot.kfunc.ok)
+      assert.is_true(probe.snapshot.iter.ok)
+      assert.equal("kfunc", probe.snapshot.backend)
+      assert.truthy(probe.snapshot.kfunc.load_ns > 0)
+    end
+  end)
+end)
