@@ -71,8 +71,8 @@ takana/core.so: $(OBJS)
 	@mkdir -p takana
 	$(CC) $(LIBFLAG) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LIBS) -pthread
 
-bench/takana_bench.so: bench/takana_bench.c $(CORE_SRC) $(HDRS)
-	$(CC) -std=gnu11 -fPIC -shared -O2 $(WARN) -I$(LUA_INCDIR) -Icsrc -o $@ bench/takana_bench.c $(CORE_SRC)
+bench/takana_bench.so: bench/takana_bench.c $(CORE_SRC) $(HDRS) $(SKELS) $(OUT)/config
+	$(CC) $(filter-out -fvisibility=hidden,$(TK_CFLAGS)) -shared -Icsrc -o $@ bench/takana_bench.c $(CORE_SRC) $(LIBS) -pthread
 
 spec/fixture: spec/fixture.c
 	$(CC) -std=gnu11 -O2 $(WARN) -pthread -o $@ $<

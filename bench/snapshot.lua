@@ -1,13 +1,18 @@
--- make bench: the /proc snapshot against the C baselines and the plain-Lua
--- way, side by side in one run, at the natural count and with a herd.
+-- make bench: the seed's table (seed 000, §9.5.1) on this machine -- /proc,
+-- iter/task, the readdir floor and the kfunc iterator in bare C, against
+-- takana from Lua on each backend and the plain-Lua way -- at the natural
+-- process count, 1,000 and 10,000 (herds started here), side by side in one
+-- run with the order alternating every round.
 package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;./bench/?.so;" .. package.cpath
 local takana = require "takana"
+local core = require "takana.core"
 local cb = require "takana_bench"
 local lfs = require "lfs"
 local L = require "lib"
 
 local ROUNDS = tonumber(os.getenv("ROUNDS") or "") or 33
+local COUNTS = os.getenv("COUNTS") or "natural,1000,10000"
 
 -- What a user writes today in plain Lua.
 local function lua_way()
@@ -28,17 +33,73 @@ local function lua_way()
   return n
 end
 
+-- The BPF tiers, if this build and this user can load them: loaded once
+-- here, so the load is measured apart from the snapshots.
+local bpf = { tiers = {} }
+do
+  for _, name in ipairs { "kfunc", "iter" } do
+    local t0 = cb.now_ns()
+    local snap, why = takana.snapshot { backend = name }
+    if snap then
+      bpf.tiers[name] = core.bpf_info(name).load_ns or (cb.now_ns() - t0)
+    else
+      print(("note: takana's %s tier is unavailable here: %s"):format(name, why))
+    end
+  end
+  if cb.bpf_raw_load and bpf.tiers.kfunc and bpf.tiers.iter then
+    local ok, kload, iload = pcall(cb.bpf_raw_load)
+    if ok then
+      bpf.raw = { kfunc = kload, iter = iload }
+    else
+      print("note: bare-C BPF paths unavailable: " .. tostring(kload))
+    end
+  end
+end
+
+-- pid+comm of /proc against each BPF tier, back to back.
+local function cross_check(name)
+  local p = assert(takana.snapshot { backend = "proc" })
+  local b = assert(takana.snapshot { backend = name })
+  local same, differ, only_proc, only_bpf = 0, 0, 0, 0
+  for r in p:each() do
+    local q = b:get(r.pid)
+    if not q then only_proc = only_proc + 1
+    elseif q.comm == r.comm then same = same + 1
+    else differ = differ + 1 end
+  end
+  for r in b:each() do
+    if not p:get(r.pid) then only_bpf = only_bpf + 1 end
+  end
+  print(("  cross-check /proc vs %-5s: %d pid+comm identical, %d comm differ, %d only in /proc, " ..
+         "%d only in %s (%d from /proc: init hidden from BPF)"):format(name, same, differ, only_proc,
+         only_bpf, name, b.from_proc))
+end
+
 local function run(title)
   local iter_snap = assert(takana.snapshot { backend = "proc" })
   local cases = {
-    { name = "1) C: readdir + open/read/close + parse (path A)", run = cb.plain_scan },
-    { name = "2) C: readdir(/proc) alone (floor C)", run = cb.readdir_floor },
-    { name = "3) takana cold: snapshot{backend=proc,cache=false}",
-      run = function() return #takana.snapshot { backend = "proc", cache = false } end },
-    { name = "4) takana warm: snapshot{backend=proc}",
+    { key = "A", name = "A) C: readdir + open/read/close + parse", run = cb.plain_scan },
+  }
+  if bpf.raw then
+    cases[#cases + 1] = { key = "B", name = "B) C: iter/task, bpf_iter_create + read", run = cb.iter_raw }
+  end
+  cases[#cases + 1] = { key = "C", name = "C) C: readdir(/proc) alone (floor)", run = cb.readdir_floor }
+  if bpf.raw then
+    cases[#cases + 1] = { key = "D", name = "D) C: kfunc iterator, test_run + mmap", run = cb.kfunc_raw }
+  end
+  for _, name in ipairs { "kfunc", "iter" } do
+    if bpf.tiers[name] then
+      cases[#cases + 1] = { key = name, name = ("takana{backend=%s}"):format(name),
+        run = function() return #takana.snapshot { backend = name } end }
+    end
+  end
+  for _, c in ipairs {
+    { key = "warm", name = "takana{backend=proc} (fd cache warm)",
       run = function() return #takana.snapshot { backend = "proc" } end },
-    { name = "5) plain Lua: lfs.dir + io.open + string.match", run = lua_way },
-    { name = "6) Lua: iterate a snapshot reading six fields",
+    { key = "cold", name = "takana{backend=proc,cache=false}",
+      run = function() return #takana.snapshot { backend = "proc", cache = false } end },
+    { key = "lua", name = "plain Lua: lfs.dir + io.open + string.match", run = lua_way },
+    { key = "each", name = "Lua: iterate a snapshot reading six fields",
       run = function()
         local acc = 0
         for p in iter_snap:each() do
@@ -46,20 +107,52 @@ local function run(title)
         end
         return #iter_snap
       end },
-  }
-  takana.snapshot { backend = "proc" } -- warm the cache once
+  } do cases[#cases + 1] = c end
+
+  takana.snapshot { backend = "proc" } -- warm the fd cache once
   local res = L.measure(cases, ROUNDS)
-  L.print_table(("%s: %d processes, %d rounds alternating"):format(title, res[cases[1].name].count, ROUNDS), cases, res)
-  local n1, n3, n4, n5, n6 = cases[1].name, cases[3].name, cases[4].name, cases[5].name, cases[6].name
-  L.ratio(res, n3, n1, "(3) cold / (1) C path A", { text = "<= 1.15", ok = function(x) return x <= 1.15 end })
-  L.ratio(res, n4, n1, "(4) warm / (1) C path A", { text = "<= 0.60", ok = function(x) return x <= 0.6 end })
-  L.ratio(res, n5, n3, "(5) plain Lua / (3) cold", { text = ">= 8", ok = function(x) return x >= 8 end })
-  L.ratio(res, n6, n3, "(6) iterate / (3) cold", { text = "<= 0.20", ok = function(x) return x <= 0.2 end })
+  local by = {}
+  for _, c in ipairs(cases) do by[c.key] = c.name end
+  L.print_table(("%s: %d processes, %d rounds, order alternating A->B / B->A"):format(
+    title, res[by.A].count, ROUNDS), cases, res)
+
+  local function r(a, b, label, text, ok)
+    if by[a] and by[b] then L.ratio(res, by[a], by[b], label, { text = text, ok = ok }) end
+  end
+  r("kfunc", "D", "takana kfunc / D kfunc in C", "<= 1.5", function(x) return x <= 1.5 end)
+  r("D", "B", "D kfunc in C / B iter/task in C", "<= 0.25", function(x) return x <= 0.25 end)
+  r("A", "kfunc", "A /proc in C / takana kfunc", ">= 50 at 1,000", function(x) return x >= 50 end)
+  r("kfunc", "C", "takana kfunc / C readdir floor", "< 1", function(x) return x < 1 end)
+  r("cold", "A", "takana proc cold / A", "<= 1.15", function(x) return x <= 1.15 end)
+  r("warm", "A", "takana proc warm / A", "<= 0.60", function(x) return x <= 0.6 end)
+  r("lua", "cold", "plain Lua / takana proc cold", ">= 8", function(x) return x >= 8 end)
+  r("each", "cold", "iterate a snapshot / takana proc cold", "<= 0.20", function(x) return x <= 0.2 end)
+  if by.kfunc then
+    local saved = res[by.warm].min - res[by.kfunc].min
+    print(("  kfunc load (open+verify+mmap) %.1f ms%s; pays for itself after %s snapshots vs takana proc warm")
+      :format(bpf.tiers.kfunc / 1e6, bpf.raw and (" (bare C %.1f ms)"):format(bpf.raw.kfunc / 1e6) or "",
+        saved > 0 and ("%.0f"):format(bpf.tiers.kfunc / saved) or "never"))
+  end
+  if by.iter then
+    local saved = res[by.warm].min - res[by.iter].min
+    print(("  iter load (open+verify+attach) %.1f ms; pays for itself after %s snapshots vs takana proc warm")
+      :format(bpf.tiers.iter / 1e6, saved > 0 and ("%.0f"):format(bpf.tiers.iter / saved) or "never"))
+  end
+  for _, name in ipairs { "kfunc", "iter" } do
+    if bpf.tiers[name] then cross_check(name) end
+  end
   print()
 end
 
-run("natural count")
-local herd = L.herd(1000)
-local ok, err = pcall(run, "with a herd of 1,000 sleeping processes")
-herd.stop()
-assert(ok, err)
+for count in COUNTS:gmatch("[^,]+") do
+  if count == "natural" then
+    run("natural count")
+  else
+    local n = tonumber(count)
+    local have = #takana.snapshot { backend = "proc" }
+    local herd = n > have and L.herd(n - have) or nil
+    local ok, err = pcall(run, ("%s processes (herd of %d sleeping)"):format(count, herd and n - have or 0))
+    if herd then herd.stop() end
+    assert(ok, err)
+  end
+end

@@ -171,6 +171,120 @@ static int l_sum_stat(lua_State *L)
 	return 2;
 }
 
+#ifndef TK_NO_BPF
+/* Paths B and D of the seed's table: the BPF programs takana embeds, driven
+ * bare from C (own instances, no copy into a snapshot, no sort), so the
+ * bench shows what takana adds on top of the kernel interface. */
+#include <errno.h>
+#include <sys/mman.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-qual"
+#pragma GCC diagnostic ignored "-Wcast-align"
+#pragma GCC diagnostic ignored "-Woverlength-strings"
+#include "takana_kfunc.skel.h"
+#include "takana_iter.skel.h"
+#pragma GCC diagnostic pop
+
+#define RAW_CAPACITY 32768
+
+static struct takana_kfunc *raw_kfunc;
+static const struct tk_wire_record *raw_records;
+static size_t raw_mapped;
+static struct takana_iter *raw_iter;
+static struct bpf_link *raw_link;
+static struct tk_wire_record raw_buf[256];
+
+static int silent(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	(void)level;
+	(void)fmt;
+	(void)ap;
+	return 0;
+}
+
+/* bpf_raw_load() -> kfunc load ns, iter load ns (open, verify, attach) */
+static int l_bpf_raw_load(lua_State *L)
+{
+	uint64_t t0, t1;
+	void *map;
+
+	libbpf_set_print(silent);
+	t0 = now_ns();
+	raw_kfunc = takana_kfunc__open();
+	if (raw_kfunc == NULL)
+		return luaL_error(L, "kfunc open: %s", strerror(errno));
+	raw_kfunc->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	bpf_map__set_max_entries(raw_kfunc->maps.records, RAW_CAPACITY);
+	if (takana_kfunc__load(raw_kfunc) != 0)
+		return luaL_error(L, "kfunc load failed (root? BTF?)");
+	raw_mapped = RAW_CAPACITY * sizeof *raw_records;
+	map = mmap(NULL, raw_mapped, PROT_READ, MAP_SHARED, bpf_map__fd(raw_kfunc->maps.records), 0);
+	if (map == MAP_FAILED)
+		return luaL_error(L, "mmap: %s", strerror(errno));
+	raw_records = map;
+	t1 = now_ns();
+	raw_iter = takana_iter__open();
+	if (raw_iter == NULL)
+		return luaL_error(L, "iter open: %s", strerror(errno));
+	raw_iter->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	if (takana_iter__load(raw_iter) != 0)
+		return luaL_error(L, "iter load failed");
+	raw_link = bpf_program__attach_iter(raw_iter->progs.snapshot_iter, NULL);
+	if (raw_link == NULL)
+		return luaL_error(L, "iter attach: %s", strerror(errno));
+	lua_pushinteger(L, (lua_Integer)(t1 - t0));
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t1));
+	return 2;
+}
+
+/* D: one BPF_PROG_TEST_RUN, then one pass over the records in place. */
+static int l_kfunc_raw(lua_State *L)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts);
+	uint64_t t0 = now_ns(), acc = 0;
+	uint32_t n, i;
+
+	if (bpf_prog_test_run_opts(bpf_program__fd(raw_kfunc->progs.snapshot_kfunc), &opts) != 0)
+		return luaL_error(L, "test run: %s", strerror(errno));
+	n = raw_kfunc->bss->total;
+	if (n > RAW_CAPACITY)
+		return luaL_error(L, "more than %d processes", RAW_CAPACITY);
+	for (i = 0; i < n; i++)
+		acc += raw_records[i].rec.pid + raw_records[i].rec.utime_ns;
+	lua_pushinteger(L, (lua_Integer)n + (lua_Integer)(acc & 0));
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
+/* B: bpf_iter_create + read() to the end, counting thread-group leaders. */
+static int l_iter_raw(lua_State *L)
+{
+	uint64_t t0 = now_ns();
+	long leaders = 0;
+	ssize_t got;
+	int fd = bpf_iter_create(bpf_link__fd(raw_link));
+
+	if (fd < 0)
+		return luaL_error(L, "iter create: %s", strerror(errno));
+	while ((got = read(fd, raw_buf, sizeof raw_buf)) != 0) {
+		if (got < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				continue;
+			close(fd);
+			return luaL_error(L, "iter read: %s", strerror(errno));
+		}
+		for (size_t i = 0; i < (size_t)got / sizeof *raw_buf; i++)
+			leaders += !(raw_buf[i].rec.flags & TK_REC_THREAD);
+	}
+	close(fd);
+	lua_pushinteger(L, leaders);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+#endif
+
 static int l_now_ns(lua_State *L)
 {
 	lua_pushinteger(L, (lua_Integer)now_ns());
@@ -192,5 +306,13 @@ int luaopen_takana_bench(lua_State *L)
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, funcs);
+#ifndef TK_NO_BPF
+	lua_pushcfunction(L, l_bpf_raw_load);
+	lua_setfield(L, -2, "bpf_raw_load");
+	lua_pushcfunction(L, l_kfunc_raw);
+	lua_setfield(L, -2, "kfunc_raw");
+	lua_pushcfunction(L, l_iter_raw);
+	lua_setfield(L, -2, "iter_raw");
+#endif
 	return 1;
 }

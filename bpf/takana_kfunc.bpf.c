@@ -47,6 +47,17 @@ static __always_inline void add_other_threads(struct task_struct *t, struct tk_w
 	bpf_task_release(leader);
 }
 
+static __always_inline void record_task(struct task_struct *t, __u32 idx)
+{
+	struct tk_wire_record *w = bpf_map_lookup_elem(&records, &idx);
+
+	if (!w)
+		return;
+	record_fill(t, w);
+	if (w->rec.nthreads > 1)
+		add_other_threads(t, w);
+}
+
 SEC("syscall")
 int snapshot_kfunc(void *ctx)
 {
@@ -60,18 +71,9 @@ int snapshot_kfunc(void *ctx)
 	bpf_rcu_read_lock();
 	bpf_iter_task_new(&it, NULL, BPF_TASK_ITER_ALL_PROCS);
 	while ((t = bpf_iter_task_next(&it))) {
-		struct tk_wire_record *w;
-		__u32 idx;
-
-		if (t->tgid == 0)       /* the idle task; /proc does not list it */       /* the idle task; /proc does not list it */
+		if (t->tgid == 0)       /* the idle task; /proc does not list it */
 			continue;
-		idx = n++;
-		w = bpf_map_lookup_elem(&records, &idx);
-		if (!w)
-			continue;
-		record_fill(t, w);
-		if (w->rec.nthreads > 1)
-			add_other_threads(t, w);
+		record_task(t, n++);
 	}
 	bpf_iter_task_destroy(&it);
 	bpf_rcu_read_unlock();

@@ -48,6 +48,10 @@ struct tk_record {
 /* What the BPF programs write: the record with utime_ns/stime_ns still the
  * kernel's raw tick-sampled sums, plus what user space needs to split the
  * precise runtime as /proc does (tk_cputime_adjust in csrc/snapshot.c). */
+/* In a wire record's comm_len: the comm is NUL-terminated within its first
+ * 16 bytes; user space measures it. */
+#define TK_WIRE_COMM_NUL 0xffffffffu
+
 struct tk_wire_record {
 	struct tk_record rec;
 	__u64 runtime_ns;       /* sum_exec_runtime, whole process */

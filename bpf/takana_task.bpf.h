@@ -200,10 +200,17 @@ static __always_inline void record_fill(struct task_struct *t, struct tk_wire_re
 		r->vsize_bytes = 0;
 	}
 	r->state = task_state_letter(t);
-	len = bpf_probe_read_kernel_str(r->comm, sizeof t->comm, t->comm);
-	r->comm_len = len > 0 ? (__u32)len - 1 : 0;
-	if (t->flags & PF_KTHREAD)
+	if (t->flags & PF_KTHREAD) {
+		len = bpf_probe_read_kernel_str(r->comm, sizeof t->comm, t->comm);
+		r->comm_len = len > 0 ? (__u32)len - 1 : 0;
 		kthread_name(t, r);
+	} else {
+		/* Two loads, not a string helper call: user space finds the NUL
+		 * (TK_WIRE_COMM_NUL). */
+		((__u64 *)r->comm)[0] = ((const __u64 *)t->comm)[0];
+		((__u64 *)r->comm)[1] = ((const __u64 *)t->comm)[1];
+		r->comm_len = TK_WIRE_COMM_NUL;
+	}
 }
 
 static __always_inline void record_add_thread(struct tk_wire_record *w, struct task_struct *th)

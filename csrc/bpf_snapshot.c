@@ -368,6 +368,8 @@ static int wire_finish(const struct tk_wire_record *w, size_t n, struct tk_recbu
 		struct tk_record *r = &out->recs[out->len++];
 
 		*r = w[i].rec;
+		if (r->comm_len == TK_WIRE_COMM_NUL)
+			r->comm_len = (uint32_t)strnlen(r->comm, 16);
 		tk_cputime_adjust(&w[i], r);
 	}
 	return 0;

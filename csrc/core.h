@@ -69,15 +69,16 @@ struct tk_proc_scanner {
 	struct tk_fd_entry *next;    /* scratch for the cache being rebuilt */
 	struct tk_units units;
 	int bad_pid;                 /* pid whose stat failed to parse, for the message */
+	int init_fd;                 /* /proc/1/stat for tk_proc_scan_init, -1 until used */
 };
 
 int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path);
 void tk_proc_scanner_close(struct tk_proc_scanner *s);
 /* Closes every cached fd; the scanner stays usable. */
 void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s);
-/* Reads one process's record, without the cache. Returns 0, -ESRCH when
- * it is gone, or another -errno. */
-int tk_proc_scan_pid(struct tk_proc_scanner *s, uint32_t pid, struct tk_record *out);
+/* Reads init's record, keeping /proc/1/stat open (init never changes
+ * identity). Returns 0 or -errno. */
+int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out);
 /* Appends one record per live thread-group leader. With use_cache, stat fds
  * are kept open between scans (pread at 0 on the next scan). */
 int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache);

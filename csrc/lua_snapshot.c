@@ -441,10 +441,11 @@ static int l_snapshot_proc(lua_State *L)
 
 static const char *const tier_names[] = { "kfunc", "iter", NULL };
 
-/* Init is always there in the initial pid namespace, yet some kernels keep
- * it out of BPF task walks (seen on a Firecracker guest's 6.18, whose init
- * is its sandbox agent). Then its record comes from /proc, and is counted
- * in snap.from_proc, rather than a snapshot silently missing pid 1. */
+/* Init is always there in the initial pid namespace, yet some kernels hide
+ * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
+ * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
+ * finds it). Then its record comes from /proc, and is counted in
+ * snap.from_proc, rather than a snapshot silently missing pid 1. */
 static void add_hidden_init(struct tk_proc_scanner *sc, struct tk_recbuf *rb)
 {
 	struct tk_record rec;
@@ -454,7 +455,7 @@ static void add_hidden_init(struct tk_proc_scanner *sc, struct tk_recbuf *rb)
 		return;
 	if (sc->proc_fd < 0 && tk_proc_scanner_init(sc, "/proc") < 0)
 		return;
-	err = tk_proc_scan_pid(sc, 1, &rec);
+	err = tk_proc_scan_init(sc, &rec);
 	if (err == 0 && tk_recbuf_insert(rb, &rec) == 0)
 		rb->from_proc++;
 	else if (err == -EACCES || err == -EPERM)
@@ -638,6 +639,7 @@ void tk_snapshot_open(lua_State *L)
 	sc = lua_newuserdatauv(L, sizeof *sc, 0);
 	memset(sc, 0, sizeof *sc);
 	sc->proc_fd = -1;
+	sc->init_fd = -1;
 	luaL_setmetatable(L, TK_SCANNER_MT);
 	luaL_setfuncs(L, scanner_funcs, 1);
 

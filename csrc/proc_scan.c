@@ -39,6 +39,7 @@ static size_t cache_limit_from_rlimit(void)
 int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path)
 {
 	memset(s, 0, sizeof *s);
+	s->init_fd = -1;
 	s->proc_fd = open(proc_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s->proc_fd < 0)
 		return -errno;
@@ -59,6 +60,9 @@ void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s)
 	for (size_t i = 0; i < s->cache_len; i++)
 		close(s->cache[i].fd);
 	s->cache_len = 0;
+	if (s->init_fd >= 0)
+		close(s->init_fd);
+	s->init_fd = -1;
 }
 
 void tk_proc_scanner_close(struct tk_proc_scanner *s)
@@ -162,17 +166,11 @@ static int next_push(struct tk_proc_scanner *s, size_t *len, uint32_t pid, int f
 	return 0;
 }
 
-int tk_proc_scan_pid(struct tk_proc_scanner *s, uint32_t pid, struct tk_record *out)
+int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out)
 {
-	int fd = -1;
-	int err;
-
 	if (s->proc_fd < 0)
 		return -EBADF;
-	err = stat_read(s, pid, &fd, out);
-	if (fd >= 0)
-		close(fd);
-	return err;
+	return stat_read(s, 1, &s->init_fd, out);
 }
 
 int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache)
