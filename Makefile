@@ -31,11 +31,12 @@ LLVM_STRIP ?= llvm-strip
 BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 
 CORE_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c \
-	csrc/bpf_snapshot.c
-BIND_SRC := csrc/lua_core.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c
+	csrc/bpf_snapshot.c csrc/events.c
+BIND_SRC := csrc/lua_core.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c \
+	csrc/lua_events.c
 OBJS := $(patsubst csrc/%.c,$(OUT)/%.o,$(CORE_SRC) $(BIND_SRC))
 HDRS := $(wildcard csrc/*.h bpf/*.h)
-BPF_PROGS := kfunc iter
+BPF_PROGS := kfunc iter events
 ifeq ($(BPF),0)
 TK_CFLAGS += -DTK_NO_BPF
 SKELS :=
@@ -57,7 +58,7 @@ $(OUT)/config: FORCE | $(OUT)
 $(OUT)/%.o: csrc/%.c $(HDRS) $(OUT)/config | $(OUT)
 	@echo "  CC $<"; $(CC) $(TK_CFLAGS) -c $< -o $@
 
-$(OUT)/bpf_snapshot.o: $(SKELS)
+$(OUT)/bpf_snapshot.o $(OUT)/events.o: $(SKELS)
 
 # BPF objects: CO-RE against bpf/vmlinux_min.h, never the build host's BTF;
 # DWARF stripped, BTF kept; embedded in the module as libbpf skeletons.

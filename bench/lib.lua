@@ -58,7 +58,15 @@ function L.herd(n, life)
   return { pid = pid, stop = function()
     os.execute("kill -KILL " .. pid)
     f:close()
-    os.execute("sleep 0.2")
+    -- The children die by PDEATHSIG, asynchronously: wait (bounded) until
+    -- they are reaped so the next measurement sees its own count.
+    for _ = 1, 100 do
+      local p = io.popen("grep -l '^PPid:[[:space:]]*1$' /proc/[0-9]*/status 2>/dev/null | wc -l")
+      local orphans = tonumber(p:read("a"))
+      p:close()
+      if orphans < n / 100 + 10 then break end
+      os.execute("sleep 0.1")
+    end
   end }
 end
 

@@ -26,6 +26,7 @@ typedef _Bool bool;
 
 enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
 enum {
@@ -77,7 +78,15 @@ struct prev_cputime {
 	__u64 stime;
 };
 
+typedef struct {
+	int counter;
+} atomic_t;
+
 struct signal_struct {
+	atomic_t live;
+	int group_exit_code;
+	unsigned int flags;
+	unsigned long maxrss;
 	int nr_threads;
 	struct prev_cputime prev_cputime;
 	unsigned long long sum_sched_runtime;
@@ -94,6 +103,7 @@ struct percpu_counter {
 };
 
 struct mm_struct {
+	unsigned long hiwater_rss;
 	unsigned long total_vm;
 	unsigned long flags;          /* before 6.18: a plain word */
 	struct percpu_counter rss_stat[4];
@@ -144,8 +154,27 @@ struct worker {
 	char desc[32];
 };
 
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+};
+
+struct linux_binprm {
+	const char *filename;
+};
+
 struct task_struct {
 	unsigned int __state;
+	int exit_code;
+	unsigned int in_execve: 1;
+	struct css_set *cgroups;
 	int exit_state;
 	unsigned int flags;
 	int static_prio;

@@ -14,6 +14,7 @@
 #define TK_SCANNER_MT "takana.ProcScanner"
 #define TK_PIDFD_MT "takana.Pidfd"
 #define TK_CGROUP_MT "takana.Cgroup"
+#define TK_EVENTS_MT "takana.Events"
 
 /* Pushes nil, "ctx: strerror(-err)", -err and returns 3: the runtime
  * failure convention of every function in the module. */
@@ -26,5 +27,6 @@ void tk_check_nargs(lua_State *L, int max);
 void tk_snapshot_open(lua_State *L);
 void tk_process_open(lua_State *L);
 void tk_cgroup_open(lua_State *L);
+void tk_events_open_lib(lua_State *L);
 
 #endif

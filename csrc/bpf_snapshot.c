@@ -41,6 +41,19 @@ void tk_bpf_release(void)
 {
 }
 
+int tk_bpf_load_begin(void)
+{
+	return -ENOTSUP;
+}
+
+void tk_bpf_load_end(int err, const char *what, char *why, size_t why_len)
+{
+	(void)err;
+	(void)what;
+	(void)why;
+	(void)why_len;
+}
+
 #else
 
 #include <fcntl.h>
@@ -135,52 +148,58 @@ static uint64_t monotonic_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Whether the running kernel's BTF names a function, -1 when there is no
- * kernel BTF to ask. */
-static int kernel_has_func(const char *name)
-{
-	struct btf *btf = btf__load_vmlinux_btf();
-	int found;
-
-	if (btf == NULL)
-		return -1;
-	found = btf__find_by_name_kind(btf, name, BTF_KIND_FUNC) > 0;
-	btf__free(btf);
-	return found;
-}
-
 /* Turns a failed load into what a person can act on. Order matters: the
- * missing prerequisite is the reason, not the errno it happened to cause. */
-static void explain_load_failure(enum tk_bpf_tier tier, int err, char *why)
+ * missing prerequisite is the reason, not the errno it happened to cause.
+ * needs: a kernel BTF type the program cannot work without, and since. */
+static void explain_load_failure(const char *needs, int needs_kind, const char *since,
+                                 int err, char *why, size_t why_len)
 {
 	struct utsname uts;
-	const char *kfunc = tier == TK_TIER_KFUNC ? "bpf_iter_task_new" : "bpf_iter_task";
-	int has;
+	struct btf *btf;
+	int has = -1;
 
 	if (uname(&uts) != 0)
 		strcpy(uts.release, "?");
 	if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
-		snprintf(why, WHY_LEN, "no kernel BTF: /sys/kernel/btf/vmlinux is missing "
+		snprintf(why, why_len, "no kernel BTF: /sys/kernel/btf/vmlinux is missing "
 		         "(kernel %s built without CONFIG_DEBUG_INFO_BTF)", uts.release);
 		return;
 	}
 	if (err == -EPERM || err == -EACCES) {
 		if (geteuid() == 0)
-			snprintf(why, WHY_LEN, "EPERM: the kernel refused BPF even to root "
+			snprintf(why, why_len, "EPERM: the kernel refused BPF even to root "
 			         "(lockdown, seccomp or a user namespace?)");
 		else
-			snprintf(why, WHY_LEN, "EPERM: loading BPF needs CAP_BPF and CAP_PERFMON (or root)");
+			snprintf(why, why_len, "EPERM: loading BPF needs CAP_BPF and CAP_PERFMON (or root)");
 		return;
 	}
-	has = kernel_has_func(kfunc);
+	btf = btf__load_vmlinux_btf();
+	if (btf != NULL) {
+		has = btf__find_by_name_kind(btf, needs, needs_kind) > 0;
+		btf__free(btf);
+	}
 	if (has == 0) {
-		snprintf(why, WHY_LEN, "kernel %s too old: no %s (%s needs Linux >= %s)",
-		         uts.release, kfunc, tier == TK_TIER_KFUNC ? "the task iterator kfuncs" : "iter/task",
-		         tier == TK_TIER_KFUNC ? "6.7" : "5.8");
+		snprintf(why, why_len, "kernel %s too old: no %s (needs Linux >= %s)",
+		         uts.release, needs, since);
 		return;
 	}
-	snprintf(why, WHY_LEN, "BPF load failed on kernel %s: %s%s%s", uts.release,
+	snprintf(why, why_len, "BPF load failed on kernel %s: %s%s%s", uts.release,
 	         strerror(-err), libbpf_last[0] ? " -- " : "", libbpf_last);
+}
+
+int tk_bpf_load_begin(void)
+{
+	pthread_mutex_lock(&load_lock);
+	libbpf_set_print(libbpf_capture);
+	libbpf_last[0] = '\0';
+	return 0;
+}
+
+void tk_bpf_load_end(int err, const char *what, char *why, size_t why_len)
+{
+	if (err != 0 && strcmp(what, "events") == 0)
+		explain_load_failure("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
+	pthread_mutex_unlock(&load_lock);
 }
 
 /* Current thread count (an upper bound on processes) from /proc/loadavg. */
@@ -310,9 +329,7 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 		return t->state;
 	if (t->state > 0 && !(tier == TK_TIER_KFUNC && t->capacity_wanted))
 		return 0;
-	pthread_mutex_lock(&load_lock);
-	libbpf_set_print(libbpf_capture);
-	libbpf_last[0] = '\0';
+	tk_bpf_load_begin();
 	start = monotonic_ns();
 	if (tier == TK_TIER_KFUNC) {
 		size_t capacity = t->capacity_wanted ? t->capacity_wanted
@@ -326,12 +343,15 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 	if (err == 0 && t->load_ns == 0)
 		t->load_ns = monotonic_ns() - start;
 	if (err != 0) {
-		explain_load_failure(tier, err, t->why);
+		if (tier == TK_TIER_KFUNC)
+			explain_load_failure("bpf_iter_task_new", BTF_KIND_FUNC, "6.7", err, t->why, WHY_LEN);
+		else
+			explain_load_failure("bpf_iter_task", BTF_KIND_FUNC, "5.8", err, t->why, WHY_LEN);
 		t->state = err;
 	} else {
 		t->state = 1;
 	}
-	pthread_mutex_unlock(&load_lock);
+	tk_bpf_load_end(0, "snapshot", NULL, 0);
 	return err;
 }
 

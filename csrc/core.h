@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../bpf/takana_record.h"
+#include "../bpf/takana_event.h"
 
 /* ---- /proc/<pid>/stat parser (proc_stat.c) ---------------------------- */
 
@@ -108,5 +109,79 @@ void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info);
 int tk_bpf_kfunc_set_capacity(size_t capacity);
 /* Unloads both tiers; the next snapshot loads again. */
 void tk_bpf_release(void);
+/* For other BPF objects (events): serialises a load with libbpf's messages
+ * captured; tk_bpf_load_end writes the reason of a failed load into why. */
+int tk_bpf_load_begin(void);
+void tk_bpf_load_end(int err, const char *what, char *why, size_t why_len);
+
+/* ---- process events (events.c) -------------------------------------------- */
+
+enum tk_event_backend {
+	TK_EVB_BPF,
+	TK_EVB_CONNECTOR,
+	TK_EVB_POLL,
+};
+
+/* One proc connector message, decoded. */
+struct tk_cn_message {
+	uint32_t what;        /* PROC_EVENT_* */
+	uint32_t cpu;
+	uint32_t seq;         /* per-CPU sequence number: gaps are losses */
+	uint32_t ack;
+	uint32_t ack_err;     /* PROC_EVENT_NONE: the kernel's answer to LISTEN */
+	int thread;           /* fork/exit of a thread, not of a process */
+	struct tk_event event;  /* type 0 for events takana does not report */
+};
+
+struct tk_cn_seq {
+	uint32_t next;
+	uint32_t seen;
+};
+
+struct tk_events {
+	enum tk_event_backend backend;
+	uint32_t mask;               /* TK_EV_BIT of the wanted types */
+	int fd;                      /* pollable: ring epoll fd, netlink socket or timerfd */
+	int closed;
+	struct tk_event *queue;      /* decoded, not yet read */
+	size_t qhead, qlen, qcap;
+	uint64_t received;           /* events queued, lost markers excluded */
+	uint64_t lost;               /* since the last tk_events_take_lost */
+	uint64_t lost_total;
+	uint64_t lost_by_type[TK_EV_TYPES];  /* bpf only: the program knows the type */
+	uint64_t overruns;           /* connector: ENOBUFS seen */
+	uint64_t malformed;          /* messages that did not parse */
+	/* bpf */
+	void *bpf;                   /* struct takana_events * */
+	void *ring;                  /* struct ring_buffer * */
+	uint64_t bpf_lost_seen[TK_EV_TYPES];
+	uint64_t ring_got;
+	size_t ring_bytes;
+	/* connector */
+	struct tk_cn_seq *cn_seq;
+	size_t cn_ncpu;
+	int cn_listening;
+	/* poll */
+	struct tk_proc_scanner scanner;
+	int scanner_open;
+	struct tk_recbuf prev, next;
+};
+
+/* Parses one netlink datagram of the proc connector. Returns 1 with *out
+ * filled, 0 for a message that is not a proc event, -EBADMSG for a
+ * malformed one. Pure: reads only buf[0..len). */
+int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out);
+
+/* Opens a stream; on failure returns -errno with a reason in why. buffer:
+ * ring bytes (bpf) or socket receive buffer (connector), 0 for default. */
+int tk_events_open(struct tk_events *ev, enum tk_event_backend backend, uint32_t mask,
+                   double interval, size_t buffer, char *why, size_t why_len);
+/* Moves up to max ready events into the queue, without blocking. */
+int tk_events_fill(struct tk_events *ev, size_t max);
+/* The next queued event, or NULL. Valid until the next fill. */
+const struct tk_event *tk_events_next(struct tk_events *ev);
+/* Returns and resets the count of events known lost. */
+uint64_t tk_events_take_lost(struct tk_events *ev);
+void tk_events_close(struct tk_events *ev);
 
 #endif

@@ -45,5 +45,6 @@ int luaopen_takana_core(lua_State *L)
 	tk_snapshot_open(L);
 	tk_process_open(L);
 	tk_cgroup_open(L);
+	tk_events_open_lib(L);
 	return 1;
 }

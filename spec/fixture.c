@@ -69,17 +69,17 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: fixture [--name N] [--threads N] [--exited-threads N] "
 	                "[--burn-ms MS] [--touch-mb MB] [--zombie] [--nice N] [--setsid] "
-	                "[--spin] [--herd N] [--churn SECONDS] [--life SECONDS]\n");
+	                "[--spin] [--tree] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--life SECONDS]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
-	const char *name = NULL;
+	const char *name = NULL, *rename_to = NULL;
 	long threads = 0, exited_threads = 0, touch_mb = 0, herd = 0, nice_v = 0;
 	double churn_s = 0;
 	unsigned life = 60;
-	int zombie = 0, do_setsid = 0, set_nice = 0, spin = 0;
+	int zombie = 0, do_setsid = 0, set_nice = 0, spin = 0, tree = 0;
 	pid_t zombie_pid = 0;
 	pthread_t t;
 
@@ -89,11 +89,13 @@ int main(int argc, char **argv)
 		if (strcmp(a, "--zombie") == 0) { zombie = 1; continue; }
 		if (strcmp(a, "--setsid") == 0) { do_setsid = 1; continue; }
 		if (strcmp(a, "--spin") == 0) { spin = 1; continue; }
+		if (strcmp(a, "--tree") == 0) { tree = 1; continue; }
 		if (v == NULL)
 			usage();
 		i++;
 		if (strcmp(a, "--name") == 0) name = v;
 		else if (strcmp(a, "--threads") == 0) threads = atol(v);
+		else if (strcmp(a, "--rename") == 0) rename_to = v;
 		else if (strcmp(a, "--exited-threads") == 0) exited_threads = atol(v);
 		else if (strcmp(a, "--burn-ms") == 0) burn_ms = atol(v);
 		else if (strcmp(a, "--touch-mb") == 0) touch_mb = atol(v);
@@ -143,6 +145,37 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (tree) {
+		/* A known family for the event specs, one child at a time so the
+		 * order of their events is fixed: exec, exit 3, SIGKILL, rename. */
+		pid_t kids[4];
+		kids[0] = fork();
+		if (kids[0] == 0) {
+			execl("/bin/true", "true", (char *)NULL);
+			_exit(127);
+		}
+		waitpid(kids[0], NULL, 0);
+		kids[1] = fork();
+		if (kids[1] == 0)
+			_exit(3);
+		waitpid(kids[1], NULL, 0);
+		kids[2] = fork();
+		if (kids[2] == 0)
+			for (;;)
+				pause();
+		kill(kids[2], SIGKILL);
+		waitpid(kids[2], NULL, 0);
+		kids[3] = fork();
+		if (kids[3] == 0) {
+			prctl(PR_SET_NAME, "renamed");
+			_exit(0);
+		}
+		waitpid(kids[3], NULL, 0);
+		printf("ready %d %d %d %d %d\n", (int)getpid(), (int)kids[0], (int)kids[1],
+		       (int)kids[2], (int)kids[3]);
+		fflush(stdout);
+		return 0;
+	}
 	if (churn_s > 0) {
 		/* Short-lived children as fast as possible, reaped, until time is up. */
 		double end = now_s() + churn_s;
@@ -167,6 +200,10 @@ int main(int argc, char **argv)
 	else
 		printf("ready %d\n", (int)getpid());
 	fflush(stdout);
+	if (rename_to != NULL) {
+		usleep(200000);
+		prctl(PR_SET_NAME, rename_to);
+	}
 	while (spin)
 		burn(1000);
 	for (;;)

@@ -203,7 +203,13 @@ function M.probe(args)
   io.write(("%-22s %s\n"):format("kernel", p.kernel or "?"))
   row("btf", p.btf, "/sys/kernel/btf/vmlinux")
   for _, b in ipairs { "kfunc", "iter", "proc" } do
-    row("snapshot." .. b, p.snapshot[b], p.snapshot.backend == b and "(used by snapshot())" or "")
+    local t = p.snapshot[b]
+    local detail = t.load_ns and ("loaded in %.1f ms"):format(t.load_ns / 1e6) or ""
+    if p.snapshot.backend == b then detail = detail .. (detail ~= "" and " " or "") .. "(used by snapshot())" end
+    row("snapshot." .. b, t, detail)
+  end
+  for _, b in ipairs { "bpf", "connector", "poll" } do
+    row("events." .. b, p.events[b], p.events.backend == b and "(used by events())" or "")
   end
   row("pidfd", p.pidfd, "pidfd_open, pidfd_send_signal, waitid(P_PIDFD)")
   row("clone3", p.clone3, "spawn: CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP")

@@ -158,6 +158,64 @@ function M.poll(objects, timeout)
   return ready
 end
 
+local event_backends = { "bpf", "connector", "poll" }
+local event_types = { fork = true, exec = true, exit = true, comm = true }
+
+--- Subscribes to process events.
+-- `t = {"fork", "exec", "exit", "comm"; backend=, interval=, buffer=}`: the
+-- types wanted (default all four); `backend` "auto" (default: bpf, then
+-- connector, then poll, the first that opens), "bpf", "connector" or
+-- "poll"; `interval` seconds between snapshots for poll (default 0.1);
+-- `buffer` bytes of ring (bpf) or socket buffer (connector).
+-- @treturn[1] events a stream with `.backend`, `.skipped` (why better
+--   backends were not used), `:read()`, `:lost()`, `:stats()`, `:fileno()`,
+--   the cqueues pollable protocol, `:close()`
+-- @treturn[2] nil, "events: <backend> backend unavailable: <why>", errno
+function M.events(t)
+  if t == nil then t = {} end
+  if type(t) ~= "table" then argerror("events", 1, "table expected, got " .. type(t)) end
+  local mask, any = 0, false
+  for k, v in pairs(t) do
+    if math.type(k) == "integer" then
+      if type(v) ~= "string" or not event_types[v] then
+        argerror("events", 1, ("unknown event type %s (fork, exec, exit or comm)"):format(
+          type(v) == "string" and ("'" .. v .. "'") or type(v)))
+      end
+      mask = mask | core.event_bits[v]
+      any = true
+    elseif k == "backend" or k == "interval" or k == "buffer" then
+      local want = k == "backend" and "string" or "number"
+      if type(v) ~= want then
+        argerror("events", 1, ("option '%s': %s expected, got %s"):format(k, want, type(v)))
+      end
+    else
+      argerror("events", 1, "unknown option '" .. tostring(k) .. "'")
+    end
+  end
+  if not any then
+    for name in pairs(event_types) do mask = mask | core.event_bits[name] end
+  end
+  local backend = t.backend or "auto"
+  if backend ~= "auto" and backend ~= "bpf" and backend ~= "connector" and backend ~= "poll" then
+    argerror("events", 1, "unknown backend '" .. backend .. "' (auto, bpf, connector or poll)")
+  end
+  if t.interval and not (t.interval >= 0.001 and t.interval <= 86400) then
+    argerror("events", 1, "interval must be between 0.001 and 86400 seconds")
+  end
+  if t.buffer and (math.type(t.buffer) ~= "integer" or t.buffer < 0 or t.buffer > 1 << 30) then
+    argerror("events", 1, "buffer must be an integer number of bytes, 0..1 GiB")
+  end
+  if backend ~= "auto" then
+    return core.events_open(backend, mask, t.interval, t.buffer)
+  end
+  local skipped = {}
+  for _, name in ipairs(event_backends) do
+    local ev, why, errno = core.events_open(name, mask, t.interval, t.buffer, skipped)
+    if ev or name == "poll" then return ev, why, errno end
+    skipped[name] = (why:gsub("^events: %S+ backend unavailable: ", ""))
+  end
+end
+
 --- cgroup v2 handles; see the takana.cgroup module: `takana.cgroup(path)`,
 -- `takana.cgroup.self()`, `takana.cgroup.of(pid|pidfd)`.
 M.cgroup = require "takana.cgroup"
@@ -173,6 +231,7 @@ end
 --- What this host offers and which backend each capability uses, with the
 -- reason for every "no". Never raises.
 -- @treturn table `kernel`, `btf`, `snapshot = {kfunc=, iter=, proc=, backend=}`,
+--   `events = {bpf=, connector=, poll=, backend=}`,
 --   `pidfd`, `clone3`, `cgroup` (mode, v2_mount, v2_controllers, v1 mounts);
 --   each capability has `ok` and, when not ok, `why`.
 function M.probe()
@@ -201,6 +260,16 @@ function M.probe()
     r.clone3.why = (not sok and tostring(child)) or serr or "clone3 refused; spawn falls back to posix_spawn"
   end
   if sok and child then child:wait() child:close() end
+
+  r.events = {}
+  for _, name in ipairs(event_backends) do
+    local ok, ev, why = pcall(core.events_open, name, core.event_bits.fork, 1.0)
+    local e = { ok = ok and ev ~= nil }
+    if not e.ok then e.why = ((not ok and tostring(ev)) or why):gsub("^events: %S+ backend unavailable: ", "") end
+    if ok and ev then ev:close() end
+    r.events[name] = e
+    if e.ok and not r.events.backend then r.events.backend = name end
+  end
 
   local cok, cg = pcall(M.cgroup.probe)
   r.cgroup = cok and cg or { ok = false, why = tostring(cg) }

@@ -1,0 +1,55 @@
+/* The process event shared by the event backends: the BPF ring buffer
+ * records, the proc connector parser and the snapshot-diff poller all fill
+ * this layout, and the binding turns it into a Lua table. Fixed-width types
+ * only, so it compiles for BPF and for user space. */
+#ifndef TAKANA_EVENT_H
+#define TAKANA_EVENT_H
+
+#ifndef __bpf__
+#include <linux/types.h>
+#endif
+
+enum tk_event_type {
+	TK_EV_FORK = 1,     /* a new process (not a new thread) */
+	TK_EV_EXEC,
+	TK_EV_EXIT,         /* the whole process ended (bpf) or its leader exited (connector) */
+	TK_EV_COMM,         /* a process renamed itself (prctl PR_SET_NAME, /proc/<pid>/comm) */
+	TK_EV_LOST,         /* events were dropped; count in lost */
+	TK_EV_TYPES
+};
+
+#define TK_EV_BIT(type) (1u << (type))
+
+/* flags */
+#define TK_EVF_EXITED    0x01u   /* exit: exit_code is valid */
+#define TK_EVF_SIGNALED  0x02u   /* exit: exit_signal is valid */
+#define TK_EVF_CORE      0x04u   /* exit: dumped core */
+#define TK_EVF_ACCT      0x08u   /* exit: utime/stime/maxrss/cgroup_id are valid */
+#define TK_EVF_OBSERVED  0x10u   /* synthesised from snapshots: seen, not witnessed */
+#define TK_EVF_COMM      0x20u   /* comm is valid */
+
+#define TK_EV_COMM_LEN 16
+#define TK_EV_FILENAME_LEN 128
+
+struct tk_event {
+	__u32 type;           /* enum tk_event_type */
+	__u32 flags;          /* TK_EVF_* */
+	__u32 pid;            /* thread-group id */
+	__u32 tid;
+	__u32 ppid;           /* 0 when unknown */
+	__u32 exit_code;      /* exit(2) status, when TK_EVF_EXITED */
+	__u32 exit_signal;    /* terminating signal, when TK_EVF_SIGNALED */
+	__u32 pad;
+	__u64 time_ns;        /* CLOCK_BOOTTIME */
+	/* exit, bpf only (TK_EVF_ACCT): raw sums, split in user space */
+	__u64 utime_ns;
+	__u64 stime_ns;
+	__u64 runtime_ns;
+	__u64 maxrss_bytes;
+	__u64 cgroup_id;      /* cgroup v2 id (the inode number of its directory) */
+	__u64 lost;           /* TK_EV_LOST: how many */
+	char comm[TK_EV_COMM_LEN];
+	char filename[TK_EV_FILENAME_LEN];   /* exec, bpf only; empty otherwise */
+};
+
+#endif

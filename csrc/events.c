@@ -1,0 +1,727 @@
+/* Process events from three backends behind one pollable stream:
+ *
+ * bpf:       BTF tracepoints into a ring buffer (bpf/takana_events.bpf.c);
+ *            failed reservations are counted per type by the program.
+ * connector: the proc connector (NETLINK_CONNECTOR, CN_IDX_PROC). Every
+ *            event type is subscribed and filtered here, because the
+ *            kernel's per-CPU sequence numbers then have no gaps but
+ *            losses, which makes the loss count exact.
+ * poll:      snapshots of /proc diffed on a timerfd; sees only what lives
+ *            across a tick, and says so with TK_EVF_OBSERVED.
+ *
+ * Events are decoded into a queue that the binding drains. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/cn_proc.h>
+#include <linux/connector.h>
+#include <linux/netlink.h>
+
+#include "core.h"
+
+/* ---- the queue ---------------------------------------------------------- */
+
+static struct tk_event *queue_push(struct tk_events *ev)
+{
+	if (ev->qhead > 0 && ev->qhead == ev->qlen)
+		ev->qhead = ev->qlen = 0;
+	if (ev->qlen == ev->qcap) {
+		size_t cap = ev->qcap ? ev->qcap * 2 : 256;
+		struct tk_event *q;
+
+		if (ev->qhead > 0) {
+			/* Reuse the drained front before growing. */
+			memmove(ev->queue, ev->queue + ev->qhead, (ev->qlen - ev->qhead) * sizeof *q);
+			ev->qlen -= ev->qhead;
+			ev->qhead = 0;
+			return &ev->queue[ev->qlen++];
+		}
+		q = realloc(ev->queue, cap * sizeof *q);
+		if (q == NULL)
+			return NULL;
+		ev->queue = q;
+		ev->qcap = cap;
+	}
+	return &ev->queue[ev->qlen++];
+}
+
+static int queue_event(struct tk_events *ev, const struct tk_event *e)
+{
+	struct tk_event *slot;
+
+	if (e->type != TK_EV_LOST && !(ev->mask & TK_EV_BIT(e->type)))
+		return 0;
+	slot = queue_push(ev);
+	if (slot == NULL)
+		return -ENOMEM;
+	*slot = *e;
+	ev->received++;
+	return 0;
+}
+
+static int queue_lost(struct tk_events *ev, uint64_t count, uint64_t time_ns)
+{
+	struct tk_event e;
+
+	memset(&e, 0, sizeof e);
+	e.type = TK_EV_LOST;
+	e.lost = count;
+	e.time_ns = time_ns;
+	ev->lost += count;
+	ev->lost_total += count;
+	ev->received--;  /* queue_event counts it; a lost marker is not an event */
+	return queue_event(ev, &e);
+}
+
+const struct tk_event *tk_events_next(struct tk_events *ev)
+{
+	if (ev->qhead < ev->qlen)
+		return &ev->queue[ev->qhead++];
+	return NULL;
+}
+
+uint64_t tk_events_take_lost(struct tk_events *ev)
+{
+	uint64_t n = ev->lost;
+
+	ev->lost = 0;
+	return n;
+}
+
+static uint64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- proc connector ---------------------------------------------------- */
+
+/* Decodes the exit status the kernel keeps (task->exit_code: wait(2)'s
+ * format) into the event. */
+static void exit_status(struct tk_event *e, uint32_t status)
+{
+	if (status & 0x7f) {
+		e->exit_signal = status & 0x7f;
+		e->flags |= TK_EVF_SIGNALED | ((status & 0x80) ? TK_EVF_CORE : 0);
+	} else {
+		e->exit_code = (status >> 8) & 0xff;
+		e->flags |= TK_EVF_EXITED;
+	}
+}
+
+int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out)
+{
+	const struct nlmsghdr *nh = buf;
+	const struct cn_msg *cn;
+	const struct proc_event *pe;
+	struct tk_event *e = &out->event;
+	size_t need = NLMSG_LENGTH(sizeof *cn + sizeof *pe);
+	size_t sz = NLMSG_LENGTH(sizeof *cn);
+
+	memset(out, 0, sizeof *out);
+	if (len < sz || nh->nlmsg_len < sz || nh->nlmsg_len > len)
+		return -EBADMSG;
+	if (nh->nlmsg_type == NLMSG_NOOP || nh->nlmsg_type == NLMSG_ERROR)
+		return 0;
+	cn = NLMSG_DATA(nh);
+	if (cn->id.idx != CN_IDX_PROC || cn->id.val != CN_VAL_PROC)
+		return 0;
+	/* proc_event has grown over the years; older, shorter ones are
+	 * accepted as long as the part read here is present. */
+	if (nh->nlmsg_len < need || cn->len < sizeof *pe || sz + cn->len > nh->nlmsg_len)
+		return -EBADMSG;
+	pe = (const struct proc_event *)(const void *)cn->data;
+	out->what = pe->what;
+	out->cpu = pe->cpu;
+	out->seq = cn->seq;
+	out->ack = cn->ack;
+	e->time_ns = pe->timestamp_ns;     /* CLOCK_MONOTONIC; the caller converts */
+	switch (pe->what) {
+	case PROC_EVENT_NONE:
+		out->ack_err = pe->event_data.ack.err;
+		return 1;
+	case PROC_EVENT_FORK:
+		e->type = TK_EV_FORK;
+		e->pid = (uint32_t)pe->event_data.fork.child_tgid;
+		e->tid = (uint32_t)pe->event_data.fork.child_pid;
+		e->ppid = (uint32_t)pe->event_data.fork.parent_tgid;
+		out->thread = pe->event_data.fork.child_pid != pe->event_data.fork.child_tgid;
+		return 1;
+	case PROC_EVENT_EXEC:
+		e->type = TK_EV_EXEC;
+		e->pid = (uint32_t)pe->event_data.exec.process_tgid;
+		e->tid = (uint32_t)pe->event_data.exec.process_pid;
+		return 1;
+	case PROC_EVENT_COMM:
+		e->type = TK_EV_COMM;
+		e->pid = (uint32_t)pe->event_data.comm.process_tgid;
+		e->tid = (uint32_t)pe->event_data.comm.process_pid;
+		memcpy(e->comm, pe->event_data.comm.comm, sizeof e->comm);
+		e->comm[sizeof e->comm - 1] = '\0';
+		e->flags |= TK_EVF_COMM;
+		return 1;
+	case PROC_EVENT_EXIT:
+		e->type = TK_EV_EXIT;
+		e->pid = (uint32_t)pe->event_data.exit.process_tgid;
+		e->tid = (uint32_t)pe->event_data.exit.process_pid;
+		e->ppid = (uint32_t)pe->event_data.exit.parent_tgid;
+		exit_status(e, pe->event_data.exit.exit_code);
+		/* A thread's exit is not the process's. */
+		out->thread = pe->event_data.exit.process_pid != pe->event_data.exit.process_tgid;
+		return 1;
+	default:
+		/* uid, gid, sid, ptrace, coredump: not takana events, but they
+		 * still count in the sequence. */
+		e->type = 0;
+		return 1;
+	}
+}
+
+static int cn_send_op(int fd, enum proc_cn_mcast_op op, uint32_t ack)
+{
+	char buf[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(uint32_t))];
+	struct nlmsghdr *nh = (struct nlmsghdr *)(void *)buf;
+	struct cn_msg *cn;
+	uint32_t value = op;
+
+	memset(buf, 0, sizeof buf);
+	nh->nlmsg_len = NLMSG_LENGTH(sizeof *cn + sizeof value);
+	nh->nlmsg_type = NLMSG_DONE;
+	nh->nlmsg_pid = 0;
+	cn = NLMSG_DATA(nh);
+	cn->id.idx = CN_IDX_PROC;
+	cn->id.val = CN_VAL_PROC;
+	cn->seq = 0;
+	cn->ack = ack;
+	cn->len = sizeof value;
+	memcpy(cn->data, &value, sizeof value);
+	if (send(fd, buf, nh->nlmsg_len, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+static void comm_from_proc(struct tk_event *e)
+{
+	char path[48];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%u/comm", e->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, e->comm, sizeof e->comm - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	if (e->comm[n - 1] == '\n')
+		n--;
+	e->comm[n] = '\0';
+	e->flags |= TK_EVF_COMM;
+}
+
+/* Counts sequence gaps on the message's CPU as lost events. */
+static int cn_track_seq(struct tk_events *ev, const struct tk_cn_message *m, uint64_t now)
+{
+	uint32_t cpu = m->cpu;
+
+	if (cpu >= ev->cn_ncpu) {
+		size_t n = (size_t)cpu + 64;
+		struct tk_cn_seq *s = realloc(ev->cn_seq, n * sizeof *s);
+		if (s == NULL)
+			return -ENOMEM;
+		memset(s + ev->cn_ncpu, 0, (n - ev->cn_ncpu) * sizeof *s);
+		ev->cn_seq = s;
+		ev->cn_ncpu = n;
+	}
+	if (ev->cn_seq[cpu].seen && m->seq != ev->cn_seq[cpu].next) {
+		uint32_t gap = m->seq - ev->cn_seq[cpu].next;
+		/* A sequence that went back is a counter reset, not a loss. */
+		if (gap < 0x80000000u) {
+			int err = queue_lost(ev, gap, now);
+			if (err < 0)
+				return err;
+		}
+	}
+	ev->cn_seq[cpu].seen = 1;
+	ev->cn_seq[cpu].next = m->seq + 1;
+	return 0;
+}
+
+static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t mono_to_boot)
+{
+	struct tk_cn_message m;
+	int r = tk_cn_parse(buf, len, &m);
+
+	if (r < 0) {
+		ev->malformed++;
+		return 0;
+	}
+	if (r == 0)
+		return 0;
+	/* Acks (PROC_EVENT_NONE) take sequence numbers too. */
+	r = cn_track_seq(ev, &m, m.event.time_ns + mono_to_boot);
+	if (r < 0)
+		return r;
+	if (m.event.type == 0 || m.thread)
+		return 0;
+	m.event.time_ns += mono_to_boot;
+	if (m.event.type == TK_EV_EXEC && (ev->mask & TK_EV_BIT(TK_EV_EXEC)))
+		comm_from_proc(&m.event);
+	return queue_event(ev, &m.event);
+}
+
+static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
+{
+	struct sockaddr_nl addr = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC };
+	int size = buffer ? (int)buffer : 16 << 20;
+	/* The kernel's ack carries ours plus one: that is how it is told apart
+	 * from acks to other listeners. */
+	uint32_t ack = ((uint32_t)getpid() << 12) ^ (uint32_t)clock_ns(CLOCK_MONOTONIC);
+	uint64_t deadline;
+	int fd, err;
+
+	fd = socket(PF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_CONNECTOR);
+	if (fd < 0) {
+		err = -errno;
+		snprintf(why, why_len, "socket(NETLINK_CONNECTOR): %s", strerror(errno));
+		return err;
+	}
+	/* Bursts arrive faster than a Lua loop drains them: a big buffer. The
+	 * FORCE variant passes rmem_max when privileged. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof size) < 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+	if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+		err = -errno;
+		snprintf(why, why_len, "%s", errno == EPERM || errno == EACCES
+		         ? "EPERM: the proc connector needs CAP_NET_ADMIN (root)"
+		         : strerror(errno));
+		close(fd);
+		return err;
+	}
+	ev->fd = fd;
+	err = cn_send_op(fd, PROC_CN_MCAST_LISTEN, ack);
+	if (err < 0) {
+		snprintf(why, why_len, "proc connector listen: %s", strerror(-err));
+		return err;
+	}
+	/* The kernel answers LISTEN with an ack carrying an errno; events
+	 * that arrive meanwhile are kept. */
+	deadline = clock_ns(CLOCK_MONOTONIC) + 1000000000ull;
+	for (;;) {
+		char buf[4096];
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		uint64_t now = clock_ns(CLOCK_MONOTONIC);
+		struct tk_cn_message m;
+		ssize_t n;
+
+		if (now >= deadline) {
+			snprintf(why, why_len, "no answer from the proc connector in 1 s "
+			         "(kernel without CONFIG_PROC_EVENTS?)");
+			return -ETIMEDOUT;
+		}
+		if (poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1) < 0 && errno != EINTR)
+			return -errno;
+		n = recv(fd, buf, sizeof buf, 0);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ENOBUFS)
+				continue;
+			err = -errno;
+			snprintf(why, why_len, "proc connector: %s", strerror(errno));
+			return err;
+		}
+		if (tk_cn_parse(buf, (size_t)n, &m) == 1 && m.what == PROC_EVENT_NONE && m.ack == ack + 1) {
+			if (m.ack_err != 0) {
+				snprintf(why, why_len, "%s", m.ack_err == EPERM
+				         ? "EPERM: the proc connector needs CAP_NET_ADMIN (root)"
+				         : strerror((int)m.ack_err));
+				return -(int)m.ack_err;
+			}
+			ev->cn_listening = 1;
+			return cn_track_seq(ev, &m, 0);
+		}
+		err = cn_handle(ev, buf, (size_t)n,
+		                clock_ns(CLOCK_BOOTTIME) - clock_ns(CLOCK_MONOTONIC));
+		if (err < 0)
+			return err;
+	}
+}
+
+static int cn_fill(struct tk_events *ev, size_t max)
+{
+	uint64_t mono_to_boot = clock_ns(CLOCK_BOOTTIME) - clock_ns(CLOCK_MONOTONIC);
+	char buf[4096];
+	size_t got = 0;
+
+	while (got < max) {
+		ssize_t n = recv(ev->fd, buf, sizeof buf, 0);
+		int err;
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return 0;
+			if (errno == ENOBUFS) {
+				/* The socket overflowed; the gaps in the sequence say
+				 * how many were dropped, once later messages arrive. */
+				ev->overruns++;
+				continue;
+			}
+			return -errno;
+		}
+		err = cn_handle(ev, buf, (size_t)n, mono_to_boot);
+		if (err < 0)
+			return err;
+		got++;
+	}
+	return 0;
+}
+
+/* ---- poll: snapshots diffed on a timer ------------------------------------ */
+
+static void observed(struct tk_event *e, uint32_t type, const struct tk_record *r, uint64_t time_ns)
+{
+	memset(e, 0, sizeof *e);
+	e->type = type;
+	e->flags = TK_EVF_OBSERVED | TK_EVF_COMM;
+	e->pid = e->tid = r->pid;
+	e->ppid = r->ppid;
+	e->time_ns = time_ns;
+	memcpy(e->comm, r->comm, r->comm_len < sizeof e->comm - 1 ? r->comm_len : sizeof e->comm - 1);
+}
+
+static int poll_diff(struct tk_events *ev, const struct tk_recbuf *a, const struct tk_recbuf *b,
+                     uint64_t now)
+{
+	size_t i = 0, j = 0;
+	struct tk_event e;
+	int err = 0;
+
+	while (err == 0 && (i < a->len || j < b->len)) {
+		const struct tk_record *ra = i < a->len ? &a->recs[i] : NULL;
+		const struct tk_record *rb = j < b->len ? &b->recs[j] : NULL;
+
+		if (rb == NULL || (ra != NULL && ra->pid < rb->pid)) {
+			observed(&e, TK_EV_EXIT, ra, now);
+			err = queue_event(ev, &e);
+			i++;
+		} else if (ra == NULL || rb->pid < ra->pid || ra->start_ns != rb->start_ns) {
+			if (ra != NULL && rb->pid == ra->pid) {
+				observed(&e, TK_EV_EXIT, ra, now);
+				err = queue_event(ev, &e);
+				i++;
+			}
+			/* Its birth time is known: that is when it forked. */
+			observed(&e, TK_EV_FORK, rb, rb->start_ns);
+			if (err == 0)
+				err = queue_event(ev, &e);
+			j++;
+		} else {
+			if (ra->comm_len != rb->comm_len || memcmp(ra->comm, rb->comm, ra->comm_len) != 0) {
+				observed(&e, TK_EV_COMM, rb, now);
+				err = queue_event(ev, &e);
+			}
+			i++;
+			j++;
+		}
+	}
+	return err;
+}
+
+static int poll_snapshot(struct tk_events *ev, struct tk_recbuf *out)
+{
+	int err;
+
+	out->len = out->vanished = out->denied = 0;
+	err = tk_proc_scan(&ev->scanner, out, 1);
+	if (err == 0)
+		tk_recbuf_sort(out);
+	return err;
+}
+
+static int poll_open(struct tk_events *ev, double interval, char *why, size_t why_len)
+{
+	struct itimerspec its;
+	int err;
+
+	if (!(interval >= 0.001 && interval <= 86400.0)) {
+		snprintf(why, why_len, "interval must be between 0.001 and 86400 s");
+		return -EINVAL;
+	}
+	err = tk_proc_scanner_init(&ev->scanner, "/proc");
+	if (err < 0) {
+		snprintf(why, why_len, "open /proc: %s", strerror(-err));
+		return err;
+	}
+	ev->scanner_open = 1;
+	err = poll_snapshot(ev, &ev->prev);
+	if (err < 0) {
+		snprintf(why, why_len, "snapshot of /proc: %s", strerror(-err));
+		return err;
+	}
+	ev->fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (ev->fd < 0) {
+		err = -errno;
+		snprintf(why, why_len, "timerfd_create: %s", strerror(errno));
+		return err;
+	}
+	its.it_interval.tv_sec = (time_t)interval;
+	its.it_interval.tv_nsec = (long)((interval - (double)its.it_interval.tv_sec) * 1e9);
+	its.it_value = its.it_interval;
+	if (timerfd_settime(ev->fd, 0, &its, NULL) < 0) {
+		err = -errno;
+		snprintf(why, why_len, "timerfd_settime: %s", strerror(errno));
+		return err;
+	}
+	return 0;
+}
+
+static int poll_fill(struct tk_events *ev)
+{
+	uint64_t ticks;
+	struct tk_recbuf tmp;
+	int err;
+
+	if (read(ev->fd, &ticks, sizeof ticks) != (ssize_t)sizeof ticks)
+		return errno == EAGAIN ? 0 : -errno;
+	err = poll_snapshot(ev, &ev->next);
+	if (err < 0)
+		return err;
+	err = poll_diff(ev, &ev->prev, &ev->next, tk_boottime_ns());
+	tmp = ev->prev;
+	ev->prev = ev->next;
+	ev->next = tmp;
+	return err;
+}
+
+/* ---- bpf: the ring buffer ------------------------------------------------- */
+
+#ifdef TK_NO_BPF
+
+static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
+{
+	(void)ev;
+	(void)buffer;
+	snprintf(why, why_len, "this takana was built without BPF (make BPF=0)");
+	return -ENOTSUP;
+}
+
+static int bpf_fill(struct tk_events *ev, size_t max)
+{
+	(void)ev;
+	(void)max;
+	return -ENOTSUP;
+}
+
+static void bpf_close(struct tk_events *ev)
+{
+	(void)ev;
+}
+
+#else
+
+#include <bpf/libbpf.h>
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-qual"
+#pragma GCC diagnostic ignored "-Wcast-align"
+#pragma GCC diagnostic ignored "-Woverlength-strings"
+#include "takana_events.skel.h"
+#pragma GCC diagnostic pop
+
+static int ring_event(void *ctx, void *data, size_t size)
+{
+	struct tk_events *ev = ctx;
+	struct tk_event e;
+
+	if (size < sizeof e) {
+		ev->malformed++;
+		return 0;
+	}
+	memcpy(&e, data, sizeof e);
+	if (e.flags & TK_EVF_ACCT) {
+		/* Split the precise runtime as /proc would have. */
+		struct tk_wire_record w;
+		struct tk_record r;
+
+		memset(&w, 0, sizeof w);
+		w.rec.utime_ns = e.utime_ns;
+		w.rec.stime_ns = e.stime_ns;
+		w.runtime_ns = e.runtime_ns;
+		tk_cputime_adjust(&w, &r);
+		e.utime_ns = r.utime_ns;
+		e.stime_ns = r.stime_ns;
+	}
+	ev->ring_got++;
+	return queue_event(ev, &e) < 0 ? -ENOMEM : 0;
+}
+
+static int bpf_lost_check(struct tk_events *ev)
+{
+	struct takana_events *skel = ev->bpf;
+	uint64_t total = 0;
+
+	for (int t = 0; t < TK_EV_TYPES; t++) {
+		uint64_t now = __atomic_load_n(&skel->bss->lost[t], __ATOMIC_RELAXED);
+		total += now - ev->bpf_lost_seen[t];
+		ev->lost_by_type[t] += now - ev->bpf_lost_seen[t];
+		ev->bpf_lost_seen[t] = now;
+	}
+	return total ? queue_lost(ev, total, tk_boottime_ns()) : 0;
+}
+
+static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
+{
+	static const struct {
+		int type;
+		const char *name;
+	} progs[] = {
+		{ TK_EV_FORK, "on_fork" }, { TK_EV_EXEC, "on_exec" },
+		{ TK_EV_EXIT, "on_exit" }, { TK_EV_COMM, "on_rename" },
+	};
+	struct takana_events *skel;
+	size_t ring = 1u << 22;
+	int err;
+
+	/* The ring holds a power-of-two number of pages. */
+	if (buffer) {
+		ring = 4096;
+		while (ring < buffer && ring < (1u << 30))
+			ring <<= 1;
+	}
+	err = tk_bpf_load_begin();
+	skel = takana_events__open();
+	if (skel == NULL) {
+		err = -errno;
+		tk_bpf_load_end(err, "events", why, why_len);
+		return err;
+	}
+	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring);
+	for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+		struct bpf_program *p = bpf_object__find_program_by_name(skel->obj, progs[i].name);
+		if (p != NULL && !(ev->mask & TK_EV_BIT(progs[i].type)))
+			bpf_program__set_autoload(p, false);
+	}
+	err = takana_events__load(skel);
+	if (err == 0)
+		err = takana_events__attach(skel);
+	if (err != 0) {
+		err = err < 0 ? err : -EINVAL;
+		takana_events__destroy(skel);
+		tk_bpf_load_end(err, "events", why, why_len);
+		return err;
+	}
+	tk_bpf_load_end(0, "events", why, why_len);
+	ev->bpf = skel;
+	ev->ring = ring_buffer__new(bpf_map__fd(skel->maps.events), ring_event, ev, NULL);
+	if (ev->ring == NULL) {
+		err = -errno;
+		snprintf(why, why_len, "ring_buffer__new: %s", strerror(errno));
+		return err;
+	}
+	ev->fd = ring_buffer__epoll_fd(ev->ring);
+	ev->ring_bytes = ring;
+	return 0;
+}
+
+static int bpf_fill(struct tk_events *ev, size_t max)
+{
+	int n;
+
+	(void)max;
+	n = ring_buffer__consume(ev->ring);
+	if (n < 0)
+		return n;
+	return bpf_lost_check(ev);
+}
+
+static void bpf_close(struct tk_events *ev)
+{
+	ring_buffer__free(ev->ring);
+	ev->ring = NULL;
+	takana_events__destroy(ev->bpf);
+	ev->bpf = NULL;
+	ev->fd = -1;   /* the epoll fd belonged to the ring */
+}
+
+#endif
+
+/* ---- the stream ----------------------------------------------------------- */
+
+int tk_events_open(struct tk_events *ev, enum tk_event_backend backend, uint32_t mask,
+                   double interval, size_t buffer, char *why, size_t why_len)
+{
+	int err;
+
+	memset(ev, 0, sizeof *ev);
+	ev->fd = -1;
+	ev->backend = backend;
+	ev->mask = mask;
+	ev->scanner.proc_fd = -1;
+	ev->scanner.init_fd = -1;
+	switch (backend) {
+	case TK_EVB_BPF:
+		err = bpf_open(ev, buffer, why, why_len);
+		break;
+	case TK_EVB_CONNECTOR:
+		err = cn_open(ev, buffer, why, why_len);
+		break;
+	default:
+		err = poll_open(ev, interval, why, why_len);
+		break;
+	}
+	if (err < 0)
+		tk_events_close(ev);
+	return err;
+}
+
+int tk_events_fill(struct tk_events *ev, size_t max)
+{
+	if (ev->closed)
+		return -EBADF;
+	switch (ev->backend) {
+	case TK_EVB_BPF:
+		return bpf_fill(ev, max);
+	case TK_EVB_CONNECTOR:
+		return cn_fill(ev, max);
+	default:
+		return poll_fill(ev);
+	}
+}
+
+void tk_events_close(struct tk_events *ev)
+{
+	if (ev->closed)
+		return;
+	ev->closed = 1;
+	if (ev->backend == TK_EVB_BPF) {
+		bpf_close(ev);
+	} else if (ev->fd >= 0) {
+		/* The kernel counts listeners; tell it this one is gone. */
+		if (ev->backend == TK_EVB_CONNECTOR && ev->cn_listening)
+			cn_send_op(ev->fd, PROC_CN_MCAST_IGNORE, 0);
+		close(ev->fd);
+	}
+	ev->fd = -1;
+	if (ev->scanner_open)
+		tk_proc_scanner_close(&ev->scanner);
+	tk_recbuf_free(&ev->prev);
+	tk_recbuf_free(&ev->next);
+	free(ev->cn_seq);
+	ev->cn_seq = NULL;
+	free(ev->queue);
+	ev->queue = NULL;
+	ev->qlen = ev->qcap = ev->qhead = 0;
+}

@@ -1,0 +1,287 @@
+/* Lua binding of process event streams: core.events_open() returns a
+ * "takana.Events" userdata; events become tables only when read. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "binding.h"
+
+/* Events moved from the kernel per read() call: bounds one drain so a storm
+ * cannot keep a reader in one loop forever. */
+#define READ_BATCH 65536
+
+struct levents {
+	struct tk_events ev;
+	int open;
+};
+
+static const char *const backend_names[] = { "bpf", "connector", "poll", NULL };
+static const char *const type_names[TK_EV_TYPES] = {
+	[TK_EV_FORK] = "fork", [TK_EV_EXEC] = "exec", [TK_EV_EXIT] = "exit",
+	[TK_EV_COMM] = "comm", [TK_EV_LOST] = "lost",
+};
+
+static struct levents *events_check(lua_State *L, int idx)
+{
+	struct levents *e = luaL_checkudata(L, idx, TK_EVENTS_MT);
+	if (!e->open)
+		luaL_argerror(L, idx, "events stream is closed");
+	return e;
+}
+
+static void set_u64(lua_State *L, const char *key, uint64_t v)
+{
+	lua_pushinteger(L, v > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)v);
+	lua_setfield(L, -2, key);
+}
+
+static void event_push(lua_State *L, const struct tk_event *e)
+{
+	lua_createtable(L, 0, 10);
+	lua_pushstring(L, e->type < TK_EV_TYPES && type_names[e->type] ? type_names[e->type] : "?");
+	lua_setfield(L, -2, "type");
+	set_u64(L, "time_ns", e->time_ns);
+	if (e->type == TK_EV_LOST) {
+		set_u64(L, "count", e->lost);
+		return;
+	}
+	set_u64(L, "pid", e->pid);
+	set_u64(L, "tid", e->tid);
+	if (e->ppid)
+		set_u64(L, "ppid", e->ppid);
+	if (e->flags & TK_EVF_COMM) {
+		lua_pushlstring(L, e->comm, strnlen(e->comm, sizeof e->comm));
+		lua_setfield(L, -2, "comm");
+	}
+	if (e->filename[0]) {
+		lua_pushlstring(L, e->filename, strnlen(e->filename, sizeof e->filename));
+		lua_setfield(L, -2, "filename");
+	}
+	if (e->flags & TK_EVF_EXITED)
+		set_u64(L, "code", e->exit_code);
+	if (e->flags & TK_EVF_SIGNALED) {
+		set_u64(L, "signal", e->exit_signal);
+		lua_pushboolean(L, (e->flags & TK_EVF_CORE) != 0);
+		lua_setfield(L, -2, "core");
+	}
+	if (e->flags & TK_EVF_ACCT) {
+		set_u64(L, "utime_ns", e->utime_ns);
+		set_u64(L, "stime_ns", e->stime_ns);
+		set_u64(L, "maxrss_bytes", e->maxrss_bytes);
+		set_u64(L, "cgroup_id", e->cgroup_id);
+	}
+	if (e->flags & TK_EVF_OBSERVED) {
+		lua_pushboolean(L, 1);
+		lua_setfield(L, -2, "observed");
+	}
+}
+
+/* core.events_open(backend, mask, interval, buffer[, skipped]) -> stream |
+ * nil, why, errno. skipped: the reasons better backends were passed over,
+ * kept as stream.skipped. */
+static int l_events_open(lua_State *L)
+{
+	int backend = luaL_checkoption(L, 1, NULL, backend_names);
+	lua_Integer mask = luaL_checkinteger(L, 2);
+	double interval = luaL_optnumber(L, 3, 0.1);
+	lua_Integer buffer = luaL_optinteger(L, 4, 0);
+	struct levents *e;
+	char why[320] = "";
+	int err;
+
+	tk_check_nargs(L, 5);
+	if (!lua_isnoneornil(L, 5))
+		luaL_checktype(L, 5, LUA_TTABLE);
+	luaL_argcheck(L, mask > 0 && mask < (1 << TK_EV_LOST), 2, "no event types");
+	luaL_argcheck(L, buffer >= 0 && buffer <= (1 << 30), 4, "buffer must be 0..1 GiB");
+	e = lua_newuserdatauv(L, sizeof *e, 1);
+	memset(e, 0, sizeof *e);
+	e->ev.fd = -1;
+	luaL_setmetatable(L, TK_EVENTS_MT);
+	if (lua_istable(L, 5)) {
+		lua_pushvalue(L, 5);
+		lua_setiuservalue(L, -2, 1);
+	}
+	err = tk_events_open(&e->ev, (enum tk_event_backend)backend, (uint32_t)mask, interval,
+	                     (size_t)buffer, why, sizeof why);
+	if (err < 0) {
+		lua_pushnil(L);
+		lua_pushfstring(L, "events: %s backend unavailable: %s", backend_names[backend],
+		                why[0] ? why : strerror(-err));
+		lua_pushinteger(L, -err);
+		return 3;
+	}
+	e->open = 1;
+	return 1;
+}
+
+/* upvalue 1: the stream */
+static int events_iter(lua_State *L)
+{
+	struct levents *e = luaL_checkudata(L, lua_upvalueindex(1), TK_EVENTS_MT);
+	const struct tk_event *ev;
+
+	if (!e->open)
+		return 0;
+	ev = tk_events_next(&e->ev);
+	if (ev == NULL)
+		return 0;
+	event_push(L, ev);
+	return 1;
+}
+
+/*** Drains what is ready, without blocking.
+ * @function events:read
+ * @treturn function an iterator of event tables; raises on a broken stream */
+static int events_read(lua_State *L)
+{
+	struct levents *e = events_check(L, 1);
+	int err;
+
+	tk_check_nargs(L, 1);
+	err = tk_events_fill(&e->ev, READ_BATCH);
+	if (err < 0)
+		return luaL_error(L, "events: read (%s): %s", backend_names[e->ev.backend], strerror(-err));
+	lua_pushvalue(L, 1);
+	lua_pushcclosure(L, events_iter, 1);
+	return 1;
+}
+
+/*** Events known lost since the last call (the count resets).
+ * @function events:lost */
+static int events_lost(lua_State *L)
+{
+	struct levents *e = events_check(L, 1);
+	uint64_t n;
+
+	tk_check_nargs(L, 1);
+	n = tk_events_take_lost(&e->ev);
+	lua_pushinteger(L, n > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)n);
+	return 1;
+}
+
+/*** Counters: `received`, `lost` (all time), `lost_by_type` (bpf),
+ * `overruns` (connector ENOBUFS), `malformed`, `buffer` bytes.
+ * @function events:stats */
+static int events_stats(lua_State *L)
+{
+	struct levents *e = events_check(L, 1);
+
+	tk_check_nargs(L, 1);
+	lua_createtable(L, 0, 6);
+	set_u64(L, "received", e->ev.received);
+	set_u64(L, "lost", e->ev.lost_total);
+	set_u64(L, "overruns", e->ev.overruns);
+	set_u64(L, "malformed", e->ev.malformed);
+	if (e->ev.backend == TK_EVB_BPF) {
+		set_u64(L, "buffer", e->ev.ring_bytes);
+		lua_createtable(L, 0, TK_EV_LOST);
+		for (int t = TK_EV_FORK; t < TK_EV_LOST; t++) {
+			lua_pushinteger(L, (lua_Integer)e->ev.lost_by_type[t]);
+			lua_setfield(L, -2, type_names[t]);
+		}
+		lua_setfield(L, -2, "lost_by_type");
+	}
+	return 1;
+}
+
+static int events_fileno(lua_State *L)
+{
+	struct levents *e = events_check(L, 1);
+	lua_pushinteger(L, e->ev.fd);
+	return 1;
+}
+
+static int events_events(lua_State *L)
+{
+	events_check(L, 1);
+	lua_pushliteral(L, "r");
+	return 1;
+}
+
+static int events_timeout(lua_State *L)
+{
+	events_check(L, 1);
+	lua_pushnil(L);
+	return 1;
+}
+
+/*** Closes the stream; safe to call twice. Serves __gc and __close too.
+ * @function events:close */
+static int events_close(lua_State *L)
+{
+	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
+
+	if (e->open || !e->ev.closed)
+		tk_events_close(&e->ev);
+	e->open = 0;
+	return 0;
+}
+
+static int events_tostring(lua_State *L)
+{
+	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
+
+	if (e->open)
+		lua_pushfstring(L, "takana.Events (%s, fd %d)", backend_names[e->ev.backend], e->ev.fd);
+	else
+		lua_pushliteral(L, "takana.Events (closed)");
+	return 1;
+}
+
+/* upvalue 1: methods */
+static int events_index(lua_State *L)
+{
+	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
+	const char *key = lua_tostring(L, 2);
+
+	if (key != NULL && strcmp(key, "backend") == 0) {
+		lua_pushstring(L, backend_names[e->ev.backend]);
+		return 1;
+	}
+	if (key != NULL && strcmp(key, "skipped") == 0) {
+		if (lua_getiuservalue(L, 1, 1) != LUA_TTABLE) {
+			lua_pop(L, 1);
+			lua_newtable(L);
+		}
+		return 1;
+	}
+	lua_pushvalue(L, 2);
+	lua_rawget(L, lua_upvalueindex(1));
+	return 1;
+}
+
+void tk_events_open_lib(lua_State *L)
+{
+	static const luaL_Reg methods[] = {
+		{ "read", events_read },
+		{ "lost", events_lost },
+		{ "stats", events_stats },
+		{ "fileno", events_fileno },
+		{ "pollfd", events_fileno },
+		{ "events", events_events },
+		{ "timeout", events_timeout },
+		{ "close", events_close },
+		{ NULL, NULL },
+	};
+
+	luaL_newmetatable(L, TK_EVENTS_MT);
+	luaL_newlib(L, methods);
+	lua_pushcclosure(L, events_index, 1);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, events_close);
+	lua_setfield(L, -2, "__gc");
+	lua_pushcfunction(L, events_close);
+	lua_setfield(L, -2, "__close");
+	lua_pushcfunction(L, events_tostring);
+	lua_setfield(L, -2, "__tostring");
+	lua_pop(L, 1);
+	lua_pushcfunction(L, l_events_open);
+	lua_setfield(L, -2, "events_open");
+	lua_createtable(L, 0, TK_EV_LOST);
+	for (int t = TK_EV_FORK; t < TK_EV_LOST; t++) {
+		lua_pushinteger(L, TK_EV_BIT(t));
+		lua_setfield(L, -2, type_names[t]);
+	}
+	lua_setfield(L, -2, "event_bits");
+}

@@ -1,0 +1,278 @@
+-- Process events from every backend this host offers, against a known
+-- family of real processes (spec/fixture --tree): the exact sequence of
+-- events for those pids, with their fields.
+local takana = require "takana"
+local core = require "takana.core"
+local H = require "helpers"
+
+local function open(backend, opts)
+  opts = opts or {}
+  opts.backend = backend
+  local ev, why, errno = takana.events(opts)
+  if not ev and H.is_root() and core.bpf_built then
+    -- Where a backend must work, its failure fails the spec.
+    error(why)
+  end
+  return ev, why, errno
+end
+
+-- Reads events until pred(list) is true or `seconds` pass; waits with
+-- takana.poll between reads.
+local function collect(ev, keep, done, seconds)
+  local got, deadline = {}, core.monotime() + (seconds or 5)
+  repeat
+    for e in ev:read() do
+      if keep(e) then got[#got + 1] = e end
+    end
+    if done(got) then return got end
+    takana.poll({ ev }, 0.05)
+  until core.monotime() > deadline
+  return got
+end
+
+local function describe_events(list)
+  local out = {}
+  for _, e in ipairs(list) do
+    local t = {}
+    for k, v in pairs(e) do
+      if k ~= "time_ns" then t[#t + 1] = k .. "=" .. tostring(v) end
+    end
+    table.sort(t)
+    out[#out + 1] = table.concat(t, " ")
+  end
+  return table.concat(out, "\n")
+end
+
+local function start_tree()
+  local child = assert(takana.spawn { H.fixture_path, "--tree", stdout = "pipe" })
+  local line = child.stdout:read("l")
+  assert.same({ exited = true, code = 0 }, child:wait(10))
+  local pids = {}
+  for n in line:gmatch("%d+") do pids[#pids + 1] = tonumber(n) end
+  child:close()
+  return pids -- parent, true-child, exit-3 child, killed child, renamed child
+end
+
+local my_comm = H.read("/proc/self/comm"):gsub("\n$", "")
+
+for _, backend in ipairs { "bpf", "connector" } do
+  describe("takana.events{backend='" .. backend .. "'}", function()
+    it("reports fork, exec, exit and comm of a known family, in order, exactly", function()
+      local ev, why = open(backend)
+      if not ev then return pending(why) end
+      assert.equal(backend, ev.backend)
+      local t0 = H.boottime_ns()
+      local pids = start_tree()
+      local P, c_true, c_exit3, c_killed, c_renamed = table.unpack(pids)
+      local family = {}
+      for _, p in ipairs(pids) do family[p] = true end
+      local got = collect(ev, function(e) return family[e.pid] end, function(list)
+        local last = list[#list]
+        return last and last.type == "exit" and last.pid == P
+      end)
+      ev:close()
+
+      local want = {
+        { type = "fork", pid = P, ppid = H.pid },
+        { type = "exec", pid = P },
+        { type = "fork", pid = c_true, ppid = P },
+        { type = "exec", pid = c_true },
+        { type = "exit", pid = c_true, code = 0 },
+        { type = "fork", pid = c_exit3, ppid = P },
+        { type = "exit", pid = c_exit3, code = 3 },
+        { type = "fork", pid = c_killed, ppid = P },
+        { type = "exit", pid = c_killed, signal = 9, core = false },
+        { type = "fork", pid = c_renamed, ppid = P },
+        { type = "comm", pid = c_renamed, comm = "renamed" },
+        { type = "exit", pid = c_renamed, code = 0 },
+        { type = "exit", pid = P, code = 0 },
+      }
+      assert.equal(#want, #got, describe_events(got))
+      for i, w in ipairs(want) do
+        local e = got[i]
+        for k, v in pairs(w) do
+          assert(e[k] == v, ("event %d: %s = %s, want %s\n%s"):format(i, k, tostring(e[k]),
+            tostring(v), describe_events(got)))
+        end
+        assert.equal(e.pid, e.tid)
+        assert.truthy(e.time_ns >= t0 - 1e7 and e.time_ns <= H.boottime_ns() + 1e7)
+        if i > 1 then assert.truthy(e.time_ns >= got[i - 1].time_ns) end
+        if e.type == "exit" and e.code then assert.is_nil(e.signal) end
+      end
+
+      if backend == "bpf" then
+        -- What only BPF sees: names at every step, exec's file, the
+        -- final accounting of every exit.
+        assert.equal(my_comm, got[1].comm)
+        assert.equal("fixture", got[2].comm)
+        assert.equal(H.fixture_path, got[2].filename)
+        assert.equal("fixture", got[3].comm)
+        assert.equal("true", got[4].comm)
+        assert.equal("/bin/true", got[4].filename)
+        assert.equal("renamed", got[12].comm)
+        for _, e in ipairs(got) do
+          if e.type == "exit" then
+            assert.is_number(e.utime_ns)
+            assert.is_number(e.stime_ns)
+            assert.truthy(e.cgroup_id > 0)
+          end
+        end
+        -- ru_maxrss as wait4(2) gives it: a child killed before it ran
+        -- never had pages of its own.
+        assert.truthy(got[5].maxrss_bytes > 0)
+        assert.equal(0, got[9].maxrss_bytes)
+        assert.truthy(got[13].maxrss_bytes > 0)
+        -- The parent ran the longest; its own cgroup id is that of this spec's.
+        assert.truthy(got[13].utime_ns + got[13].stime_ns > 0)
+      else
+        -- The connector carries no names but comm changes; exec's name is
+        -- read from /proc when the process is still there.
+        assert.is_nil(got[1].comm)
+        assert.truthy(got[4].comm == nil or got[4].comm == "true")
+        assert.is_nil(got[5].utime_ns)
+      end
+      assert.equal(0, ev.backend == backend and 0 or 1)
+    end)
+
+    it("counts what it lost, and returns and resets the count", function()
+      local ev, why = open(backend)
+      if not ev then return pending(why) end
+      assert.equal(0, ev:lost())
+      local stats = ev:stats()
+      assert.equal(0, stats.lost)
+      assert.equal(0, stats.malformed)
+      ev:close()
+      local ok, err = pcall(ev.lost, ev)
+      assert.is_false(ok)
+      assert.matches("events stream is closed", err)
+    end)
+  end)
+end
+
+describe("takana.events{backend='poll'}", function()
+  it("synthesises fork and exit from snapshots, marked observed", function()
+    local ev = assert(takana.events { backend = "poll", interval = 0.02 })
+    assert.equal("poll", ev.backend)
+    local fx = H.fixture { "--name", "polled one" }
+    local forks = collect(ev, function(e) return e.pid == fx.pid end, function(l) return #l > 0 end)
+    assert.equal(1, #forks, describe_events(forks))
+    local f = forks[1]
+    assert.equal("fork", f.type)
+    assert.equal("polled one", f.comm)
+    assert.equal(H.pid, f.ppid)
+    assert.is_true(f.observed)
+    -- A fork's time is the process's start time (ticks).
+    assert.truthy(f.time_ns > 0 and f.time_ns <= H.boottime_ns())
+    fx:kill()
+    local exits = collect(ev, function(e) return e.pid == fx.pid end, function(l) return #l > 0 end)
+    assert.equal(1, #exits, describe_events(exits))
+    assert.equal("exit", exits[1].type)
+    assert.is_true(exits[1].observed)
+    assert.is_nil(exits[1].code)
+    assert.is_nil(exits[1].signal)
+    ev:close()
+  end)
+
+  it("sees a comm change as an observed comm event", function()
+    local ev = assert(takana.events { "comm", backend = "poll", interval = 0.02 })
+    local fx = H.fixture { "--name", "before", "--rename", "after" }
+    local got = collect(ev, function(e) return e.pid == fx.pid end, function(l) return #l > 0 end)
+    fx:kill()
+    ev:close()
+    assert.equal(1, #got)
+    assert.equal("comm", got[1].type)
+    assert.equal("after", got[1].comm)
+  end)
+end)
+
+describe("takana.events backend choice", function()
+  it("auto takes the best backend that opens and says why it skipped others", function()
+    local ev = assert(takana.events())
+    local probe = takana.probe()
+    assert.equal(probe.events.backend, ev.backend)
+    for _, name in ipairs { "bpf", "connector" } do
+      if name == ev.backend then break end
+      assert.is_string(ev.skipped[name])
+      assert.equal(probe.events[name].why, ev.skipped[name])
+    end
+    if H.is_root() and core.bpf_built then assert.equal("bpf", ev.backend) end
+    if not H.is_root() then assert.matches("^EPERM", ev.skipped.bpf or "EPERM") end
+    ev:close()
+  end)
+
+  it("works with takana.poll, cqueues and luv", function()
+    local ev = assert(takana.events { "fork" })
+    assert.same({}, assert(takana.poll({ ev }, 0)))
+    local fx = H.fixture {}
+    local ready = assert(takana.poll({ ev }, 5))
+    assert.equal(ev, ready[1])
+    for _ in ev:read() do end
+    fx:kill()
+
+    local ok_cq, cqueues = pcall(require, "cqueues")
+    if ok_cq then
+      local cq, seen = cqueues.new(), false
+      cq:wrap(function()
+        local fx2 = H.fixture {}
+        cqueues.poll(ev, 5)
+        for e in ev:read() do if e.pid == fx2.pid then seen = true end end
+        fx2:kill()
+      end)
+      assert(cq:loop(10))
+      assert.is_true(seen)
+    end
+
+    local ok_uv, uv = pcall(require, "luv")
+    if ok_uv then
+      local seen, fx3 = false, nil
+      local handle = uv.new_poll(ev:fileno())
+      handle:start("r", function()
+        for e in ev:read() do if fx3 and e.pid == fx3.pid then seen = true end end
+        if seen then handle:stop() end
+      end)
+      fx3 = H.fixture {}
+      local timer = uv.new_timer()
+      timer:start(5000, 0, function() handle:stop() end)
+      while not seen and timer:get_due_in() > 0 do uv.run("once") end
+      timer:close()
+      handle:close()
+      uv.run("nowait")
+      fx3:kill()
+      assert.is_true(seen)
+    end
+    ev:close()
+  end)
+
+  it("rejects bad arguments with a clear error", function()
+    assert.has_error(function() takana.events "fork" end, "bad argument #1 to 'events' (table expected, got string)")
+    assert.has_error(function() takana.events { "forks" } end,
+      "bad argument #1 to 'events' (unknown event type 'forks' (fork, exec, exit or comm))")
+    assert.has_error(function() takana.events { 42 } end,
+      "bad argument #1 to 'events' (unknown event type number (fork, exec, exit or comm))")
+    assert.has_error(function() takana.events { backend = "dtrace" } end,
+      "bad argument #1 to 'events' (unknown backend 'dtrace' (auto, bpf, connector or poll))")
+    assert.has_error(function() takana.events { interval = 0 } end,
+      "bad argument #1 to 'events' (interval must be between 0.001 and 86400 seconds)")
+    assert.has_error(function() takana.events { interval = 0 / 0 } end)
+    assert.has_error(function() takana.events { buffer = -1 } end)
+    assert.has_error(function() takana.events { buffer = 2 ^ 62 } end)
+    assert.has_error(function() takana.events { bogus = 1 } end,
+      "bad argument #1 to 'events' (unknown option 'bogus')")
+    assert.has_error(function() takana.events { "fork\0exec" } end)
+  end)
+
+  it("closes once, however many times it is asked, and says so in tostring", function()
+    local ev = assert(takana.events { backend = "poll" })
+    assert.matches("^takana.Events %(poll, fd %d+%)$", tostring(ev))
+    ev:close()
+    ev:close()
+    assert.equal("takana.Events (closed)", tostring(ev))
+    local ok, err = pcall(ev.read, ev)
+    assert.is_false(ok)
+    assert.matches("events stream is closed", err)
+    do
+      local ev2 <close> = assert(takana.events { backend = "poll" })
+      assert.is_number(ev2:fileno())
+    end
+  end)
+end)
