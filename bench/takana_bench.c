@@ -285,6 +285,12 @@ static int l_iter_raw(lua_State *L)
 }
 #endif
 
+static int l_boottime_ns(lua_State *L)
+{
+	lua_pushinteger(L, (lua_Integer)tk_boottime_ns());
+	return 1;
+}
+
 static int l_now_ns(lua_State *L)
 {
 	lua_pushinteger(L, (lua_Integer)now_ns());
@@ -299,6 +305,7 @@ int luaopen_takana_bench(lua_State *L)
 		{ "plain_scan", l_plain_scan },
 		{ "readdir_floor", l_readdir_floor },
 		{ "now_ns", l_now_ns },
+		{ "boottime_ns", l_boottime_ns },
 		{ "fork_exec_wait", l_fork_exec_wait },
 		{ "posix_spawn_wait", l_posix_spawn_wait },
 		{ "kill0_loop", l_kill0_loop },

@@ -69,14 +69,14 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: fixture [--name N] [--threads N] [--exited-threads N] "
 	                "[--burn-ms MS] [--touch-mb MB] [--zombie] [--nice N] [--setsid] "
-	                "[--spin] [--tree] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--life SECONDS]\n");
+	                "[--spin] [--tree] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	const char *name = NULL, *rename_to = NULL;
-	long threads = 0, exited_threads = 0, touch_mb = 0, herd = 0, nice_v = 0;
+	long threads = 0, exited_threads = 0, touch_mb = 0, herd = 0, nice_v = 0, trickle = 0;
 	double churn_s = 0;
 	unsigned life = 60;
 	int zombie = 0, do_setsid = 0, set_nice = 0, spin = 0, tree = 0;
@@ -101,6 +101,7 @@ int main(int argc, char **argv)
 		else if (strcmp(a, "--touch-mb") == 0) touch_mb = atol(v);
 		else if (strcmp(a, "--herd") == 0) herd = atol(v);
 		else if (strcmp(a, "--churn") == 0) churn_s = atof(v);
+		else if (strcmp(a, "--trickle") == 0) trickle = atol(v);
 		else if (strcmp(a, "--nice") == 0) { nice_v = atol(v); set_nice = 1; }
 		else if (strcmp(a, "--life") == 0) life = (unsigned)atol(v);
 		else usage();
@@ -176,6 +177,27 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		return 0;
 	}
+	if (trickle > 0) {
+		/* One child every 20 ms, each living 300 ms: for latency
+		 * measurements that a 10 Hz poller can see too. */
+		printf("ready %d\n", (int)getpid());
+		fflush(stdout);
+		for (long i = 0; i < trickle; i++) {
+			pid_t c = fork();
+			if (c == 0) {
+				usleep(300000);
+				_exit(0);
+			}
+			usleep(20000);
+			while (waitpid(-1, NULL, WNOHANG) > 0)
+				;
+		}
+		while (wait(NULL) > 0)
+			;
+		printf("done %ld\n", trickle);
+		fflush(stdout);
+		return 0;
+	}
 	if (churn_s > 0) {
 		/* Short-lived children as fast as possible, reaped, until time is up. */
 		double end = now_s() + churn_s;
@@ -183,7 +205,9 @@ int main(int argc, char **argv)
 		printf("ready %d\n", (int)getpid());
 		fflush(stdout);
 		while (now_s() < end) {
-			pid_t c = fork();
+			/* vfork: no page tables to copy, so the storm is about
+			 * process events, not memory. */
+			pid_t c = vfork();
 			if (c == 0)
 				_exit(0);
 			if (c > 0) {
