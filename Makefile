@@ -107,6 +107,10 @@ run: deps all
 	$(RUN_ENV) $(LUA) bin/takana probe
 	$(RUN_ENV) $(LUA) bin/takana ps --tree
 
+# The LDoc API reference, from the comments in lua/takana/ (lua-ldoc).
+doc:
+	ldoc .
+
 install: all
 	install -d $(DESTDIR)$(INST_LIBDIR)/takana $(DESTDIR)$(INST_LUADIR)/takana
 	install -m 755 takana/core.so $(DESTDIR)$(INST_LIBDIR)/takana/core.so
@@ -115,7 +119,7 @@ install: all
 	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
 
 clean:
-	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture
+	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture doc
 
-.PHONY: FORCE all deps test test-unpriv test-nobpf bench run install clean
+.PHONY: FORCE doc all deps test test-unpriv test-nobpf bench run install clean
 .DELETE_ON_ERROR:

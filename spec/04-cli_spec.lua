@@ -49,12 +49,177 @@ describe("bin/takana", function()
     assert.matches('^{.*"snapshot":{', js)
   end)
   it("exits 2 with one line on bad usage, 0 on --help", function()
-    for _, args in ipairs { "ps --bogus", "ps -o nosuchfield", "ps --backend nope", "nosuchcmd", "probe --json=1" } do
+    for _, args in ipairs { "ps --bogus", "ps -o nosuchfield", "ps --backend nope", "nosuchcmd", "probe --json=1",
+        "watch --bogus", "watch forks", "watch --count 0", "watch --backend dtrace",
+        "cgroup", "cgroup a b", "cgroup ../etc", "cgroup --watch -1 /",
+        "export --top x", "export --cgroup", "export --cgroup ../x", "export extra",
+        "top --interval 0", "top --iterations 0", "top --backend nope", "bench nosuchphase" } do
       local code, out = takana_cmd(args)
       assert.equal(2, code, args)
       assert.matches("^takana: [^\n]+\n$", out)
     end
-    assert.equal(0, (takana_cmd("ps --help")))
+    for _, cmd in ipairs { "ps", "probe", "top", "watch", "cgroup", "export", "bench" } do
+      local code, out = takana_cmd(cmd .. " --help")
+      assert.equal(0, code, cmd)
+      assert.matches("^usage: takana " .. cmd, out)
+    end
     assert.equal(0, (takana_cmd("--help")))
+  end)
+
+  it("watch prints the events of a process it did not start, one line each", function()
+    local out_file = os.tmpname()
+    local watcher = assert(takana.spawn { "sh", "-c",
+      "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' exec lua5.4 bin/takana watch " ..
+      "--duration 5 --json exit", stdout = assert(io.open(out_file, "w")), stderr = "null" })
+    H.sleep(0.5)
+    local fx = H.fixture { "--name", "watched one" }
+    fx:kill()
+    H.sleep(0.3)
+    watcher:signal("TERM")
+    watcher:wait(5)
+    local text = H.read(out_file)
+    os.remove(out_file)
+    assert.truthy(text:find(('"pid":%d,'):format(fx.pid), 1, true) or
+                  text:find(('"pid":%d}'):format(fx.pid), 1, true), text)
+    assert.truthy(text:find('"comm":"watched one"', 1, true) or text:find('"observed":true', 1, true), text)
+    assert.truthy(text:find('"signal":9', 1, true) or text:find('"observed":true', 1, true), text)
+  end)
+
+  it("watch --count stops after N events and prints columns", function()
+    local code, out = takana_cmd("watch --count 1 fork & sleep 0.5; ./spec/fixture --life 1 >/dev/null & wait")
+    assert.equal(0, code, out)
+    assert.matches("TIME_S%s+EVENT%s+PID%s+PPID%s+COMM", out)
+    assert.matches("\n[%d.]+%s+fork%s+%d+", out)
+  end)
+
+  it("cgroup shows each section or why it is absent", function()
+    local code, out = takana_cmd("cgroup /")
+    assert.equal(0, code, out)
+    assert.matches("^cgroup /\n", out)
+    assert.matches("  cpu%.usage_ns%s+%d+\n", out)
+    -- the root has no memory.* files, whatever the host
+    assert.matches("  memory%s+absent: [^\n]+\n", out)
+    local _, js = takana_cmd("cgroup --json self")
+    assert.matches('^{"absent":{', js)
+  end)
+end)
+
+describe("takana export", function()
+  it("writes Prometheus text that parses, and a textfile node_exporter reads", function()
+    local code, out = takana_cmd("export --cgroup / --top 3")
+    assert.equal(0, code, out)
+    assert.matches('# TYPE takana_processes gauge\ntakana_processes{state="%a"} %d+\n', out)
+    assert.matches('takana_top_cpu_seconds_total{comm="[^"]*",pid="%d+"} [%d.e+-]+\n', out)
+    assert.matches('takana_cgroup_cpu_usage_seconds_total{cgroup="/"} [%d.e+-]+\n', out)
+    -- every sample line: name{labels} value
+    for line in out:gmatch("[^\n]+") do
+      if not line:match("^#") then
+        assert.matches('^[%a_:][%w_:]*{?.-}? [-+%w.]+$', line)
+      end
+    end
+
+    local exporter = "/usr/bin/prometheus-node-exporter"
+    if not io.open(exporter) then return pending("prometheus-node-exporter is not installed") end
+    local dir = select(2, H.run("mktemp -d")):match("%S+")
+    finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
+    local fx = H.fixture { "--name", 'we"ird\\name' }
+    code, out = takana_cmd("export --top 100 --textfile " .. dir)
+    fx:kill()
+    assert.equal(0, code, out)
+    assert.equal("", out)
+    local ls = select(2, H.run("ls -A " .. dir))
+    assert.equal("takana.prom\n", ls)
+    local port = 20000 + math.random(20000)
+    local ne = assert(takana.spawn { exporter, "--web.listen-address=127.0.0.1:" .. port,
+      "--collector.disable-defaults", "--collector.textfile",
+      "--collector.textfile.directory=" .. dir, stdout = "null", stderr = "null" })
+    finally(function() ne:signal("KILL") ne:wait(5) end)
+    local metrics
+    for _ = 1, 50 do
+      local c, m = H.run("curl -sf http://127.0.0.1:" .. port .. "/metrics")
+      if c == 0 then metrics = m break end
+      H.sleep(0.1)
+    end
+    assert(metrics, "node_exporter did not answer")
+    assert.matches("\nnode_textfile_scrape_error 0\n", metrics)
+    assert.matches('\ntakana_processes{state="S"} %d+\n', metrics)
+    assert.truthy(metrics:find('comm="we\\"ird\\\\name"', 1, true), "escaped label missing")
+  end)
+end)
+
+describe("takana top", function()
+  it("prints plain frames sorted by CPU share when not on a terminal", function()
+    local fx = H.fixture { "--spin" }
+    local code, out = takana_cmd("top --interval 0.3 --iterations 2")
+    fx:kill()
+    assert.equal(0, code, out)
+    assert.falsy(out:find("\27", 1, true), "escape codes in a pipe")
+    local second = out:match("\n\n(takana top.*)$")
+    assert.truthy(second, out)
+    assert.matches("^takana top %- %d+ processes, backend %a+, snapshot %d+ us", second)
+    -- the spinning fixture is on top of the second frame
+    local first_row = second:match("\n%s*PID[^\n]*\n([^\n]+)")
+    assert.matches("^%s*" .. fx.pid .. " ", first_row)
+  end)
+
+  it("runs full-screen under tmux, sorts on keys, and gives the terminal back", function()
+    if os.execute("command -v tmux >/dev/null") ~= true then return pending("tmux is not installed") end
+    local session = "takana-top-" .. H.pid
+    local env = "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;'"
+    assert(os.execute(("tmux new-session -d -s %s -x 120 -y 30 \"%s lua5.4 bin/takana top --interval 0.2; " ..
+      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(session, env)))
+    finally(function() os.execute("tmux kill-session -t " .. session .. " 2>/dev/null") end)
+    local function screen()
+      local _, s = H.run("tmux capture-pane -p -t " .. session)
+      return s
+    end
+    local function wait_for(pattern)
+      for _ = 1, 50 do
+        local s = screen()
+        if s:find(pattern) then return s end
+        H.sleep(0.1)
+      end
+      error("screen never showed " .. pattern .. ":\n" .. screen())
+    end
+    wait_for("takana top %- %d+ processes, backend")
+    wait_for("sort cpu")
+    os.execute("tmux send-keys -t " .. session .. " m")
+    wait_for("sort memory")
+    os.execute("tmux send-keys -t " .. session .. " p")
+    local s = wait_for("sort pid")
+    -- sorted by pid: the first row is the lowest pid shown
+    local pids = {}
+    for pid in s:gmatch("\n%s*(%d+)%s+%d+ %a ") do pids[#pids + 1] = tonumber(pid) end
+    assert.truthy(#pids > 3)
+    for i = 2, #pids do assert.truthy(pids[i] > pids[i - 1]) end
+    os.execute("tmux send-keys -t " .. session .. " q")
+    s = wait_for("STTY%-DONE")
+    assert.truthy(s:find("TOP-EXITED 0", 1, true), s)
+    -- echo is back on: the terminal was restored (stty -a says " echo ",
+    -- not "-echo"; tmux trims the trailing space)
+    assert.truthy(s:find("\n echo\n", 1, true), s)
+  end)
+
+  it("restores the terminal on Ctrl-C", function()
+    if os.execute("command -v tmux >/dev/null") ~= true then return pending("tmux is not installed") end
+    local session = "takana-top-c-" .. H.pid
+    local env = "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;'"
+    assert(os.execute(("tmux new-session -d -s %s -x 100 -y 20 \"%s lua5.4 bin/takana top --interval 0.2; " ..
+      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(session, env)))
+    finally(function() os.execute("tmux kill-session -t " .. session .. " 2>/dev/null") end)
+    local s
+    for _ = 1, 50 do
+      s = select(2, H.run("tmux capture-pane -p -t " .. session))
+      if s:find("takana top") then break end
+      H.sleep(0.1)
+    end
+    os.execute("tmux send-keys -t " .. session .. " C-c")
+    for _ = 1, 50 do
+      s = select(2, H.run("tmux capture-pane -p -t " .. session))
+      if s:find("STTY%-DONE") then break end
+      H.sleep(0.1)
+    end
+    assert.truthy(s:find("TOP-EXITED 0", 1, true), s)
+    assert.truthy(s:find("\n echo\n", 1, true), s)
   end)
 end)

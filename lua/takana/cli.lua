@@ -223,7 +223,465 @@ function M.probe(args)
   return 0
 end
 
-local commands = { "probe", "ps" }
+-- ---- watch ----------------------------------------------------------------
+
+help.watch = [[
+usage: takana watch [--json] [--backend B] [--count N] [--duration S] [TYPE...]
+  Process events as they happen, one line each (like forkstat).
+  TYPE         fork, exec, exit, comm (default: all)
+  --backend B  auto (default), bpf, connector or poll
+  --count N    stop after N events; --duration S: after S seconds
+  --json       one JSON object per event per line
+  Lost events are reported as they are detected.
+]]
+
+local function event_detail(e)
+  if e.type == "exit" then
+    local d = e.code and ("code=" .. e.code) or e.signal and ("signal=" .. e.signal ..
+      (e.core and " core" or "")) or "status unknown"
+    if e.utime_ns then
+      d = d .. (" cpu=%.3fs maxrss=%dKiB"):format((e.utime_ns + e.stime_ns) / 1e9, e.maxrss_bytes // 1024)
+    end
+    return d
+  elseif e.type == "exec" then
+    return e.filename and printable(e.filename) or ""
+  end
+  return ""
+end
+
+function M.watch(args)
+  local opts, types = parse_args(args, { json = "bool", backend = "value", count = "value",
+                                         duration = "value", help = "bool" }, "watch")
+  if opts.help then io.write(help.watch) return 0 end
+  local want = {}
+  for i, t in ipairs(types) do
+    if not ({ fork = 1, exec = 1, exit = 1, comm = 1 })[t] then
+      usage_error("watch: unknown event type '" .. t .. "' (fork, exec, exit, comm)")
+    end
+    want[i] = t
+  end
+  local count = opts.count and tonumber(opts.count)
+  if opts.count and not (count and count >= 1 and count == math.floor(count)) then
+    usage_error("watch: --count needs a positive integer")
+  end
+  local duration = opts.duration and tonumber(opts.duration)
+  if opts.duration and not (duration and duration > 0) then usage_error("watch: --duration needs seconds > 0") end
+  local backend = opts.backend or "auto"
+  if not ({ auto = 1, bpf = 1, connector = 1, poll = 1 })[backend] then
+    usage_error("watch: unknown backend '" .. backend .. "'")
+  end
+  want.backend = backend
+  local ev, err = takana.events(want)
+  if not ev then fail(err) end
+  io.stderr:write(("takana watch: %s backend%s\n"):format(ev.backend,
+    next(ev.skipped) and (" (" .. (function()
+      local r = {}
+      for k, v in pairs(ev.skipped) do r[#r + 1] = k .. ": " .. v end
+      table.sort(r)
+      return table.concat(r, "; ")
+    end)() .. ")") or ""))
+  if not opts.json then
+    io.write(("%-15s %-5s %7s %7s %-16s %s\n"):format("TIME_S", "EVENT", "PID", "PPID", "COMM", "DETAIL"))
+  end
+  io.stdout:setvbuf("line")
+  local seen, deadline = 0, duration and (require("takana.core").monotime() + duration)
+  local monotime = require("takana.core").monotime
+  while true do
+    for e in ev:read() do
+      if opts.json then
+        io.write(json(e), "\n")
+      elseif e.type == "lost" then
+        io.write(("%-15.6f %-5s %d events lost\n"):format(e.time_ns / 1e9, "LOST", e.count))
+      else
+        io.write(("%-15.6f %-5s %7d %7s %-16s %s\n"):format(e.time_ns / 1e9, e.type, e.pid,
+          e.ppid and tostring(e.ppid) or "-", e.comm and printable(e.comm) or "?", event_detail(e)))
+      end
+      if e.type ~= "lost" then seen = seen + 1 end
+      if count and seen >= count then ev:close() return 0 end
+    end
+    local left = deadline and deadline - monotime()
+    if left and left <= 0 then ev:close() return 0 end
+    takana.poll({ ev }, left and math.min(left, 1) or 1)
+  end
+end
+
+-- ---- cgroup ---------------------------------------------------------------
+
+help.cgroup = [[
+usage: takana cgroup PATH [--json] [--watch S]
+  A cgroup's accounting, read in O(1): cpu, memory, pids, pressure, events,
+  and why each absent section is absent. PATH is relative to the cgroup2
+  mount ("/" or "" for the root; "self" for this process's cgroup).
+  --watch S    print again every S seconds until interrupted
+]]
+
+local sections = { "cpu", "memory", "pids", "pressure", "events" }
+
+local function flatten(prefix, v, out)
+  if type(v) == "table" then
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do flatten(prefix .. "." .. tostring(k), v[k], out) end
+  else
+    out[#out + 1] = { prefix, v }
+  end
+end
+
+function M.cgroup(args)
+  local opts, rest = parse_args(args, { json = "bool", watch = "value", help = "bool" }, "cgroup")
+  if opts.help then io.write(help.cgroup) return 0 end
+  if #rest ~= 1 then usage_error("cgroup: exactly one PATH expected (see --help)") end
+  local every = opts.watch and tonumber(opts.watch)
+  if opts.watch and not (every and every > 0) then usage_error("cgroup: --watch needs seconds > 0") end
+  local cg, err
+  if rest[1] == "self" then
+    cg, err = takana.cgroup.self()
+  else
+    local ok, r, e = pcall(takana.cgroup, rest[1] == "/" and "" or rest[1])
+    if not ok then usage_error("cgroup: " .. tostring(r):gsub("^.-bad argument", "bad argument")) end
+    cg, err = r, e
+  end
+  if not cg then fail(err) end
+  repeat
+    local st, serr = cg:stat()
+    if not st then fail(serr) end
+    local why = {}
+    for _, s in ipairs(sections) do
+      if not st[s] then why[s] = cg:why(s) end
+    end
+    if opts.json then
+      io.write(json({ path = cg.path, stat = st, absent = why }), "\n")
+    else
+      io.write(("cgroup %s\n"):format(cg.path))
+      for _, s in ipairs(sections) do
+        if st[s] then
+          local rows = {}
+          flatten(s, st[s], rows)
+          for _, r in ipairs(rows) do io.write(("  %-40s %s\n"):format(r[1], tostring(r[2]))) end
+        else
+          io.write(("  %-40s absent: %s\n"):format(s, why[s] or "?"))
+        end
+      end
+    end
+    io.stdout:flush()
+    if every then takana.poll({}, every) end
+  until not every
+  cg:close()
+  return 0
+end
+
+-- ---- export ---------------------------------------------------------------
+
+help.export = [[
+usage: takana export [--textfile DIR] [--cgroup PATH]... [--top N] [--backend B]
+  Prometheus text exposition: processes by state, the top consumers of CPU
+  and memory, per-cgroup cpu/memory/pids/pressure, and the snapshot's own
+  cost. With --textfile DIR, writes DIR/takana.prom atomically (temporary
+  file + rename) for node_exporter's textfile collector; else stdout.
+]]
+
+local function label(v)
+  return '"' .. tostring(v):gsub('[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }) .. '"'
+end
+
+local function labels(t)
+  local keys, parts = {}, {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. label(t[k]) end
+  return #parts > 0 and ("{" .. table.concat(parts, ",") .. "}") or ""
+end
+
+local function prom_number(v)
+  if math.type(v) == "integer" then return tostring(v) end
+  if v ~= v then return "NaN" end
+  if v == math.huge then return "+Inf" end
+  return ("%.10g"):format(v)
+end
+
+-- Builds the exposition text; exported for the specs.
+function M.exposition(opts)
+  local out, declared = {}, {}
+  local function metric(name, kind, help_text, lbl, value)
+    if not declared[name] then
+      out[#out + 1] = ("# HELP %s %s\n# TYPE %s %s"):format(name, help_text, name, kind)
+      declared[name] = true
+    end
+    out[#out + 1] = name .. labels(lbl) .. " " .. prom_number(value)
+  end
+  local monotime = require("takana.core").monotime
+  local t0 = monotime()
+  local snap, err = takana.snapshot { backend = opts.backend or "auto" }
+  if not snap then return nil, err end
+  local cost = monotime() - t0
+  metric("takana_snapshot_duration_seconds", "gauge", "Time the process snapshot took.",
+    { backend = snap.backend }, cost)
+  local by_state, procs = {}, {}
+  for p in snap:each() do
+    by_state[p.state] = (by_state[p.state] or 0) + 1
+    if not p.kthread then procs[#procs + 1] = p:totable() end
+  end
+  local states = {}
+  for st in pairs(by_state) do states[#states + 1] = st end
+  table.sort(states)
+  for _, st in ipairs(states) do
+    metric("takana_processes", "gauge", "Processes by state letter, as /proc shows it.", { state = st }, by_state[st])
+  end
+  local top = opts.top or 10
+  table.sort(procs, function(a, b) return a.utime_ns + a.stime_ns > b.utime_ns + b.stime_ns end)
+  for i = 1, math.min(top, #procs) do
+    local p = procs[i]
+    metric("takana_top_cpu_seconds_total", "counter", "CPU time of the processes that used the most.",
+      { pid = p.pid, comm = p.comm }, (p.utime_ns + p.stime_ns) / 1e9)
+  end
+  table.sort(procs, function(a, b) return a.rss_bytes > b.rss_bytes end)
+  for i = 1, math.min(top, #procs) do
+    local p = procs[i]
+    metric("takana_top_rss_bytes", "gauge", "Resident memory of the largest processes.",
+      { pid = p.pid, comm = p.comm }, p.rss_bytes)
+  end
+  for _, path in ipairs(opts.cgroups or {}) do
+    local cg, cerr = takana.cgroup(path)
+    if not cg then return nil, cerr end
+    local st, serr = cg:stat()
+    if not st then return nil, serr end
+    local l = { cgroup = cg.path }
+    if st.cpu then
+      metric("takana_cgroup_cpu_usage_seconds_total", "counter", "cpu.stat usage.", l, st.cpu.usage_ns / 1e9)
+    end
+    if st.memory then
+      metric("takana_cgroup_memory_current_bytes", "gauge", "memory.current.", l, st.memory.current)
+    end
+    if st.pids then
+      metric("takana_cgroup_pids_current", "gauge", "pids.current.", l, st.pids.current)
+    end
+    for _, res in ipairs { "cpu", "memory", "io" } do
+      local pr = st.pressure and st.pressure[res]
+      for _, kind in ipairs { "some", "full" } do
+        if pr and pr[kind] then
+          metric("takana_cgroup_pressure_stalled_seconds_total", "counter",
+            "PSI total stall time.", { cgroup = cg.path, resource = res, kind = kind }, pr[kind].total_ns / 1e9)
+        end
+      end
+    end
+    cg:close()
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+function M.export(args)
+  local cgroups = {}
+  local i = 1
+  -- --cgroup repeats; collect them before the generic parser sees them.
+  local rest = {}
+  while i <= #args do
+    if args[i] == "--cgroup" then
+      if not args[i + 1] then usage_error("export: option 'cgroup' needs a value") end
+      cgroups[#cgroups + 1] = args[i + 1]
+      i = i + 2
+    elseif args[i]:match("^%-%-cgroup=") then
+      cgroups[#cgroups + 1] = args[i]:match("^%-%-cgroup=(.*)$")
+      i = i + 1
+    else
+      rest[#rest + 1] = args[i]
+      i = i + 1
+    end
+  end
+  local opts, operands = parse_args(rest, { textfile = "value", top = "value", backend = "value",
+                                            help = "bool" }, "export")
+  if opts.help then io.write(help.export) return 0 end
+  if #operands > 0 then usage_error("export: unexpected argument '" .. operands[1] .. "'") end
+  local top = opts.top and tonumber(opts.top)
+  if opts.top and not (top and top >= 0 and top == math.floor(top)) then
+    usage_error("export: --top needs a non-negative integer")
+  end
+  for _, path in ipairs(cgroups) do
+    local ok, cg, e = pcall(takana.cgroup, path)
+    if not ok then usage_error("export: --cgroup " .. printable(path) .. ": " .. tostring(cg):gsub("^.-bad argument", "bad argument")) end
+    if not cg then fail("export: " .. e) end
+    cg:close()
+  end
+  local text, err = M.exposition { cgroups = cgroups, top = top, backend = opts.backend }
+  if not text then fail(err) end
+  if not opts.textfile then
+    io.write(text)
+    return 0
+  end
+  local final = opts.textfile .. "/takana.prom"
+  -- Same directory, so the rename is atomic; a dot name, so the collector
+  -- (which reads *.prom) never sees it half-written.
+  local stat = io.open("/proc/self/stat")
+  local tmp = ("%s/.takana.prom.%s"):format(opts.textfile, stat:read("l"):match("^%d+"))
+  stat:close()
+  local f, ferr = io.open(tmp, "w")
+  if not f then fail("export: " .. ferr) end
+  f:write(text)
+  f:close()
+  local ok, rerr = os.rename(tmp, final)
+  if not ok then
+    os.remove(tmp)
+    fail("export: rename to " .. final .. ": " .. tostring(rerr))
+  end
+  return 0
+end
+
+-- ---- top ------------------------------------------------------------------
+
+help.top = [[
+usage: takana top [--interval S] [--backend B] [--iterations N] [-k]
+  Processes sorted by CPU share, refreshed from snapshot deltas. Keys:
+  q quits, c/m/p sort by CPU/memory/pid. On a terminal it takes the
+  screen and restores it on exit and on Ctrl-C; otherwise (a pipe) it
+  prints plain frames.
+  --interval S   seconds between frames (default 1)
+  --iterations N stop after N frames
+]]
+
+local function top_frame(prev, snap, sort_key, rows, cols, cost_us, show_k)
+  local d = takana.delta(prev, snap)
+  local list = {}
+  for p in snap:each() do
+    if show_k or not p.kthread then
+      list[#list + 1] = { pid = p.pid, comm = p.comm, state = p.state, rss = p.rss_bytes,
+                          share = d.share[p.pid] or 0, nthreads = p.nthreads, uid = p.uid }
+    end
+  end
+  local cmp = {
+    c = function(a, b) if a.share ~= b.share then return a.share > b.share end return a.pid < b.pid end,
+    m = function(a, b) if a.rss ~= b.rss then return a.rss > b.rss end return a.pid < b.pid end,
+    p = function(a, b) return a.pid < b.pid end,
+  }
+  table.sort(list, cmp[sort_key])
+  local lines = {
+    ("takana top - %d processes, backend %s, snapshot %.0f us, interval %.2f s, sort %s (c/m/p, q quits)")
+      :format(#snap, snap.backend, cost_us, d.interval_ns / 1e9, ({ c = "cpu", m = "memory", p = "pid" })[sort_key]),
+    ("%7s %6s %1s %4s %6s %10s  %s"):format("PID", "UID", "S", "THR", "CPU%", "RSS_KIB", "COMM"),
+  }
+  for i = 1, math.min(#list, rows - #lines) do
+    local p = list[i]
+    lines[#lines + 1] = (("%7d %6d %1s %4d %6.1f %10d  %s"):format(p.pid, p.uid, p.state, p.nthreads,
+      p.share * 100, p.rss // 1024, printable(p.comm))):sub(1, cols)
+  end
+  return lines
+end
+
+local function terminal_size()
+  local p = io.popen("stty size 2>/dev/null")
+  local r, c = (p:read("a") or ""):match("(%d+)%s+(%d+)")
+  p:close()
+  return tonumber(r) or 24, tonumber(c) or 80
+end
+
+function M.top(args)
+  local opts = parse_args(args, { interval = "value", backend = "value", iterations = "value",
+                                  k = "bool", help = "bool" }, "top")
+  if opts.help then io.write(help.top) return 0 end
+  local interval = tonumber(opts.interval or "1")
+  if not (interval and interval >= 0.05 and interval <= 3600) then
+    usage_error("top: --interval needs seconds between 0.05 and 3600")
+  end
+  local iterations = opts.iterations and tonumber(opts.iterations)
+  if opts.iterations and not (iterations and iterations >= 1) then usage_error("top: --iterations needs N >= 1") end
+  local backend = opts.backend or "auto"
+  if not ({ auto = 1, kfunc = 1, iter = 1, proc = 1 })[backend] then
+    usage_error("top: unknown backend '" .. backend .. "'")
+  end
+  local tty = os.execute("test -t 1") == true and os.execute("test -t 0") == true
+  local monotime = require("takana.core").monotime
+  local saved
+  local function restore()
+    if saved then
+      os.execute("stty " .. saved .. " 2>/dev/null")
+      io.write("\27[?25h\27[?1049l")
+      io.flush()
+      saved = nil
+    end
+  end
+  if tty then
+    local p = io.popen("stty -g 2>/dev/null")
+    saved = p:read("l")
+    p:close()
+    -- Raw input: keys arrive one by one and Ctrl-C is a byte to handle,
+    -- so the terminal is always given back.
+    os.execute("stty raw -echo 2>/dev/null")
+    io.write("\27[?1049h\27[?25l")
+  end
+  local stdin = { fileno = function() return 0 end }
+  local ok, err = pcall(function()
+    local prev = assert(takana.snapshot { backend = backend })
+    local sort_key, frames = "c", 0
+    local next_at = monotime() + math.min(interval, 0.5)
+    while true do
+      -- wait for a key or the next frame
+      local wait = next_at - monotime()
+      if tty and wait > 0 then
+        local ready = takana.poll({ stdin }, wait)
+        if ready and #ready > 0 then
+          local key = io.stdin:read(1)
+          if key == "q" or key == "\3" or key == nil then return end
+          if key == "c" or key == "m" or key == "p" then sort_key = key end
+          next_at = monotime() -- redraw now
+        end
+      elseif wait > 0 then
+        takana.poll({}, wait)
+      end
+      if monotime() >= next_at then
+        local t0 = monotime()
+        local snap, serr = takana.snapshot { backend = backend }
+        if not snap then error(serr, 0) end
+        local cost = (monotime() - t0) * 1e6
+        local rows, cols = 50, 200
+        if tty then rows, cols = terminal_size() end
+        local lines = top_frame(prev, snap, sort_key, rows, cols, cost, opts.k)
+        if tty then
+          io.write("\27[H\27[2J", table.concat(lines, "\r\n"))
+        else
+          io.write(table.concat(lines, "\n"), "\n\n")
+        end
+        io.flush()
+        prev = snap
+        frames = frames + 1
+        if iterations and frames >= iterations then return end
+        next_at = monotime() + interval
+      end
+    end
+  end)
+  restore()
+  if not ok then fail(tostring(err)) end
+  return 0
+end
+
+-- ---- bench ----------------------------------------------------------------
+
+help.bench = [[
+usage: takana bench [PHASE...]
+  The `make bench` tables, from a takana source tree (the current
+  directory): snapshot, spawn, cgroup, events. A progress line per phase
+  goes to stderr.
+]]
+
+function M.bench(args)
+  local opts, phases = parse_args(args, { help = "bool" }, "bench")
+  if opts.help then io.write(help.bench) return 0 end
+  local all = { "snapshot", "spawn", "cgroup", "events" }
+  if #phases == 0 then phases = all end
+  for _, ph in ipairs(phases) do
+    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1 })[ph] then
+      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events)")
+    end
+  end
+  if not io.open("bench/lib.lua") then fail("bench: run from a takana source tree (bench/lib.lua not found)") end
+  if not os.execute("make -s all bench/takana_bench.so spec/fixture >&2") then fail("bench: build failed") end
+  for i, ph in ipairs(phases) do
+    io.stderr:write(("takana bench: %s (%d/%d)\n"):format(ph, i, #phases))
+    io.stdout:flush()
+    if not os.execute("lua5.4 bench/" .. ph .. ".lua") then fail("bench: " .. ph .. " failed") end
+  end
+  return 0
+end
+
+local commands = { "probe", "ps", "top", "watch", "cgroup", "export", "bench" }
 
 function M.main(args)
   local cmd = args[1]
@@ -233,7 +691,8 @@ function M.main(args)
     return cmd == nil and 2 or 0
   end
   local f = M[cmd]
-  if type(f) ~= "function" or cmd == "main" or cmd == "json" then
+  if type(f) ~= "function" or not ({ probe = 1, ps = 1, top = 1, watch = 1, cgroup = 1,
+      export = 1, bench = 1 })[cmd] then
     usage_error("unknown command '" .. cmd .. "' (" .. table.concat(commands, ", ") .. ")")
   end
   return f({ table.unpack(args, 2) })
