@@ -107,6 +107,10 @@ run: deps all
 	$(RUN_ENV) $(LUA) bin/takana probe
 	$(RUN_ENV) $(LUA) bin/takana ps --tree
 
+# luacheck, cppcheck, clang-tidy and luarocks lint; any finding fails.
+lint: deps all
+	sh .ci/lint
+
 # The LDoc API reference, from the comments in lua/takana/ (lua-ldoc).
 doc:
 	ldoc .
@@ -121,5 +125,5 @@ install: all
 clean:
 	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture doc
 
-.PHONY: FORCE doc all deps test test-unpriv test-nobpf bench run install clean
+.PHONY: FORCE lint doc all deps test test-unpriv test-nobpf bench run install clean
 .DELETE_ON_ERROR:

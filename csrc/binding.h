@@ -8,6 +8,14 @@
 
 #include "core.h"
 
+#ifdef __clang_analyzer__
+/* The static analyzer does not know that these longjmp out of the caller;
+ * without this it follows impossible paths past every argument check. */
+__attribute__((noreturn)) int tk_analyzer_noreturn(void);
+#define luaL_error(...) (luaL_error(__VA_ARGS__), tk_analyzer_noreturn())
+#define luaL_argerror(L, arg, msg) (luaL_argerror(L, arg, msg), tk_analyzer_noreturn())
+#endif
+
 /* Metatable names: one constant each, checked in every method. */
 #define TK_SNAPSHOT_MT "takana.Snapshot"
 #define TK_RECORD_MT "takana.Record"

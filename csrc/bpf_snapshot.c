@@ -402,6 +402,8 @@ static int kfunc_run(struct tier *t, struct tk_recbuf *out, char *why, size_t wh
 		uint32_t total;
 		int err;
 
+		if (t->kfunc == NULL)
+			return -EBADF;
 		if (bpf_prog_test_run_opts(bpf_program__fd(t->kfunc->progs.snapshot_kfunc), &opts) != 0) {
 			err = -errno;
 			snprintf(why, why_len, "BPF_PROG_TEST_RUN: %s", strerror(errno));

@@ -46,8 +46,9 @@ int tk_cg_read(int fd, char *buf, size_t cap, size_t *len)
 {
 	ssize_t n = pread(fd, buf, cap, 0);
 
+	*len = 0;
 	if (n < 0)
-		return -errno;
+		return errno ? -errno : -EIO;
 	if ((size_t)n == cap)
 		return -EFBIG;
 	*len = (size_t)n;

@@ -413,10 +413,12 @@ static int poll_diff(struct tk_events *ev, const struct tk_recbuf *a, const stru
 		const struct tk_record *ra = i < a->len ? &a->recs[i] : NULL;
 		const struct tk_record *rb = j < b->len ? &b->recs[j] : NULL;
 
-		if (rb == NULL || (ra != NULL && ra->pid < rb->pid)) {
+		if (ra != NULL && (rb == NULL || ra->pid < rb->pid)) {
 			observed(&e, TK_EV_EXIT, ra, now);
 			err = queue_event(ev, &e);
 			i++;
+		} else if (rb == NULL) {
+			break;  /* not reached: one of the two is left */
 		} else if (ra == NULL || rb->pid < ra->pid || ra->start_ns != rb->start_ns) {
 			if (ra != NULL && rb->pid == ra->pid) {
 				observed(&e, TK_EV_EXIT, ra, now);
@@ -600,7 +602,7 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 		while (ring < buffer && ring < (1u << 30))
 			ring <<= 1;
 	}
-	err = tk_bpf_load_begin();
+	tk_bpf_load_begin();
 	skel = takana_events__open();
 	if (skel == NULL) {
 		err = -errno;

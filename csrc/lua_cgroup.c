@@ -45,6 +45,7 @@ static int cg_file_read(struct lcgroup *cg, int f, char *buf, size_t *len)
 {
 	int err;
 
+	*len = 0;
 	if (cg->fds[f] < 0) {
 		cg->fds[f] = openat(cg->dirfd, cg_files[f], O_RDONLY | O_CLOEXEC);
 		if (cg->fds[f] < 0)
@@ -175,7 +176,7 @@ static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf, struct s
 			lua_setfield(L, -2, "avg60");
 			lua_pushnumber(L, line.avg300);
 			lua_setfield(L, -2, "avg300");
-			lua_pushinteger(L, (lua_Integer)(line.total_us * 1000));
+			lua_pushinteger(L, (lua_Integer)line.total_us * 1000);
 			lua_setfield(L, -2, "total_ns");
 			lua_setfield(L, -2, line.full ? "full" : "some");
 		} else if (eol > p) {
@@ -518,7 +519,7 @@ static int l_psi_parse(lua_State *L)
 	lua_setfield(L, -2, "avg60");
 	lua_pushnumber(L, line.avg300);
 	lua_setfield(L, -2, "avg300");
-	lua_pushinteger(L, (lua_Integer)(line.total_us * 1000));
+	lua_pushinteger(L, (lua_Integer)line.total_us * 1000);
 	lua_setfield(L, -2, "total_ns");
 	return 1;
 }

@@ -75,7 +75,7 @@ static int signal_check(lua_State *L, int idx)
 		size_t len;
 		const char *name = luaL_checklstring(L, idx, &len);
 		char up[16];
-		const char *base = name;
+		const char *base;
 
 		luaL_argcheck(L, len < sizeof up && strlen(name) == len, idx, "unknown signal name");
 		for (size_t i = 0; i <= len; i++)
@@ -396,11 +396,13 @@ static void stdio_option(lua_State *L, struct spawn_state *st, int i)
 		st->o.fds[i] = (int)fd;
 	} else {
 		luaL_Stream *s = luaL_testudata(L, -1, LUA_FILEHANDLE);
-		if (s == NULL || s->closef == NULL)
+		if (s == NULL || s->closef == NULL) {
 			luaL_error(L, "bad argument #1 to 'spawn' (%s: 'inherit', 'null', 'pipe', "
 			              "an fd or an open file expected)", stdio_names[i]);
-		fflush(s->f);
-		st->o.fds[i] = fileno(s->f);
+		} else {
+			fflush(s->f);
+			st->o.fds[i] = fileno(s->f);
+		}
 	}
 	lua_pop(L, 1);
 }

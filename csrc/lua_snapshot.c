@@ -358,9 +358,11 @@ static int l_delta(lua_State *L)
 		const struct tk_record *ra = i < a->rb.len ? &a->rb.recs[i] : NULL;
 		const struct tk_record *rb = j < b->rb.len ? &b->rb.recs[j] : NULL;
 
-		if (rb == NULL || (ra != NULL && ra->pid < rb->pid)) {
+		if (ra != NULL && (rb == NULL || ra->pid < rb->pid)) {
 			pid_list_append(L, t + 6, &nexited, ra->pid);
 			i++;
+		} else if (rb == NULL) {
+			break;  /* not reached: one of the two is left */
 		} else if (ra == NULL || rb->pid < ra->pid) {
 			pid_list_append(L, t + 5, &nstarted, rb->pid);
 			j++;

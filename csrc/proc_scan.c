@@ -19,7 +19,7 @@
 
 #include "core.h"
 
-#define DENTS_BUF (64 * 1024)
+#define DENTS_BUF ((size_t)64 * 1024)
 /* A stat line is ~300 bytes; kworker names and 20-digit fields stay far below this. */
 #define STAT_BUF 4096
 #define CACHE_HARD_LIMIT 65536

@@ -90,7 +90,7 @@ int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
                   struct tk_record *out)
 {
 	struct tk_record rec;
-	struct cursor c = { buf, buf + len };
+	struct cursor c;
 	const char *open, *close;
 	uint64_t pid;
 	int64_t f[F_COUNT];
@@ -98,6 +98,8 @@ int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
 
 	if (buf == NULL || units == NULL || out == NULL)
 		return -EINVAL;
+	c.p = buf;
+	c.end = buf + len;
 	memset(&rec, 0, sizeof rec);
 
 	if (parse_u64(&c, &pid) < 0 || pid == 0 || pid > INT32_MAX)

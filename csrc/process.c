@@ -92,7 +92,7 @@ done:
 
 /* ---- spawn ----------------------------------------------------------------- */
 
-#define CHILD_STACK (64 * 1024)
+#define CHILD_STACK ((size_t)64 * 1024)
 #define SPAWN_HIGH_FD 100
 
 struct child_ctx {

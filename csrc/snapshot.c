@@ -88,6 +88,8 @@ const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
 	return NULL;
 }
 
+__extension__ typedef unsigned __int128 u128;
+
 /* kernel/sched/cputime.c cputime_adjust(), without storing prev (that
  * stays the kernel's): the precise runtime split in the sampled ratio,
  * never below the split /proc reported last. */
@@ -101,11 +103,10 @@ void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
 		return;
 	}
 	if (st == 0) {
-		ut = rtime;
+		/* all of it is utime: st stays 0 and ut = rtime - st below */
 	} else if (ut == 0) {
 		st = rtime;
 	} else {
-		__extension__ typedef unsigned __int128 u128;
 		st = (uint64_t)((u128)st * rtime / (st + ut));
 		if (st > rtime)
 			st = rtime;

@@ -322,7 +322,9 @@ local function toggle(self, fname, list, sign)
       local why
       if sign == "+" and not available:find("%s" .. c .. "%s") then
         why = controller_reason(self, c)
-        if why:match("not enabled in the parent") then why = c .. " is not in this cgroup's cgroup.controllers (enable it in the parent first)" end
+        if why:match("not enabled in the parent") then
+          why = c .. " is not in this cgroup's cgroup.controllers (enable it in the parent first)"
+        end
       elseif errno == EBUSY then
         why = "Device or resource busy (a cgroup with processes cannot enable controllers for its children)"
       else
