@@ -78,6 +78,9 @@ bench/takana_bench.so: bench/takana_bench.c $(CORE_SRC) $(HDRS) $(SKELS) $(OUT)/
 spec/fixture: spec/fixture.c
 	$(CC) -std=gnu11 -O2 $(WARN) -pthread -o $@ $<
 
+spec/envtool.so: spec/envtool.c
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -I$(LUA_INCDIR) -o $@ $<
+
 deps:
 	@sh .ci/deps
 
@@ -90,6 +93,20 @@ test: deps
 test-unpriv: deps
 	$(MAKE) WERROR=1 all spec/fixture
 	sh .ci/unpriv $(BUSTED) $(BUSTED_FLAGS)
+
+# The suite with the module built with ASan + UBSan; any report fails.
+test-asan: deps
+	sh .ci/asan $(BUSTED) $(BUSTED_FLAGS)
+
+# The suite with the collector running every 1,000 instructions.
+test-gc: deps
+	$(MAKE) WERROR=1 all spec/fixture
+	TAKANA_GC_STRESS=1 $(BUSTED) $(BUSTED_FLAGS)
+
+# The C-heavy specs under valgrind memcheck; errors or definite leaks fail.
+test-valgrind: deps
+	$(MAKE) WERROR=1 all spec/fixture
+	sh .ci/valgrind $(BUSTED) $(BUSTED_FLAGS)
 
 # The same suite against a build without BPF: /proc must carry everything.
 test-nobpf: deps
@@ -107,6 +124,24 @@ run: deps all
 	$(RUN_ENV) $(LUA) bin/takana probe
 	$(RUN_ENV) $(LUA) bin/takana ps --tree
 
+# libFuzzer harnesses for every parser; `make fuzz FUZZ_SECONDS=600` runs
+# each that long from the committed seed corpus (fuzz/corpus/<name>).
+FUZZ_SECONDS ?= 60
+FUZZ_NAMES := stat kv cn
+FUZZ_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/cgroup.c csrc/events.c
+fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
+	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DTK_NO_BPF \
+		-Icsrc -o $@ $< $(FUZZ_SRC)
+
+fuzz: deps $(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
+	@for f in $(FUZZ_NAMES); do \
+		mkdir -p fuzz/out/$$f; \
+		echo "fuzz $$f: $(FUZZ_SECONDS) s"; \
+		./fuzz/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 fuzz/out/$$f fuzz/corpus/$$f \
+			2>fuzz/out/$$f.log || { tail -40 fuzz/out/$$f.log; exit 1; }; \
+		grep -E "stat::number_of_executed_units|stat::peak_rss" fuzz/out/$$f.log; \
+	done
+
 # luacheck, cppcheck, clang-tidy and luarocks lint; any finding fails.
 lint: deps all
 	sh .ci/lint
@@ -123,7 +158,8 @@ install: all
 	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
 
 clean:
-	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture doc
+	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture spec/envtool.so doc fuzz/out \
+		$(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
 
-.PHONY: FORCE lint doc all deps test test-unpriv test-nobpf bench run install clean
+.PHONY: FORCE fuzz lint doc all deps test test-unpriv test-nobpf test-asan test-valgrind test-gc bench run install clean
 .DELETE_ON_ERROR:

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,30 +123,37 @@ static void exit_status(struct tk_event *e, uint32_t status)
 
 int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out)
 {
-	const struct nlmsghdr *nh = buf;
-	const struct cn_msg *cn;
-	const struct proc_event *pe;
+	const unsigned char *bytes = buf;
+	struct nlmsghdr nh;
+	struct cn_msg cn;
+	struct proc_event event;
+	const struct proc_event *pe = &event;
 	struct tk_event *e = &out->event;
-	size_t need = NLMSG_LENGTH(sizeof *cn + sizeof *pe);
-	size_t sz = NLMSG_LENGTH(sizeof *cn);
+	size_t hdr = NLMSG_LENGTH(sizeof cn);
 
+	/* Copied out, never cast in place: a datagram gives no alignment
+	 * guarantee for the 8-byte fields of proc_event. */
 	memset(out, 0, sizeof *out);
-	if (len < sz || nh->nlmsg_len < sz || nh->nlmsg_len > len)
+	if (len < hdr)
 		return -EBADMSG;
-	if (nh->nlmsg_type == NLMSG_NOOP || nh->nlmsg_type == NLMSG_ERROR)
-		return 0;
-	cn = NLMSG_DATA(nh);
-	if (cn->id.idx != CN_IDX_PROC || cn->id.val != CN_VAL_PROC)
-		return 0;
-	/* proc_event has grown over the years; older, shorter ones are
-	 * accepted as long as the part read here is present. */
-	if (nh->nlmsg_len < need || cn->len < sizeof *pe || sz + cn->len > nh->nlmsg_len)
+	memcpy(&nh, bytes, sizeof nh);
+	if (nh.nlmsg_len < hdr || nh.nlmsg_len > len)
 		return -EBADMSG;
-	pe = (const struct proc_event *)(const void *)cn->data;
+	if (nh.nlmsg_type == NLMSG_NOOP || nh.nlmsg_type == NLMSG_ERROR)
+		return 0;
+	memcpy(&cn, bytes + NLMSG_HDRLEN, sizeof cn);
+	if (cn.id.idx != CN_IDX_PROC || cn.id.val != CN_VAL_PROC)
+		return 0;
+	/* proc_event has grown over the years; a shorter one from an older
+	 * kernel is zero-filled, as long as the fixed part is there. */
+	if (cn.len > nh.nlmsg_len - hdr || cn.len < offsetof(struct proc_event, event_data))
+		return -EBADMSG;
+	memset(&event, 0, sizeof event);
+	memcpy(&event, bytes + hdr, cn.len < sizeof event ? cn.len : sizeof event);
 	out->what = pe->what;
 	out->cpu = pe->cpu;
-	out->seq = cn->seq;
-	out->ack = cn->ack;
+	out->seq = cn.seq;
+	out->ack = cn.ack;
 	e->time_ns = pe->timestamp_ns;     /* CLOCK_MONOTONIC; the caller converts */
 	switch (pe->what) {
 	case PROC_EVENT_NONE:
@@ -190,7 +198,7 @@ int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out)
 
 static int cn_send_op(int fd, enum proc_cn_mcast_op op, uint32_t ack)
 {
-	char buf[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(uint32_t))];
+	char buf[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(uint32_t))] __attribute__((aligned(8)));
 	struct nlmsghdr *nh = (struct nlmsghdr *)(void *)buf;
 	struct cn_msg *cn;
 	uint32_t value = op;
@@ -320,7 +328,7 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 	 * that arrive meanwhile are kept. */
 	deadline = clock_ns(CLOCK_MONOTONIC) + 1000000000ull;
 	for (;;) {
-		char buf[4096];
+		char buf[4096] __attribute__((aligned(8)));
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
 		uint64_t now = clock_ns(CLOCK_MONOTONIC);
 		struct tk_cn_message m;
@@ -361,7 +369,7 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 static int cn_fill(struct tk_events *ev, size_t max)
 {
 	uint64_t mono_to_boot = clock_ns(CLOCK_BOOTTIME) - clock_ns(CLOCK_MONOTONIC);
-	char buf[4096];
+	char buf[4096] __attribute__((aligned(8)));
 	size_t got = 0;
 
 	while (got < max) {

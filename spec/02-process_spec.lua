@@ -139,7 +139,7 @@ describe("takana.pidfd", function()
       print(old.pid, new.pid, tostring(ok), errno, tostring(new:alive()))
       new:signal("KILL"); new:wait()
     ]]
-    local code, out = H.run("unshare --pid --fork --mount-proc lua5.4 -e " .. H.shell_quote(script))
+    local code, out = H.run("unshare --pid --fork --mount-proc " .. H.lua .. " -e " .. H.shell_quote(script))
     assert.equal(0, code, out)
     local oldpid, newpid, ok, errno, alive = out:match("^(%d+)\t(%d+)\t(%S+)\t(%d+)\t(%S+)")
     assert.equal(oldpid, newpid, out)

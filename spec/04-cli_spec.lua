@@ -2,7 +2,7 @@ local H = require "helpers"
 local takana = require "takana"
 
 local function takana_cmd(args)
-  return H.run("LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' lua5.4 bin/takana " .. args)
+  return H.run("LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " .. H.lua .. " bin/takana " .. args)
 end
 
 describe("takana.probe", function()
@@ -69,7 +69,7 @@ describe("bin/takana", function()
   it("watch prints the events of a process it did not start, one line each", function()
     local out_file = os.tmpname()
     local watcher = assert(takana.spawn { "sh", "-c",
-      "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' exec lua5.4 bin/takana watch " ..
+      "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' exec " .. H.lua .. " bin/takana watch " ..
       "--duration 5 --json exit", stdout = assert(io.open(out_file, "w")), stderr = "null" })
     H.sleep(0.5)
     local fx = H.fixture { "--name", "watched one" }
@@ -166,8 +166,8 @@ describe("takana top", function()
     if os.execute("command -v tmux >/dev/null") ~= true then return pending("tmux is not installed") end
     local session = "takana-top-" .. H.pid
     local env = "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;'"
-    assert(os.execute(("tmux new-session -d -s %s -x 120 -y 30 \"%s lua5.4 bin/takana top --interval 0.2; " ..
-      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(session, env)))
+    assert(os.execute(("tmux new-session -d -s %s -x 120 -y 30 \"%s %s bin/takana top --interval 0.2; " ..
+      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(session, env, H.lua)))
     finally(function() os.execute("tmux kill-session -t " .. session .. " 2>/dev/null") end)
     local function screen()
       local _, s = H.run("tmux capture-pane -p -t " .. session)
@@ -204,8 +204,8 @@ describe("takana top", function()
     if os.execute("command -v tmux >/dev/null") ~= true then return pending("tmux is not installed") end
     local session = "takana-top-c-" .. H.pid
     local env = "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;'"
-    assert(os.execute(("tmux new-session -d -s %s -x 100 -y 20 \"%s lua5.4 bin/takana top --interval 0.2; " ..
-      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(session, env)))
+    assert(os.execute(("tmux new-session -d -s %s -x 100 -y 20 \"%s %s bin/takana top --interval 0.2; " ..
+      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(session, env, H.lua)))
     finally(function() os.execute("tmux kill-session -t " .. session .. " 2>/dev/null") end)
     local s
     for _ = 1, 50 do

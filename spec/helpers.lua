@@ -4,6 +4,13 @@ local H = {}
 
 H.fixture_path = "./spec/fixture"
 
+-- The command that runs a Lua child loading takana: under make test-asan
+-- it needs the sanitizer runtimes preloaded (spec/preload.lua took them
+-- out of the environment for every other child).
+local asan = os.getenv("TAKANA_ASAN_PRELOAD")
+H.lua = asan and ("env LD_PRELOAD=" .. asan .. " lua5.4") or "lua5.4"
+H.lua_argv = asan and { "env", "LD_PRELOAD=" .. asan, "lua5.4" } or { "lua5.4" }
+
 local function shell_quote(s)
   return "'" .. s:gsub("'", "'\\''") .. "'"
 end
@@ -17,6 +24,12 @@ function H.read(path)
   f:close()
   return s
 end
+
+-- valgrind 3.19 implements neither clone3 nor pidfd_open: under it, specs
+-- that spawn are pending with this reason.
+H.no_spawn = H.read("/proc/self/comm"):match("^memcheck") and
+  "valgrind does not implement clone3 or pidfd_open (ENOSYS)" or nil
+
 
 -- Parses a stat line the independent way (Lua patterns after the last ')').
 function H.stat_fields(text)
