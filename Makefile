@@ -101,7 +101,7 @@ test-asan: deps
 # The suite with the collector running every 1,000 instructions.
 test-gc: deps
 	$(MAKE) WERROR=1 all spec/fixture
-	TAKANA_GC_STRESS=1 $(BUSTED) $(BUSTED_FLAGS)
+	TAKANA_GC_STRESS=1 TAKANA_STRESS_SCALE=0.1 $(BUSTED) $(BUSTED_FLAGS)
 
 # The C-heavy specs under valgrind memcheck; errors or definite leaks fail.
 test-valgrind: deps

@@ -143,6 +143,10 @@ int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
 	if (c.p < c.end && *c.p != ' ' && *c.p != '\n')
 		return -EBADMSG;
 
+	/* A task whose pids were already detached (reaped, mid-release) can
+	 * still print a line, with state Z and pgrp and session -1: gone. */
+	if (f[F_PGRP] == -1 && f[F_SESSION] == -1)
+		return -ESRCH;
 	if (!fits_u32(f[F_PPID]) || !fits_u32(f[F_PGRP]) || !fits_u32(f[F_SESSION]) ||
 	    !fits_u32(f[F_NTHREADS]) || f[F_NICE] < -20 || f[F_NICE] > 19 ||
 	    f[F_MINFLT] < 0 || f[F_MAJFLT] < 0 || f[F_UTIME] < 0 || f[F_STIME] < 0 ||

@@ -349,6 +349,12 @@ describe("the stat parser", function()
     assert.is_nil(r)
     assert.equal("stat_parse: No such process", err)
     assert.equal(3, errno)
+    -- Seen under a fork storm: a zombie being released, pids detached.
+    r, err, errno = parse("30402 (fixture) Z 0 -1 -1 0 -1 4227148 0 0 0 0 0 0 0 0 20 0 0 0 457474 0 0 0 " ..
+                          "0 0 0 0 0 0 0 0 0 1 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n")
+    assert.is_nil(r)
+    assert.equal("stat_parse: No such process", err)
+    assert.equal(3, errno)
     assert.has_error(function() parse() end)
     assert.has_error(function() parse({}) end)
   end)

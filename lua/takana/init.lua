@@ -61,7 +61,8 @@ local tiers = {
 -- @treturn[2] nil
 -- @treturn[2] string why the requested backend cannot run
 -- @treturn[2] int errno
-function M.snapshot(opts)
+function M.snapshot(opts, ...)
+  if select("#", ...) > 0 then argerror("snapshot", 2, "no more than 1 argument expected") end
   opts = check_options("snapshot", 1, opts, { backend = "string", cache = "boolean" })
   local backend = opts.backend or "auto"
   if not known_backend[backend] then
@@ -171,7 +172,8 @@ local event_types = { fork = true, exec = true, exit = true, comm = true }
 --   backends were not used), `:read()`, `:lost()`, `:stats()`, `:fileno()`,
 --   the cqueues pollable protocol, `:close()`
 -- @treturn[2] nil, "events: <backend> backend unavailable: <why>", errno
-function M.events(t)
+function M.events(t, ...)
+  if select("#", ...) > 0 then argerror("events", 2, "no more than 1 argument expected") end
   if t == nil then t = {} end
   if type(t) ~= "table" then argerror("events", 1, "table expected, got " .. type(t)) end
   local mask, any = 0, false

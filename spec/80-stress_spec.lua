@@ -1,0 +1,266 @@
+-- Months under load in minutes: every API call repeated until a leak would
+-- show, snapshots taken while a storm of processes comes and goes, ten
+-- thousand live processes, and every public function fed garbage.
+-- TAKANA_STRESS_SCALE (default 1) scales the iteration counts: the
+-- sanitizer and collector runs use a fraction.
+local takana = require "takana"
+local core = require "takana.core"
+local H = require "helpers"
+
+local SCALE = tonumber(os.getenv("TAKANA_STRESS_SCALE") or "") or 1
+local function n(count) return math.max(1, math.floor(count * SCALE)) end
+
+local function settle()
+  collectgarbage()
+  collectgarbage()
+  return H.count_fds(), collectgarbage("count")
+end
+
+-- Runs f `count` times and asserts that descriptors and Lua memory are
+-- flat afterwards. A warm-up first lets caches (fd cache, BPF load) fill.
+local function flat(label, count, f)
+  for _ = 1, math.min(count, 200) do f() end
+  local fds0, kb0 = settle()
+  for _ = 1, count do f() end
+  local fds1, kb1 = settle()
+  assert(fds1 <= fds0, ("%s x%d: descriptors %d -> %d"):format(label, count, fds0, fds1))
+  assert(kb1 - kb0 < 256, ("%s x%d: Lua memory %.0f KiB -> %.0f KiB"):format(label, count, kb0, kb1))
+end
+
+describe("100,000 iterations leave descriptors and memory flat", function()
+  local backends = { "proc" }
+  if H.is_root() and core.bpf_built then backends = { "kfunc", "iter", "proc" } end
+  for _, b in ipairs(backends) do
+    -- /proc costs ~300 us a snapshot: 10,000 of them.
+    it("snapshot{backend='" .. b .. "'}", function()
+      flat("snapshot " .. b, n(b == "proc" and 10000 or 100000), function()
+        assert(takana.snapshot { backend = b })
+      end)
+    end)
+  end
+
+  it("snap:get, snap:each, snap:children, totable", function()
+    local snap = assert(takana.snapshot())
+    flat("get/each", n(100000), function()
+      assert(snap:get(H.pid))
+      local k = 0
+      for _ in snap:each() do
+        k = k + 1
+        if k > 3 then break end
+      end
+      snap:children(1)
+    end)
+    flat("totable", n(1000), function() assert(#snap:totable() == #snap) end)
+  end)
+
+  it("pidfd open and close", function()
+    flat("pidfd", n(100000), function()
+      local p = assert(takana.pidfd(H.pid))
+      p:close()
+    end)
+  end)
+
+  it("spawn and wait", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    -- ~0.5 ms a child: 10,000 of them.
+    flat("spawn", n(10000), function()
+      local c = assert(takana.spawn { "/bin/true", stdout = "null" })
+      assert(c:wait().exited)
+      c:close()
+    end)
+  end)
+
+  it("cgroup stat", function()
+    local cg = assert(takana.cgroup.self())
+    flat("cgroup stat", n(100000), function() assert(cg:stat()) end)
+    cg:close()
+    flat("cgroup open", n(10000), function() assert(takana.cgroup.self()):close() end)
+  end)
+
+  it("events open, read, close", function()
+    local ev = assert(takana.events { backend = "poll", interval = 1 })
+    flat("events read", n(100000), function()
+      for _ in ev:read() do end
+      ev:lost()
+    end)
+    ev:close()
+    for _, b in ipairs { "connector", "bpf" } do
+      -- a BPF load is ~20 ms: a hundred of those
+      local count = b == "bpf" and n(100) or n(10000)
+      if takana.events { backend = b } then
+        flat("events " .. b, count, function()
+          local e = assert(takana.events { backend = b })
+          for _ in e:read() do end
+          e:close()
+        end)
+      end
+    end
+  end)
+end)
+
+describe("under a storm of short-lived processes", function()
+  it("every backend snapshots without error, duplicate or mixed record", function()
+    local storm = H.fixture { "--churn", 4 }
+    local gen = storm.pid
+    local gen_start = assert(takana.snapshot { backend = "proc" }:get(gen)).start_ns
+    local backends = { "proc" }
+    if H.is_root() and core.bpf_built then backends = { "kfunc", "iter", "proc" } end
+    local taken, kids = 0, 0
+    local deadline = core.monotime() + 3
+    while core.monotime() < deadline do
+      for _, b in ipairs(backends) do
+        local snap = assert(takana.snapshot { backend = b })
+        local last = 0
+        for p in snap:each() do
+          assert(p.pid > last, "duplicate or unsorted pid " .. p.pid)
+          last = p.pid
+          if p.ppid == gen then
+            -- a child of the storm: all of its fields are its own
+            kids = kids + 1
+            assert.equal("fixture", p.comm)
+            assert.truthy(p.start_ns >= gen_start - 1e7)
+            assert.truthy(p.nthreads <= 1)
+          end
+        end
+        taken = taken + 1
+      end
+    end
+    local forks = storm.file:read("a"):match("forks (%d+)")
+    storm:kill()
+    assert.truthy(taken > 10)
+    assert.truthy(tonumber(forks) > 5000 * 3, "storm too slow: " .. tostring(forks))
+    assert.truthy(kids > 0, "no storm child was ever seen")
+  end)
+end)
+
+describe("10,000 live processes", function()
+  it("are all in the snapshot of every backend", function()
+    if SCALE < 1 then return pending("scale run only at TAKANA_STRESS_SCALE=1") end
+    local herd = H.fixture { "--herd", 10000, "--life", 120 }
+    local backends = { "proc" }
+    if H.is_root() and core.bpf_built then backends = { "kfunc", "iter", "proc" } end
+    local counts = {}
+    for _, b in ipairs(backends) do
+      local snap = assert(takana.snapshot { backend = b })
+      local c = 0
+      for p in snap:each() do
+        if p.ppid == herd.pid then c = c + 1 end
+      end
+      counts[b] = c
+    end
+    herd:kill()
+    for _, b in ipairs(backends) do assert.equal(10000, counts[b], b) end
+  end)
+end)
+
+describe("every public function fed garbage", function()
+  local snap = assert(takana.snapshot { backend = "proc" })
+  local closed_pidfd = assert(takana.pidfd(H.pid))
+  closed_pidfd:close()
+  local closed_events = assert(takana.events { backend = "poll" })
+  closed_events:close()
+  local cg = assert(takana.cgroup.self())
+  -- mkdir only ever happens inside a takana-test-* cgroup of this spec's.
+  local test_path, test_name = H.test_cgroup_path()
+  local test_cg = test_name and assert(takana.cgroup(test_name))
+  local closed_cg = assert(takana.cgroup.self())
+  closed_cg:close()
+  local huge, nan = 2 ^ 63, 0 / 0
+  local hostile = { "..", "../..", "/etc/passwd", "a\0b", ("x"):rep(5000), "", "\n", "%s%n" }
+
+  -- Each case must raise a message or return nil, a message and an errno:
+  -- never crash, never return a half-made object.
+  local cases = {
+    { "snapshot(1)", function() return takana.snapshot(1) end },
+    { "snapshot{backend=nan}", function() return takana.snapshot { backend = nan } end },
+    { "snapshot{}, extra arg", function() return takana.snapshot({}, 1) end },
+    { "delta(nil, snap)", function() return takana.delta(nil, snap) end },
+    { "delta(snap, {})", function() return takana.delta(snap, {}) end },
+    { "delta(new, old)", function() return takana.delta(takana.snapshot { backend = "proc" }, snap) end },
+    { "snap:get(huge)", function() return snap:get(huge) end },
+    { "snap:get(nan)", function() return snap:get(nan) end },
+    { "snap:children(nil)", function() return snap:children() end },
+    { "snap.get on a table", function() return snap.get({}, 1) end },
+    { "pidfd()", function() return takana.pidfd() end },
+    { "pidfd('one')", function() return takana.pidfd("one") end },
+    { "pidfd(-1)", function() return takana.pidfd(-1) end },
+    { "pidfd(0)", function() return takana.pidfd(0) end },
+    { "pidfd(huge)", function() return takana.pidfd(huge) end },
+    { "pidfd(nan)", function() return takana.pidfd(nan) end },
+    { "pidfd(4194304)", function() return takana.pidfd(4194304) end },
+    { "closed pidfd:signal", function() return closed_pidfd:signal("TERM") end },
+    { "closed pidfd:wait", function() return closed_pidfd:wait(0) end },
+    { "closed pidfd:alive", function() return closed_pidfd:alive() end },
+    { "pidfd:signal('NOPE')", function() return takana.pidfd(H.pid):signal("NOPE") end },
+    { "pidfd:signal(99999)", function() return takana.pidfd(H.pid):signal(99999) end },
+    { "pidfd:wait(-1)", function() return takana.pidfd(H.pid):wait(-1) end },
+    { "pidfd:wait(nan)", function() return takana.pidfd(H.pid):wait(nan) end },
+    { "spawn()", function() return takana.spawn() end },
+    { "spawn{}", function() return takana.spawn {} end },
+    { "spawn{''}", function() return takana.spawn { "" } end },
+    { "spawn{'a\\0b'}", function() return takana.spawn { "a\0b" } end },
+    { "spawn{true}", function() return takana.spawn { true } end },
+    { "spawn{stdout=99999}", function() return takana.spawn { "/bin/true", stdout = 99999 } end },
+    { "spawn{cwd=..}", function() return takana.spawn { "/bin/true", cwd = "/nonexistent/.." } end },
+    { "spawn{env='x'}", function() return takana.spawn { "/bin/true", env = "x" } end },
+    { "spawn{cgroup=../x}", function() return takana.spawn { "/bin/true", cgroup = "../x" } end },
+    { "poll(nil)", function() return takana.poll() end },
+    { "poll({1})", function() return takana.poll({ 1 }, 0) end },
+    { "poll({}, -1)", function() return takana.poll({}, -1) end },
+    { "poll({}, nan)", function() return takana.poll({}, nan) end },
+    { "poll({closed})", function() return takana.poll({ closed_pidfd }, 0) end },
+    { "cgroup(nil)", function() return takana.cgroup() end },
+    { "cgroup.of('x')", function() return takana.cgroup.of("x") end },
+    { "cgroup.of(-1)", function() return takana.cgroup.of(-1) end },
+    { "cg:get(1)", function() return cg:get(1) end },
+    { "cg:set('memory.max', -1)", function() return cg:set("memory.max", -1) end },
+    { "cg:set('memory.max', nan)", function() return cg:set("memory.max", nan) end },
+    { "cg:set('nosuch.file', 1)", function() return cg:set("nosuch.file", 1) end },
+    { "cg:why('nope')", function() return cg:why("nope") end },
+    { "cg:attach('x')", function() return cg:attach("x") end },
+    { "closed cg:stat", function() return closed_cg:stat() end },
+    { "events('fork')", function() return takana.events("fork") end },
+    { "events{nan}", function() return takana.events { nan } end },
+    { "events{buffer=huge}", function() return takana.events { buffer = huge } end },
+    { "closed events:read", function() return closed_events:read() end },
+    { "closed events:lost", function() return closed_events:lost() end },
+    { "stat_parse(nil)", function() return core.stat_parse() end },
+  }
+  for _, s in ipairs(hostile) do
+    if s ~= "" then  -- "" is the root cgroup, by design
+      cases[#cases + 1] = { ("cgroup(%q)"):format(s:sub(1, 20)), function() return takana.cgroup(s) end }
+    end
+    cases[#cases + 1] = { ("cg:get(%q)"):format(s:sub(1, 20)), function() return cg:get(s) end }
+    -- "%s%n" is a legal cgroup name: it is created, in the test cgroup.
+    if test_cg and s ~= "%s%n" then
+      cases[#cases + 1] = { ("cg:mkdir(%q)"):format(s:sub(1, 20)), function() return test_cg:mkdir(s) end }
+    end
+    cases[#cases + 1] = { ("cg:set(%q)"):format(s:sub(1, 20)), function() return cg:set(s, 1) end }
+    cases[#cases + 1] = { ("pidfd:signal(%q)"):format(s:sub(1, 20)), function()
+      return takana.pidfd(H.pid):signal(s)
+    end }
+    cases[#cases + 1] = { ("stat_parse(%q)"):format(s:sub(1, 20)), function() return core.stat_parse(s) end }
+    cases[#cases + 1] = { ("snapshot{backend=%q}"):format(s:sub(1, 20)), function()
+      return takana.snapshot { backend = s }
+    end }
+  end
+
+  teardown(function()
+    if test_cg then test_cg:close() end
+    if test_path then H.cgroup_cleanup(test_path) end
+  end)
+
+  for _, case in ipairs(cases) do
+    it("rejects " .. case[1], function()
+      local ok, a, b, c = pcall(case[2])
+      if ok then
+        assert(a == nil, case[1] .. " returned " .. tostring(a))
+        assert.is_string(b)
+        assert.is_true(math.type(c) == "integer" and c > 0, case[1] .. ": errno " .. tostring(c))
+      else
+        assert.is_string(a)
+        assert.truthy(#a > 10, case[1] .. ": message " .. a)
+      end
+    end)
+  end
+end)
