@@ -121,7 +121,11 @@ local function run(title)
   end
   r("kfunc", "D", "takana kfunc / D kfunc in C", "<= 1.5", function(x) return x <= 1.5 end)
   r("D", "B", "D kfunc in C / B iter/task in C", "<= 0.25", function(x) return x <= 0.25 end)
-  r("A", "kfunc", "A /proc in C / takana kfunc", ">= 50 at 1,000", function(x) return x >= 50 end)
+  if res[by.A].count >= 900 and res[by.A].count <= 1100 then
+    r("A", "kfunc", "A /proc in C / takana kfunc", ">= 50 at 1,000", function(x) return x >= 50 end)
+  else
+    r("A", "kfunc", "A /proc in C / takana kfunc", "(info; target at 1,000)", function() return true end)
+  end
   r("kfunc", "C", "takana kfunc / C readdir floor", "< 1", function(x) return x < 1 end)
   r("cold", "A", "takana proc cold / A", "<= 1.15", function(x) return x <= 1.15 end)
   r("warm", "A", "takana proc warm / A", "<= 0.60", function(x) return x <= 0.6 end)
