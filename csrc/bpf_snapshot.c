@@ -41,18 +41,6 @@ void tk_bpf_release(void)
 {
 }
 
-int tk_bpf_load_begin(void)
-{
-	return -ENOTSUP;
-}
-
-void tk_bpf_load_end(int err, const char *what, char *why, size_t why_len)
-{
-	(void)err;
-	(void)what;
-	(void)why;
-	(void)why_len;
-}
 
 #else
 
@@ -151,8 +139,8 @@ static uint64_t monotonic_ns(void)
 /* Turns a failed load into what a person can act on. Order matters: the
  * missing prerequisite is the reason, not the errno it happened to cause.
  * needs: a kernel BTF type the program cannot work without, and since. */
-static void explain_load_failure(const char *needs, int needs_kind, const char *since,
-                                 int err, char *why, size_t why_len)
+void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
+                    int err, char *why, size_t why_len)
 {
 	struct utsname uts;
 	struct btf *btf;
@@ -187,18 +175,15 @@ static void explain_load_failure(const char *needs, int needs_kind, const char *
 	         strerror(-err), libbpf_last[0] ? " -- " : "", libbpf_last);
 }
 
-int tk_bpf_load_begin(void)
+void tk_bpf_load_begin(void)
 {
 	pthread_mutex_lock(&load_lock);
 	libbpf_set_print(libbpf_capture);
 	libbpf_last[0] = '\0';
-	return 0;
 }
 
-void tk_bpf_load_end(int err, const char *what, char *why, size_t why_len)
+void tk_bpf_load_end(void)
 {
-	if (err != 0 && strcmp(what, "events") == 0)
-		explain_load_failure("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
 	pthread_mutex_unlock(&load_lock);
 }
 
@@ -344,14 +329,14 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 		t->load_ns = monotonic_ns() - start;
 	if (err != 0) {
 		if (tier == TK_TIER_KFUNC)
-			explain_load_failure("bpf_iter_task_new", BTF_KIND_FUNC, "6.7", err, t->why, WHY_LEN);
+			tk_bpf_explain("bpf_iter_task_new", BTF_KIND_FUNC, "6.7", err, t->why, WHY_LEN);
 		else
-			explain_load_failure("bpf_iter_task", BTF_KIND_FUNC, "5.8", err, t->why, WHY_LEN);
+			tk_bpf_explain("bpf_iter_task", BTF_KIND_FUNC, "5.8", err, t->why, WHY_LEN);
 		t->state = err;
 	} else {
 		t->state = 1;
 	}
-	tk_bpf_load_end(0, "snapshot", NULL, 0);
+	tk_bpf_load_end();
 	return err;
 }
 

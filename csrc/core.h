@@ -109,10 +109,16 @@ void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info);
 int tk_bpf_kfunc_set_capacity(size_t capacity);
 /* Unloads both tiers; the next snapshot loads again. */
 void tk_bpf_release(void);
-/* For other BPF objects (events): serialises a load with libbpf's messages
- * captured; tk_bpf_load_end writes the reason of a failed load into why. */
-int tk_bpf_load_begin(void);
-void tk_bpf_load_end(int err, const char *what, char *why, size_t why_len);
+#ifndef TK_NO_BPF
+/* For other BPF objects (events): a load between these two is serialised
+ * with libbpf's messages captured, and tk_bpf_explain writes the reason of
+ * a failed one: needs is a kernel BTF type of kind needs_kind the program
+ * cannot work without, there since Linux `since`. */
+void tk_bpf_load_begin(void);
+void tk_bpf_load_end(void);
+void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
+                    int err, char *why, size_t why_len);
+#endif
 
 /* ---- process events (events.c) -------------------------------------------- */
 

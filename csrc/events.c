@@ -542,6 +542,7 @@ static void bpf_close(struct tk_events *ev)
 
 #else
 
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wcast-qual"
@@ -614,7 +615,8 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	skel = takana_events__open();
 	if (skel == NULL) {
 		err = -errno;
-		tk_bpf_load_end(err, "events", why, why_len);
+		tk_bpf_explain("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
+		tk_bpf_load_end();
 		return err;
 	}
 	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -630,10 +632,11 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	if (err != 0) {
 		err = err < 0 ? err : -EINVAL;
 		takana_events__destroy(skel);
-		tk_bpf_load_end(err, "events", why, why_len);
+		tk_bpf_explain("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
+		tk_bpf_load_end();
 		return err;
 	}
-	tk_bpf_load_end(0, "events", why, why_len);
+	tk_bpf_load_end();
 	ev->bpf = skel;
 	ev->ring = ring_buffer__new(bpf_map__fd(skel->maps.events), ring_event, ev, NULL);
 	if (ev->ring == NULL) {

@@ -107,7 +107,13 @@ void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
 	} else if (ut == 0) {
 		st = rtime;
 	} else {
-		st = (uint64_t)((u128)st * rtime / (st + ut));
+		uint64_t product;
+
+		/* 128-bit division is a libgcc call; most products fit in 64. */
+		if (!__builtin_mul_overflow(st, rtime, &product))
+			st = product / (st + ut);
+		else
+			st = (uint64_t)((u128)st * rtime / (st + ut));
 		if (st > rtime)
 			st = rtime;
 	}
