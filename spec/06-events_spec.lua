@@ -202,12 +202,16 @@ describe("takana.events backend choice", function()
   end)
 
   it("works with takana.poll, cqueues and luv", function()
+    -- Any fork on the host wakes a fork stream: read until our own.
     local ev = assert(takana.events { "fork" })
-    assert.same({}, assert(takana.poll({ ev }, 0)))
     local fx = H.fixture {}
-    local ready = assert(takana.poll({ ev }, 5))
-    assert.equal(ev, ready[1])
-    for _ in ev:read() do end
+    local seen0, deadline0 = false, core.monotime() + 5
+    repeat
+      local ready = assert(takana.poll({ ev }, 1))
+      if ready[1] then assert.equal(ev, ready[1]) end
+      for e in ev:read() do if e.pid == fx.pid then seen0 = true end end
+    until seen0 or core.monotime() > deadline0
+    assert.is_true(seen0)
     fx:kill()
 
     local ok_cq, cqueues = pcall(require, "cqueues")
