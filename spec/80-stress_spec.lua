@@ -25,7 +25,9 @@ local function flat(label, count, f)
   local fds0, kb0 = settle()
   for _ = 1, count do f() end
   local fds1, kb1 = settle()
-  assert(fds1 <= fds0, ("%s x%d: descriptors %d -> %d"):format(label, count, fds0, fds1))
+  -- A leak grows with the count; a busy host can move the baseline by one
+  -- (a process caught between the scan and the count).
+  assert(fds1 <= fds0 + 2, ("%s x%d: descriptors %d -> %d"):format(label, count, fds0, fds1))
   assert(kb1 - kb0 < 256, ("%s x%d: Lua memory %.0f KiB -> %.0f KiB"):format(label, count, kb0, kb1))
 end
 
