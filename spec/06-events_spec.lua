@@ -46,11 +46,15 @@ end
 local function start_tree()
   local child = assert(takana.spawn { H.fixture_path, "--tree", stdout = "pipe" })
   local line = child.stdout:read("l")
+  local rss_line = child.stdout:read("l")
   assert.same({ exited = true, code = 0 }, child:wait(10))
-  local pids = {}
+  local pids, maxrss = {}, {}
   for n in line:gmatch("%d+") do pids[#pids + 1] = tonumber(n) end
+  for n in rss_line:gmatch("%d+") do maxrss[#maxrss + 1] = tonumber(n) * 1024 end
   child:close()
-  return pids -- parent, true-child, exit-3 child, killed child, renamed child
+  -- parent, true-child, exit-3 child, killed child, renamed child; and
+  -- the children's ru_maxrss from wait4 in bytes
+  return pids, maxrss
 end
 
 local my_comm = H.read("/proc/self/comm"):gsub("\n$", "")
@@ -63,7 +67,7 @@ for _, backend in ipairs { "bpf", "connector" } do
       if not ev then return pending(why) end
       assert.equal(backend, ev.backend)
       local t0 = H.boottime_ns()
-      local pids = start_tree()
+      local pids, maxrss = start_tree()
       local P, c_true, c_exit3, c_killed, c_renamed = table.unpack(pids)
       local family = {}
       for _, p in ipairs(pids) do family[p] = true end
@@ -118,10 +122,12 @@ for _, backend in ipairs { "bpf", "connector" } do
             assert.truthy(e.cgroup_id > 0)
           end
         end
-        -- ru_maxrss as wait4(2) gives it: a child killed before it ran
-        -- never had pages of its own.
-        assert.truthy(got[5].maxrss_bytes > 0)
-        assert.equal(0, got[9].maxrss_bytes)
+        -- Peak rss exactly as wait4(2) gave it to the parent (a child
+        -- killed before it ran may have none of its own).
+        assert.equal(maxrss[1], got[5].maxrss_bytes)
+        assert.equal(maxrss[2], got[7].maxrss_bytes)
+        assert.equal(maxrss[3], got[9].maxrss_bytes)
+        assert.equal(maxrss[4], got[12].maxrss_bytes)
         assert.truthy(got[13].maxrss_bytes > 0)
         -- The parent ran the longest; its own cgroup id is that of this spec's.
         assert.truthy(got[13].utime_ns + got[13].stime_ns > 0)

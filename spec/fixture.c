@@ -150,30 +150,34 @@ int main(int argc, char **argv)
 		/* A known family for the event specs, one child at a time so the
 		 * order of their events is fixed: exec, exit 3, SIGKILL, rename. */
 		pid_t kids[4];
+		struct rusage ru[4];
 		kids[0] = fork();
 		if (kids[0] == 0) {
 			execl("/bin/true", "true", (char *)NULL);
 			_exit(127);
 		}
-		waitpid(kids[0], NULL, 0);
+		wait4(kids[0], NULL, 0, &ru[0]);
 		kids[1] = fork();
 		if (kids[1] == 0)
 			_exit(3);
-		waitpid(kids[1], NULL, 0);
+		wait4(kids[1], NULL, 0, &ru[1]);
 		kids[2] = fork();
 		if (kids[2] == 0)
 			for (;;)
 				pause();
 		kill(kids[2], SIGKILL);
-		waitpid(kids[2], NULL, 0);
+		wait4(kids[2], NULL, 0, &ru[2]);
 		kids[3] = fork();
 		if (kids[3] == 0) {
 			prctl(PR_SET_NAME, "renamed");
 			_exit(0);
 		}
-		waitpid(kids[3], NULL, 0);
+		wait4(kids[3], NULL, 0, &ru[3]);
 		printf("ready %d %d %d %d %d\n", (int)getpid(), (int)kids[0], (int)kids[1],
 		       (int)kids[2], (int)kids[3]);
+		/* What wait4(2) says of each child's peak rss, in KiB. */
+		printf("maxrss %ld %ld %ld %ld\n", ru[0].ru_maxrss, ru[1].ru_maxrss,
+		       ru[2].ru_maxrss, ru[3].ru_maxrss);
 		fflush(stdout);
 		return 0;
 	}
