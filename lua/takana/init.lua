@@ -57,7 +57,8 @@ local tiers = {
 -- @treturn[1] snapshot one userdata holding every record; `#snap`,
 --   `snap.backend`, `snap.time_ns` (CLOCK_BOOTTIME), `snap.vanished`
 --   (processes that exited mid-scan and were skipped), `snap.denied`
---   (processes listed but unreadable, as under hidepid).
+--   (processes listed but unreadable, as under hidepid), `snap.from_proc`
+--   (BPF tiers: records the kernel hid from BPF, read from /proc instead).
 -- @treturn[2] nil
 -- @treturn[2] string why the requested backend cannot run
 -- @treturn[2] int errno
