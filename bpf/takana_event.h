@@ -52,4 +52,17 @@ struct tk_event {
 	char filename[TK_EV_FILENAME_LEN];   /* exec, bpf only; empty otherwise */
 };
 
+/* Decodes an exit status in wait(2)'s format (task->exit_code) into the
+ * event: for the BPF program and the proc connector parser alike. */
+static inline void tk_event_exit_status(struct tk_event *e, __u32 status)
+{
+	if (status & 0x7f) {
+		e->exit_signal = status & 0x7f;
+		e->flags |= TK_EVF_SIGNALED | ((status & 0x80) ? TK_EVF_CORE : 0);
+	} else {
+		e->exit_code = (status >> 8) & 0xff;
+		e->flags |= TK_EVF_EXITED;
+	}
+}
+
 #endif

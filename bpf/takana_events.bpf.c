@@ -107,13 +107,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	if (!e)
 		return 0;
 	status = (sig->flags & SIGNAL_GROUP_EXIT) ? sig->group_exit_code : p->exit_code;
-	if (status & 0x7f) {
-		e->exit_signal = status & 0x7f;
-		e->flags |= TK_EVF_SIGNALED | ((status & 0x80) ? TK_EVF_CORE : 0);
-	} else {
-		e->exit_code = (status >> 8) & 0xff;
-		e->flags |= TK_EVF_EXITED;
-	}
+	tk_event_exit_status(e, status);
 	/* The other threads' times are in signal_struct by now. */
 	e->utime_ns = sig->utime + p->utime;
 	e->stime_ns = sig->stime + p->stime;

@@ -92,6 +92,9 @@ struct tier {
 	struct tk_wire_record *readbuf;
 	struct wire_buf leaders;      /* one iteration's records, by kind */
 	struct wire_buf threads;
+	/* both: pid-order scratch (keys and radix buffer) */
+	uint64_t *order;
+	size_t order_cap;
 };
 
 static struct tier tiers[TK_TIER_COUNT] = {
@@ -211,6 +214,9 @@ static size_t estimate_processes(void)
 
 static void kfunc_unload(struct tier *t)
 {
+	free(t->order);
+	t->order = NULL;
+	t->order_cap = 0;
 	if (t->records != NULL)
 		munmap((void *)(uintptr_t)t->records, t->mapped_bytes);
 	t->records = NULL;
@@ -221,6 +227,9 @@ static void kfunc_unload(struct tier *t)
 
 static void iter_unload(struct tier *t)
 {
+	free(t->order);
+	t->order = NULL;
+	t->order_cap = 0;
 	bpf_link__destroy(t->link);
 	t->link = NULL;
 	takana_iter__destroy(t->iter);
@@ -362,20 +371,77 @@ static int recbuf_reserve(struct tk_recbuf *rb, size_t n)
 }
 
 /* Wire records to snapshot records: the CPU time split as /proc does. */
-static int wire_finish(const struct tk_wire_record *w, size_t n, struct tk_recbuf *out)
+/* Length of a NUL-terminated comm within 16 bytes, a word at a time. */
+static uint32_t comm16_len(const char *comm)
 {
+	uint64_t words[2];
+
+	memcpy(words, comm, sizeof words);
+	for (int i = 0; i < 2; i++) {
+		/* The lowest byte flagged here is the first NUL. */
+		uint64_t zero = (words[i] - 0x0101010101010101ull) & ~words[i] & 0x8080808080808080ull;
+		if (zero)
+			return (uint32_t)(i * 8 + (__builtin_ctzll(zero) >> 3));
+	}
+	return 16;
+}
+
+/* Indices of w in pid order. The kfunc walk follows the task list, which is
+ * creation order: pid order only until pids wrap. An LSD radix sort of
+ * (pid << 32 | index) keys, a byte a pass, costs far less than sorting
+ * the records themselves. Returns NULL when w is in order already. */
+static const uint64_t *pid_order(struct tier *t, const struct tk_wire_record *w, size_t n)
+{
+	uint64_t *keys, *tmp;
+	size_t i;
+
+	for (i = 1; i < n && w[i - 1].rec.pid < w[i].rec.pid; i++)
+		;
+	if (i >= n)
+		return NULL;
+	if (t->order_cap < n) {
+		uint64_t *k = realloc(t->order, 2 * n * sizeof *k);
+		if (k == NULL)
+			return NULL;   /* the caller's sort still orders them */
+		t->order = k;
+		t->order_cap = n;
+	}
+	keys = t->order;
+	tmp = keys + n;
+	for (i = 0; i < n; i++)
+		keys[i] = (uint64_t)w[i].rec.pid << 32 | i;
+	for (int shift = 32; shift < 64; shift += 8) {
+		size_t count[257] = { 0 };
+		for (i = 0; i < n; i++)
+			count[((keys[i] >> shift) & 0xff) + 1]++;
+		for (i = 1; i < 257; i++)
+			count[i] += count[i - 1];
+		for (i = 0; i < n; i++)
+			tmp[count[(keys[i] >> shift) & 0xff]++] = keys[i];
+		memcpy(keys, tmp, n * sizeof *keys);
+	}
+	return keys;
+}
+
+/* Wire records to snapshot records, in pid order: the comm measured, the
+ * CPU time split as /proc does. */
+static int wire_finish(struct tier *t, const struct tk_wire_record *w, size_t n,
+                       struct tk_recbuf *out)
+{
+	const uint64_t *order = pid_order(t, w, n);
 	size_t i;
 	int err = recbuf_reserve(out, n);
 
 	if (err < 0)
 		return err;
 	for (i = 0; i < n; i++) {
+		const struct tk_wire_record *src = order ? &w[(uint32_t)order[i]] : &w[i];
 		struct tk_record *r = &out->recs[out->len++];
 
-		*r = w[i].rec;
+		*r = src->rec;
 		if (r->comm_len == TK_WIRE_COMM_NUL)
-			r->comm_len = (uint32_t)strnlen(r->comm, 16);
-		tk_cputime_adjust(&w[i], r);
+			r->comm_len = comm16_len(r->comm);
+		tk_cputime_adjust(src, r);
 	}
 	return 0;
 }
@@ -398,7 +464,7 @@ static int kfunc_run(struct tier *t, struct tk_recbuf *out, char *why, size_t wh
 			return reject_foreign_pidns(why, why_len);
 		total = t->kfunc->bss->total;
 		if (total <= t->capacity)
-			return wire_finish(t->records, total, out);
+			return wire_finish(t, t->records, total, out);
 		/* More processes than room: grow, reload, run again. */
 		t->capacity_wanted = with_headroom(total);
 		err = tier_ensure_loaded(TK_TIER_KFUNC, t);
@@ -499,7 +565,7 @@ static int iter_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why
 		leader->rec.minflt += th->rec.minflt;
 		leader->rec.majflt += th->rec.majflt;
 	}
-	return wire_finish(t->leaders.recs, t->leaders.len, out);
+	return wire_finish(t, t->leaders.recs, t->leaders.len, out);
 }
 
 int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, char *why, size_t why_len)

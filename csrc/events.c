@@ -108,19 +108,6 @@ static uint64_t clock_ns(clockid_t id)
 
 /* ---- proc connector ---------------------------------------------------- */
 
-/* Decodes the exit status the kernel keeps (task->exit_code: wait(2)'s
- * format) into the event. */
-static void exit_status(struct tk_event *e, uint32_t status)
-{
-	if (status & 0x7f) {
-		e->exit_signal = status & 0x7f;
-		e->flags |= TK_EVF_SIGNALED | ((status & 0x80) ? TK_EVF_CORE : 0);
-	} else {
-		e->exit_code = (status >> 8) & 0xff;
-		e->flags |= TK_EVF_EXITED;
-	}
-}
-
 int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out)
 {
 	const unsigned char *bytes = buf;
@@ -184,7 +171,7 @@ int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out)
 		e->pid = (uint32_t)pe->event_data.exit.process_tgid;
 		e->tid = (uint32_t)pe->event_data.exit.process_pid;
 		e->ppid = (uint32_t)pe->event_data.exit.parent_tgid;
-		exit_status(e, pe->event_data.exit.exit_code);
+		tk_event_exit_status(e, pe->event_data.exit.exit_code);
 		/* A thread's exit is not the process's. */
 		out->thread = pe->event_data.exit.process_pid != pe->event_data.exit.process_tgid;
 		return 1;
