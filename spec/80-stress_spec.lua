@@ -268,3 +268,84 @@ describe("every public function fed garbage", function()
     end)
   end
 end)
+
+describe("faults", function()
+  local env = "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' "
+
+  -- Runs a Lua script in a clean child (spawn closes every descriptor not
+  -- passed) under a shell prefix such as a ulimit; returns its output.
+  local function child(prefix, script)
+    local c = assert(takana.spawn { "sh", "-c", prefix .. "; " .. env .. H.lua .. " -e " .. H.shell_quote(script),
+                                    stdout = "pipe", stderr = "pipe" })
+    local out, err = c.stdout:read("a"), c.stderr:read("a")
+    local status = c:wait(60)
+    c:close()
+    return status, out, err
+  end
+
+  it("a tiny RLIMIT_NOFILE: the fd cache backs off and snapshots still work", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    -- 24 descriptors, 18 of them taken before the first snapshot: the
+    -- cache (a quarter of the limit) runs into EMFILE and must back off.
+    local status, out, err = child("ulimit -n 24", "local t = require 'takana' local hold = {} " ..
+      "for i = 1, 18 do hold[i] = assert(io.open('/dev/null')) end " ..
+      "local me = tonumber(io.open('/proc/self/stat'):read('l'):match('^%d+')) local n, s " ..
+      "for i = 1, 20 do s = assert(t.snapshot { backend = 'proc' }) n = #s assert(s:get(me)) end " ..
+      "local c = t.proc_cache_info() print('ok', n, c.fds, c.limit)")
+    assert.same({ exited = true, code = 0 }, status, err)
+    local count, fds, limit = out:match("^ok%s+(%d+)%s+(%d+)%s+(%d+)")
+    assert(count, out .. err)
+    assert.truthy(tonumber(count) > 10, out)
+    assert.truthy(tonumber(fds) <= tonumber(limit) and tonumber(limit) < 6, out)
+  end)
+
+  it("/proc with hidepid=2: other users' processes are invisible, and probe says so", function()
+    if not H.is_root() then return pending("needs root: a private mount namespace") end
+    if os.execute("command -v unshare >/dev/null && command -v setpriv >/dev/null") ~= true then
+      return pending("needs unshare and setpriv")
+    end
+    local script = "local t = require 'takana' local s = assert(t.snapshot()) local others = 0 " ..
+      "for p in s:each() do if p.uid ~= 65534 then others = others + 1 end end " ..
+      "print(s.backend, #s, others, t.probe().proc.note)"
+    local code, out = H.run("unshare --mount --propagation private sh -c " .. H.shell_quote(
+      "mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid 65534 --regid 65534 " ..
+      "--clear-groups --inh-caps=-all env " .. env .. H.lua .. " -e " .. H.shell_quote(script)))
+    assert.equal(0, code, out)
+    local backend, total, others, note = out:match("^(%S+)\t(%d+)\t(%d+)\t([^\n]*)")
+    assert(backend, out)
+    assert.equal("proc", backend)
+    assert.truthy(tonumber(total) >= 1)
+    assert.equal("0", others)
+    assert.matches("hidepid=invisible: processes of other users are invisible", note)
+  end)
+
+  it("a BPF load that fails midway falls back and leaks no descriptor or map", function()
+    if not (H.is_root() and core.bpf_built) then return pending("needs root and a BPF build") end
+    if H.no_spawn then return pending(H.no_spawn) end
+    if os.getenv("TAKANA_ASAN_PRELOAD") then
+      return pending("ASan's shadow memory does not fit in a 400 MB address space")
+    end
+    -- In a child with 400 MB of address space, an array of 4M records
+    -- (740 MB) loads into the kernel but cannot be mapped: the load fails
+    -- after the object was opened, verified and its maps created. Every
+    -- BPF map, program and link is a descriptor: none may be left.
+    local status, out, err = child("ulimit -v 400000", "local t = require 'takana' " ..
+      "local core = require 'takana.core' local me = io.open('/proc/self/stat'):read('l'):match('^%d+') " ..
+      "local function fds() local r = {} for l in io.popen('ls -l /proc/' .. me .. '/fd'):lines() do " ..
+      "local n, tg = l:match(' (%d+) %-> (.*)$') if n and not tg:match('^pipe:') then r[#r + 1] = tg end end " ..
+      "table.sort(r) return table.concat(r, ' ') end " ..
+      "t.snapshot { backend = 'proc' } t.proc_cache_close() collectgarbage() local before = fds() " ..
+      "assert(core.bpf_kfunc_capacity(4000000)) " ..
+      "local s, why = t.snapshot { backend = 'kfunc' } " ..
+      "local auto = assert(t.snapshot()) " ..
+      "core.bpf_release() t.proc_cache_close() collectgarbage() " ..
+      "print(tostring(s)) print(why) print(auto.backend) print(before) print(fds())")
+    assert.same({ exited = true, code = 0 }, status, err)
+    local s, why, backend, before, after = out:match("^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)")
+    assert(s, out .. err)
+    assert.equal("nil", s)
+    assert.matches("^snapshot: kfunc backend unavailable: BPF load failed .*mmap of the record array", why)
+    assert.equal("iter", backend)
+    assert.equal(before, after)
+  end)
+end)

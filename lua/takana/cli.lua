@@ -211,6 +211,7 @@ function M.probe(args)
   for _, b in ipairs { "bpf", "connector", "poll" } do
     row("events." .. b, p.events[b], p.events.backend == b and "(used by events())" or "")
   end
+  row("proc", p.proc, p.proc.note or "")
   row("pidfd", p.pidfd, "pidfd_open, pidfd_send_signal, waitid(P_PIDFD)")
   row("clone3", p.clone3, "spawn: CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP")
   local cg = p.cgroup

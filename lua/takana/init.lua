@@ -234,7 +234,8 @@ end
 --- What this host offers and which backend each capability uses, with the
 -- reason for every "no". Never raises.
 -- @treturn table `kernel`, `btf`, `snapshot = {kfunc=, iter=, proc=, backend=}`,
---   `events = {bpf=, connector=, poll=, backend=}`,
+--   `events = {bpf=, connector=, poll=, backend=}`, `proc` (with `hidepid`
+--   and a `note` when other users' processes are hidden),
 --   `pidfd`, `clone3`, `cgroup` (mode, v2_mount, v2_controllers, v1 mounts);
 --   each capability has `ok` and, when not ok, `why`.
 function M.probe()
@@ -252,6 +253,22 @@ function M.probe()
     r.snapshot[name] = t
     if t.ok and not r.snapshot.backend then r.snapshot.backend = name end
   end
+
+  -- /proc itself: hidepid hides other users' processes from every /proc
+  -- reader, takana's proc backend included.
+  r.proc = { ok = read_first_line("/proc/self/stat") ~= nil }
+  for line in io.lines("/proc/self/mountinfo") do
+    local mnt, fstype, super = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+) %S+ (%S+)")
+    if mnt == "/proc" and fstype == "proc" then
+      r.proc.hidepid = super:match("hidepid=([^,]+)")
+      if r.proc.hidepid and r.proc.hidepid ~= "0" and r.proc.hidepid ~= "off" then
+        r.proc.note = ("/proc is mounted with hidepid=%s: processes of other users are %s"):format(
+          r.proc.hidepid, (r.proc.hidepid == "1" or r.proc.hidepid == "noaccess") and
+          "listed but unreadable (snap.denied counts them)" or "invisible to this process")
+      end
+    end
+  end
+  if not r.proc.ok then r.proc.why = "/proc is not mounted" end
 
   local pok, p, perr = pcall(core.pidfd, tonumber(read_first_line("/proc/self/stat"):match("^%d+")))
   r.pidfd = { ok = pok and p ~= nil, why = (not pok and tostring(p)) or perr }
