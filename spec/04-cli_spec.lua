@@ -164,9 +164,17 @@ describe("takana top", function()
     local second = out:match("\n\n(takana top.*)$")
     assert.truthy(second, out)
     assert.matches("^takana top %- %d+ processes, backend %a+, snapshot %d+ us", second)
-    -- the spinning fixture is on top of the second frame
-    local first_row = second:match("\n%s*PID[^\n]*\n([^\n]+)")
-    assert.matches("^%s*" .. fx.pid .. " ", first_row)
+    -- rows sorted by CPU share, the spinning fixture near a whole CPU
+    local shares, spinner = {}, nil
+    for row in second:gmatch("\n([^\n]+)") do
+      local pid, share = row:match("^%s*(%d+)%s+%d+ %S%s+%d+%s+([%d.]+) ")
+      if pid then
+        shares[#shares + 1] = tonumber(share)
+        if tonumber(pid) == fx.pid then spinner = tonumber(share) end
+      end
+    end
+    for i = 2, #shares do assert.truthy(shares[i] <= shares[i - 1], second) end
+    assert.truthy(spinner and spinner > 50, second)
   end)
 
   it("runs full-screen under tmux, sorts on keys, and gives the terminal back", function()
