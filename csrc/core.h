@@ -161,7 +161,6 @@ struct tk_events {
 	void *bpf;                   /* struct takana_events * */
 	void *ring;                  /* struct ring_buffer * */
 	uint64_t bpf_lost_seen[TK_EV_TYPES];
-	uint64_t ring_got;
 	size_t ring_bytes;
 	/* connector */
 	struct tk_cn_seq *cn_seq;

@@ -561,7 +561,6 @@ static int ring_event(void *ctx, void *data, size_t size)
 		e.utime_ns = r.utime_ns;
 		e.stime_ns = r.stime_ns;
 	}
-	ev->ring_got++;
 	return queue_event(ev, &e) < 0 ? -ENOMEM : 0;
 }
 
