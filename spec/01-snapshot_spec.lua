@@ -242,21 +242,17 @@ describe("takana.snapshot (proc backend)", function()
 
   it("skips processes that exit mid-scan: never an error, never a pid twice", function()
     local churn = H.fixture { "--churn", 2 }
-    local snaps, vanished = 0, 0
-    local deadline = os.time() + 2
-    repeat
+    -- 50 snapshots fall well inside the 2 s storm.
+    for _ = 1, 50 do
       local snap = assert(takana.snapshot { backend = "proc" })
       local last = 0
       for p in snap:each() do
         assert.truthy(p.pid > last)
         last = p.pid
       end
-      snaps = snaps + 1
-      vanished = vanished + snap.vanished
-    until os.time() > deadline
+    end
     local forks = churn:lines()()
     churn.file:close()
-    assert.truthy(snaps > 10)
     assert.matches("^forks %d+", forks)
   end)
 

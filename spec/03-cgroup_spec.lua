@@ -168,10 +168,7 @@ describe("takana.cgroup", function()
 
       assert.is_true(sub:kill())
       -- cgroup.events is pollable: wait for "populated 0".
-      local deadline = os.time() + 10
-      while sub:stat().events.populated and os.time() < deadline do
-        takana.poll({ sub }, 1)
-      end
+      H.poll_until({ sub }, function() return not sub:stat().events.populated end, 100)
       assert.is_false(sub:stat().events.populated)
       assert.same({ signaled = true, signal = 9, core = false }, a:wait())
       assert.same({ signaled = true, signal = 9, core = false }, b:wait())

@@ -16,17 +16,16 @@ local function open(backend, opts)
   return ev, why, errno
 end
 
--- Reads events until pred(list) is true or `seconds` pass; waits with
--- takana.poll between reads.
-local function collect(ev, keep, done, seconds)
-  local got, deadline = {}, core.monotime() + (seconds or 5)
-  repeat
+-- Reads the events keep() wants until done(list) is true, waiting on the
+-- stream between reads (a bounded number of times).
+local function collect(ev, keep, done)
+  local got = {}
+  H.poll_until({ ev }, function()
     for e in ev:read() do
       if keep(e) then got[#got + 1] = e end
     end
-    if done(got) then return got end
-    takana.poll({ ev }, 0.05)
-  until core.monotime() > deadline
+    return done(got)
+  end)
   return got
 end
 
@@ -211,12 +210,13 @@ describe("takana.events backend choice", function()
     -- Any fork on the host wakes a fork stream: read until our own.
     local ev = assert(takana.events { "fork" })
     local fx = H.fixture {}
-    local seen0, deadline0 = false, core.monotime() + 5
-    repeat
-      local ready = assert(takana.poll({ ev }, 1))
+    local seen0 = false
+    for _ = 1, 50 do
+      local ready = assert(takana.poll({ ev }, 0.1))
       if ready[1] then assert.equal(ev, ready[1]) end
       for e in ev:read() do if e.pid == fx.pid then seen0 = true end end
-    until seen0 or core.monotime() > deadline0
+      if seen0 then break end
+    end
     assert.is_true(seen0)
     fx:kill()
 
@@ -225,12 +225,12 @@ describe("takana.events backend choice", function()
       local cq, seen = cqueues.new(), false
       cq:wrap(function()
         local fx2 = H.fixture {}
-        local deadline = core.monotime() + 5
         -- Other processes' forks wake the stream too: read until ours.
-        repeat
-          cqueues.poll(ev, 1)
+        for _ = 1, 50 do
+          cqueues.poll(ev, 0.1)
           for e in ev:read() do if e.pid == fx2.pid then seen = true end end
-        until seen or core.monotime() > deadline
+          if seen then break end
+        end
         fx2:kill()
       end)
       assert(cq:loop(10))

@@ -86,6 +86,18 @@ function H.sleep(s)
   os.execute("sleep " .. s)
 end
 
+-- Waits on pollable objects, at most `tries` times for 0.1 s each, until
+-- done() says so; returns done()'s last answer. A bound, not a timing.
+function H.poll_until(objects, done, tries)
+  local takana = require "takana"
+  for _ = 1, tries or 50 do
+    local r = done()
+    if r then return r end
+    takana.poll(objects, 0.1)
+  end
+  return done()
+end
+
 -- A fixture prints "ready" just before it blocks, so for a moment after
 -- H.fixture returns it may still be running: wait (bounded) until /proc
 -- shows the wanted state letter. Returns the last state seen.
