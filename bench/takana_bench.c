@@ -179,13 +179,7 @@ static int l_sum_stat(lua_State *L)
 #include <sys/mman.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-qual"
-#pragma GCC diagnostic ignored "-Wcast-align"
-#pragma GCC diagnostic ignored "-Woverlength-strings"
-#include "takana_kfunc.skel.h"
-#include "takana_iter.skel.h"
-#pragma GCC diagnostic pop
+#include "skeletons.h"
 
 #define RAW_CAPACITY 32768
 

@@ -24,6 +24,12 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_CGROUP_MT "takana.Cgroup"
 #define TK_EVENTS_MT "takana.Events"
 
+/* A kernel counter as a Lua integer, saturating rather than wrapping. */
+static inline lua_Integer tk_u64_int(uint64_t v)
+{
+	return v > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)v;
+}
+
 /* Pushes nil, "ctx: strerror(-err)", -err and returns 3: the runtime
  * failure convention of every function in the module. */
 int tk_push_error(lua_State *L, const char *ctx, int err);

@@ -54,13 +54,7 @@ void tk_bpf_release(void)
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-qual"
-#pragma GCC diagnostic ignored "-Wcast-align"
-#pragma GCC diagnostic ignored "-Woverlength-strings"
-#include "takana_kfunc.skel.h"
-#include "takana_iter.skel.h"
-#pragma GCC diagnostic pop
+#include "skeletons.h"
 
 #define WHY_LEN 320
 /* iter/task reads: whole records only, and at least the kernel's 32 KiB
@@ -129,14 +123,6 @@ static int libbpf_capture(enum libbpf_print_level level, const char *fmt, va_lis
 	if (len > 0)
 		memcpy(libbpf_last, line, len + 1);
 	return 0;
-}
-
-static uint64_t monotonic_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Turns a failed load into what a person can act on. Order matters: the
@@ -324,7 +310,7 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 	if (t->state > 0 && !(tier == TK_TIER_KFUNC && t->capacity_wanted))
 		return 0;
 	tk_bpf_load_begin();
-	start = monotonic_ns();
+	start = tk_clock_ns(CLOCK_MONOTONIC);
 	if (tier == TK_TIER_KFUNC) {
 		size_t capacity = t->capacity_wanted ? t->capacity_wanted
 		                                     : with_headroom(estimate_processes());
@@ -335,7 +321,7 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 		err = iter_load(t);
 	}
 	if (err == 0 && t->load_ns == 0)
-		t->load_ns = monotonic_ns() - start;
+		t->load_ns = tk_clock_ns(CLOCK_MONOTONIC) - start;
 	if (err != 0) {
 		if (tier == TK_TIER_KFUNC)
 			tk_bpf_explain("bpf_iter_task_new", BTF_KIND_FUNC, "6.7", err, t->why, WHY_LEN);

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "../bpf/takana_record.h"
 #include "../bpf/takana_event.h"
@@ -46,6 +47,7 @@ int tk_recbuf_insert(struct tk_recbuf *rb, const struct tk_record *rec);
 /* Binary search; NULL when absent. Requires a sorted buffer. */
 const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid);
 
+uint64_t tk_clock_ns(clockid_t clock);
 uint64_t tk_boottime_ns(void);
 
 /* Sets out's utime/stime: a BPF record's precise runtime split as /proc

@@ -98,14 +98,6 @@ uint64_t tk_events_take_lost(struct tk_events *ev)
 	return n;
 }
 
-static uint64_t clock_ns(clockid_t id)
-{
-	struct timespec ts;
-
-	clock_gettime(id, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- proc connector ---------------------------------------------------- */
 
 int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out)
@@ -283,7 +275,7 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 	int size = buffer ? (int)buffer : 16 << 20;
 	/* The kernel's ack carries ours plus one: that is how it is told apart
 	 * from acks to other listeners. */
-	uint32_t ack = ((uint32_t)getpid() << 12) ^ (uint32_t)clock_ns(CLOCK_MONOTONIC);
+	uint32_t ack = ((uint32_t)getpid() << 12) ^ (uint32_t)tk_clock_ns(CLOCK_MONOTONIC);
 	uint64_t deadline;
 	int fd, err;
 
@@ -313,11 +305,11 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 	}
 	/* The kernel answers LISTEN with an ack carrying an errno; events
 	 * that arrive meanwhile are kept. */
-	deadline = clock_ns(CLOCK_MONOTONIC) + 1000000000ull;
+	deadline = tk_clock_ns(CLOCK_MONOTONIC) + 1000000000ull;
 	for (;;) {
 		char buf[4096] __attribute__((aligned(8)));
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		uint64_t now = clock_ns(CLOCK_MONOTONIC);
+		uint64_t now = tk_clock_ns(CLOCK_MONOTONIC);
 		struct tk_cn_message m;
 		ssize_t n;
 
@@ -347,7 +339,7 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 			return cn_track_seq(ev, &m, 0);
 		}
 		err = cn_handle(ev, buf, (size_t)n,
-		                clock_ns(CLOCK_BOOTTIME) - clock_ns(CLOCK_MONOTONIC));
+		                tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC));
 		if (err < 0)
 			return err;
 	}
@@ -355,7 +347,7 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 
 static int cn_fill(struct tk_events *ev, size_t max)
 {
-	uint64_t mono_to_boot = clock_ns(CLOCK_BOOTTIME) - clock_ns(CLOCK_MONOTONIC);
+	uint64_t mono_to_boot = tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC);
 	char buf[4096] __attribute__((aligned(8)));
 	size_t got = 0;
 
@@ -531,12 +523,7 @@ static void bpf_close(struct tk_events *ev)
 
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-qual"
-#pragma GCC diagnostic ignored "-Wcast-align"
-#pragma GCC diagnostic ignored "-Woverlength-strings"
-#include "takana_events.skel.h"
-#pragma GCC diagnostic pop
+#include "skeletons.h"
 
 static int ring_event(void *ctx, void *data, size_t size)
 {

@@ -31,7 +31,7 @@ static struct levents *events_check(lua_State *L, int idx)
 
 static void set_u64(lua_State *L, const char *key, uint64_t v)
 {
-	lua_pushinteger(L, v > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)v);
+	lua_pushinteger(L, tk_u64_int(v));
 	lua_setfield(L, -2, key);
 }
 
@@ -156,7 +156,7 @@ static int events_lost(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	n = tk_events_take_lost(&e->ev);
-	lua_pushinteger(L, n > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)n);
+	lua_pushinteger(L, tk_u64_int(n));
 	return 1;
 }
 

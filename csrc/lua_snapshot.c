@@ -31,11 +31,6 @@ static const char *const field_names[FLD_COUNT] = {
 	"majflt", "kthread",
 };
 
-static lua_Integer u64_int(uint64_t v)
-{
-	return v > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)v;
-}
-
 static void field_push(lua_State *L, const struct tk_record *r, int id)
 {
 	switch (id) {
@@ -52,13 +47,13 @@ static void field_push(lua_State *L, const struct tk_record *r, int id)
 	case FLD_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
 	case FLD_NTHREADS: lua_pushinteger(L, r->nthreads); break;
 	case FLD_NICE: lua_pushinteger(L, (int32_t)r->nice); break;
-	case FLD_START: lua_pushinteger(L, u64_int(r->start_ns)); break;
-	case FLD_UTIME: lua_pushinteger(L, u64_int(r->utime_ns)); break;
-	case FLD_STIME: lua_pushinteger(L, u64_int(r->stime_ns)); break;
-	case FLD_RSS: lua_pushinteger(L, u64_int(r->rss_bytes)); break;
-	case FLD_VSIZE: lua_pushinteger(L, u64_int(r->vsize_bytes)); break;
-	case FLD_MINFLT: lua_pushinteger(L, u64_int(r->minflt)); break;
-	case FLD_MAJFLT: lua_pushinteger(L, u64_int(r->majflt)); break;
+	case FLD_START: lua_pushinteger(L, tk_u64_int(r->start_ns)); break;
+	case FLD_UTIME: lua_pushinteger(L, tk_u64_int(r->utime_ns)); break;
+	case FLD_STIME: lua_pushinteger(L, tk_u64_int(r->stime_ns)); break;
+	case FLD_RSS: lua_pushinteger(L, tk_u64_int(r->rss_bytes)); break;
+	case FLD_VSIZE: lua_pushinteger(L, tk_u64_int(r->vsize_bytes)); break;
+	case FLD_MINFLT: lua_pushinteger(L, tk_u64_int(r->minflt)); break;
+	case FLD_MAJFLT: lua_pushinteger(L, tk_u64_int(r->majflt)); break;
 	case FLD_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
 	default: lua_pushnil(L); break;
 	}
@@ -276,7 +271,7 @@ static int snap_index(lua_State *L)
 			return 1;
 		}
 		if (strcmp(key, "time_ns") == 0) {
-			lua_pushinteger(L, u64_int(s->time_ns));
+			lua_pushinteger(L, tk_u64_int(s->time_ns));
 			return 1;
 		}
 		if (strcmp(key, "vanished") == 0) {
@@ -345,7 +340,7 @@ static int l_delta(lua_State *L)
 
 	lua_createtable(L, 0, 7);
 	t = lua_gettop(L);
-	lua_pushinteger(L, u64_int(b->time_ns - a->time_ns));
+	lua_pushinteger(L, tk_u64_int(b->time_ns - a->time_ns));
 	lua_setfield(L, t, "interval_ns");
 	lua_newtable(L); /* t+1 cpu_ns */
 	lua_newtable(L); /* t+2 utime_ns */
@@ -376,11 +371,11 @@ static int l_delta(lua_State *L)
 			uint64_t ds = sub_floor(rb->stime_ns, ra->stime_ns);
 			lua_Integer pid = rb->pid;
 
-			lua_pushinteger(L, u64_int(du + ds));
+			lua_pushinteger(L, tk_u64_int(du + ds));
 			lua_rawseti(L, t + 1, pid);
-			lua_pushinteger(L, u64_int(du));
+			lua_pushinteger(L, tk_u64_int(du));
 			lua_rawseti(L, t + 2, pid);
-			lua_pushinteger(L, u64_int(ds));
+			lua_pushinteger(L, tk_u64_int(ds));
 			lua_rawseti(L, t + 3, pid);
 			lua_pushnumber(L, interval > 0 ? (double)(du + ds) / interval : 0.0);
 			lua_rawseti(L, t + 4, pid);
@@ -516,9 +511,9 @@ static int l_bpf_info(lua_State *L)
 	lua_createtable(L, 0, 4);
 	lua_pushboolean(L, info.loaded);
 	lua_setfield(L, -2, "loaded");
-	lua_pushinteger(L, u64_int(info.load_ns));
+	lua_pushinteger(L, tk_u64_int(info.load_ns));
 	lua_setfield(L, -2, "load_ns");
-	lua_pushinteger(L, u64_int(info.runs));
+	lua_pushinteger(L, tk_u64_int(info.runs));
 	lua_setfield(L, -2, "runs");
 	lua_pushinteger(L, (lua_Integer)info.capacity);
 	lua_setfield(L, -2, "capacity");

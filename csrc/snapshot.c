@@ -128,10 +128,15 @@ void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
 	out->stime_ns = st;
 }
 
-uint64_t tk_boottime_ns(void)
+uint64_t tk_clock_ns(clockid_t clock)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_BOOTTIME, &ts);
+	clock_gettime(clock, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t tk_boottime_ns(void)
+{
+	return tk_clock_ns(CLOCK_BOOTTIME);
 }
