@@ -17,10 +17,12 @@
 
 #ifdef TK_NO_BPF
 
-int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, char *why, size_t why_len)
+int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, struct tk_proc_scanner *sc,
+                    char *why, size_t why_len)
 {
 	(void)tier;
 	(void)out;
+	(void)sc;
 	snprintf(why, why_len, "this takana was built without BPF (make BPF=0)");
 	return -ENOTSUP;
 }
@@ -372,23 +374,25 @@ static uint32_t comm16_len(const char *comm)
 	return 16;
 }
 
-/* Indices of w in pid order. The kfunc walk follows the task list, which is
+/* The order of w by pid. The kfunc walk follows the task list, which is
  * creation order: pid order only until pids wrap. An LSD radix sort of
- * (pid << 32 | index) keys, a byte a pass, costs far less than sorting
- * the records themselves. Returns NULL when w is in order already. */
-static const uint64_t *pid_order(struct tier *t, const struct tk_wire_record *w, size_t n)
+ * (pid << 32 | index) keys, a byte a pass, costs far less than sorting the
+ * records themselves. *order is NULL when w is in pid order already. */
+static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
+                     const uint64_t **order)
 {
 	uint64_t *keys, *tmp;
 	size_t i;
 
+	*order = NULL;
 	for (i = 1; i < n && w[i - 1].rec.pid < w[i].rec.pid; i++)
 		;
 	if (i >= n)
-		return NULL;
+		return 0;
 	if (t->order_cap < n) {
 		uint64_t *k = realloc(t->order, 2 * n * sizeof *k);
 		if (k == NULL)
-			return NULL;   /* the caller's sort still orders them */
+			return -ENOMEM;
 		t->order = k;
 		t->order_cap = n;
 	}
@@ -406,24 +410,34 @@ static const uint64_t *pid_order(struct tier *t, const struct tk_wire_record *w,
 			tmp[count[(keys[i] >> shift) & 0xff]++] = keys[i];
 		memcpy(keys, tmp, n * sizeof *keys);
 	}
-	return keys;
+	*order = keys;
+	return 0;
 }
 
-/* Wire records to snapshot records, in pid order: the comm measured, the
- * CPU time split as /proc does. */
-static int wire_finish(struct tier *t, const struct tk_wire_record *w, size_t n,
+static const struct tk_wire_record *ordered(const struct tk_wire_record *w,
+                                            const uint64_t *order, size_t i)
+{
+	return order ? &w[(uint32_t)order[i]] : &w[i];
+}
+
+/* Wire records to snapshot records, in pid order (a pid seen twice, which
+ * a resumed iter/task read could give, is kept once): the comm measured,
+ * the CPU time split as /proc does. */
+static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t *order,
                        struct tk_recbuf *out)
 {
-	const uint64_t *order = pid_order(t, w, n);
 	size_t i;
 	int err = recbuf_reserve(out, n);
 
 	if (err < 0)
 		return err;
 	for (i = 0; i < n; i++) {
-		const struct tk_wire_record *src = order ? &w[(uint32_t)order[i]] : &w[i];
-		struct tk_record *r = &out->recs[out->len++];
+		const struct tk_wire_record *src = ordered(w, order, i);
+		struct tk_record *r;
 
+		if (out->len > 0 && out->recs[out->len - 1].pid == src->rec.pid)
+			continue;
+		r = &out->recs[out->len++];
 		*r = src->rec;
 		if (r->comm_len == TK_WIRE_COMM_NUL)
 			r->comm_len = comm16_len(r->comm);
@@ -449,8 +463,12 @@ static int kfunc_run(struct tier *t, struct tk_recbuf *out, char *why, size_t wh
 		if (t->kfunc->bss->foreign_pidns)
 			return reject_foreign_pidns(why, why_len);
 		total = t->kfunc->bss->total;
-		if (total <= t->capacity)
-			return wire_finish(t, t->records, total, out);
+		if (total <= t->capacity) {
+			const uint64_t *order;
+
+			err = pid_order(t, t->records, total, &order);
+			return err < 0 ? err : wire_finish(t->records, total, order, out);
+		}
 		/* More processes than room: grow, reload, run again. */
 		t->capacity_wanted = with_headroom(total);
 		err = tier_ensure_loaded(TK_TIER_KFUNC, t);
@@ -475,15 +493,18 @@ static int wire_push(struct wire_buf *wb, const struct tk_wire_record *rec)
 	return 0;
 }
 
-static struct tk_wire_record *wire_find(struct wire_buf *wb, uint32_t pid)
+/* The leader of pid, by binary search in pid order. */
+static struct tk_wire_record *leader_find(struct wire_buf *wb, const uint64_t *order, uint32_t pid)
 {
 	size_t lo = 0, hi = wb->len;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (wb->recs[mid].rec.pid == pid)
-			return &wb->recs[mid];
-		if (wb->recs[mid].rec.pid < pid)
+		struct tk_wire_record *w = &wb->recs[order ? (uint32_t)order[mid] : mid];
+
+		if (w->rec.pid == pid)
+			return w;
+		if (w->rec.pid < pid)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -522,6 +543,7 @@ static int iter_read_all(struct tier *t, int fd, char *why, size_t why_len)
 static int iter_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why_len)
 {
 	int fd = bpf_iter_create(bpf_link__fd(t->link));
+	const uint64_t *order;
 	size_t i;
 	int err;
 
@@ -537,12 +559,14 @@ static int iter_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why
 		return err;
 	if (t->iter->bss->foreign_pidns)
 		return reject_foreign_pidns(why, why_len);
-	/* The iterator walks tids in order, so leaders arrive sorted by pid. A
-	 * thread whose leader is missing (it exited between two reads) has no
-	 * process left to count toward, like /proc's vanished entries. */
+	err = pid_order(t, t->leaders.recs, t->leaders.len, &order);
+	if (err < 0)
+		return err;
+	/* A thread whose leader is missing (it exited between two reads) has
+	 * no process left to count toward, like /proc's vanished entries. */
 	for (i = 0; i < t->threads.len; i++) {
 		const struct tk_wire_record *th = &t->threads.recs[i];
-		struct tk_wire_record *leader = wire_find(&t->leaders, th->rec.pid);
+		struct tk_wire_record *leader = leader_find(&t->leaders, order, th->rec.pid);
 		if (leader == NULL)
 			continue;
 		leader->rec.utime_ns += th->rec.utime_ns;
@@ -551,10 +575,42 @@ static int iter_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why
 		leader->rec.minflt += th->rec.minflt;
 		leader->rec.majflt += th->rec.majflt;
 	}
-	return wire_finish(t, t->leaders.recs, t->leaders.len, out);
+	return wire_finish(t->leaders.recs, t->leaders.len, order, out);
 }
 
-int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, char *why, size_t why_len)
+/* Init is always there in the initial pid namespace, yet some kernels hide
+ * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
+ * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
+ * finds it). Its record then comes from /proc and is counted in from_proc,
+ * rather than a snapshot silently missing pid 1. */
+static int add_hidden_init(struct tk_proc_scanner *sc, struct tk_recbuf *out,
+                           char *why, size_t why_len)
+{
+	struct tk_record rec;
+	int err;
+
+	if (tk_recbuf_find(out, 1) != NULL)
+		return 0;
+	err = sc->proc_fd < 0 ? tk_proc_scanner_init(sc, "/proc") : 0;
+	if (err == 0)
+		err = tk_proc_scan_init(sc, &rec);
+	if (err == -EACCES || err == -EPERM) {
+		out->denied++;
+		return 0;
+	}
+	if (err == 0)
+		err = tk_recbuf_insert(out, &rec);
+	if (err < 0) {
+		snprintf(why, why_len, "init is hidden from BPF here; reading /proc/1/stat: %s",
+		         strerror(-err));
+		return err;
+	}
+	out->from_proc++;
+	return 0;
+}
+
+int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, struct tk_proc_scanner *sc,
+                    char *why, size_t why_len)
 {
 	struct tier *t = &tiers[tier];
 	int err;
@@ -570,9 +626,7 @@ int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, char *why, siz
 	if (err == 0)
 		t->runs++;
 	pthread_mutex_unlock(&t->lock);
-	if (err == 0)
-		tk_recbuf_sort(out);
-	return err;
+	return err < 0 ? err : add_hidden_init(sc, out, why, why_len);
 }
 
 void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info)

@@ -101,10 +101,13 @@ struct tk_bpf_tier_info {
 	size_t capacity;     /* kfunc: records the array holds now */
 };
 
-/* Appends one record per process using a BPF tier, sorted by pid. The tier
- * is loaded on first use, once per process; a failed load is remembered.
- * Thread-safe. On failure returns -errno with a reason in why. */
-int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, char *why, size_t why_len);
+/* Fills an empty out with one record per process using a BPF tier, sorted
+ * by pid. The tier is loaded on first use, once per process; a failed load
+ * is remembered. Thread-safe. A process the kernel hides from BPF (init, on
+ * some hosts) is read through sc, the caller's /proc scanner. On failure
+ * returns -errno with a reason in why. */
+int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, struct tk_proc_scanner *sc,
+                    char *why, size_t why_len);
 void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info);
 /* Reloads the kfunc tier with room for this many records before its next
  * run (the array still grows past it when needed). */

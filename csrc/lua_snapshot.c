@@ -450,27 +450,6 @@ static int l_snapshot_proc(lua_State *L)
 
 static const char *const tier_names[] = { "kfunc", "iter", NULL };
 
-/* Init is always there in the initial pid namespace, yet some kernels hide
- * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
- * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
- * finds it). Then its record comes from /proc, and is counted in
- * snap.from_proc, rather than a snapshot silently missing pid 1. */
-static void add_hidden_init(struct tk_proc_scanner *sc, struct tk_recbuf *rb)
-{
-	struct tk_record rec;
-	int err;
-
-	if (tk_recbuf_find(rb, 1) != NULL)
-		return;
-	if (sc->proc_fd < 0 && tk_proc_scanner_init(sc, "/proc") < 0)
-		return;
-	err = tk_proc_scan_init(sc, &rec);
-	if (err == 0 && tk_recbuf_insert(rb, &rec) == 0)
-		rb->from_proc++;
-	else if (err == -EACCES || err == -EPERM)
-		rb->denied++;
-}
-
 /* core.snapshot_bpf(tier): a snapshot, or nil, "snapshot: <tier> backend
  * unavailable: <reason>", errno ; upvalue 1: the /proc scanner */
 static int l_snapshot_bpf(lua_State *L)
@@ -487,7 +466,7 @@ static int l_snapshot_bpf(lua_State *L)
 	s->backend = tier_names[tier];
 	luaL_setmetatable(L, TK_SNAPSHOT_MT);
 	s->time_ns = tk_boottime_ns();
-	err = tk_bpf_snapshot(tier, &s->rb, why, sizeof why);
+	err = tk_bpf_snapshot(tier, &s->rb, sc, why, sizeof why);
 	if (err < 0) {
 		tk_recbuf_free(&s->rb);
 		lua_pushnil(L);
@@ -495,7 +474,6 @@ static int l_snapshot_bpf(lua_State *L)
 		lua_pushinteger(L, -err);
 		return 3;
 	}
-	add_hidden_init(sc, &s->rb);
 	gc_account(L, &s->rb);
 	return 1;
 }
