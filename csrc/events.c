@@ -65,7 +65,8 @@ static int queue_event(struct tk_events *ev, const struct tk_event *e)
 	if (slot == NULL)
 		return -ENOMEM;
 	*slot = *e;
-	ev->received++;
+	if (e->type != TK_EV_LOST)   /* a lost marker is not an event */
+		ev->received++;
 	return 0;
 }
 
@@ -79,7 +80,6 @@ static int queue_lost(struct tk_events *ev, uint64_t count, uint64_t time_ns)
 	e.time_ns = time_ns;
 	ev->lost += count;
 	ev->lost_total += count;
-	ev->received--;  /* queue_event counts it; a lost marker is not an event */
 	return queue_event(ev, &e);
 }
 

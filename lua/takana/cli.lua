@@ -14,7 +14,8 @@ local function fail(msg)
   os.exit(1)
 end
 
--- Parses argv against {flag = "bool"|"value"}; returns options and operands.
+-- Parses argv against {flag = "bool"|"value"|"list"}; returns options and
+-- operands. A "list" flag may repeat; its values collect in order.
 local function parse_args(args, spec, cmd)
   local opts, rest = {}, {}
   local i = 1
@@ -38,7 +39,12 @@ local function parse_args(args, spec, cmd)
           v = args[i]
         end
         if v == nil then usage_error(cmd .. ": option '" .. name .. "' needs a value") end
-        opts[name] = v
+        if kind == "list" then
+          opts[name] = opts[name] or {}
+          table.insert(opts[name], v)
+        else
+          opts[name] = v
+        end
       end
     else
       rest[#rest + 1] = a
@@ -274,13 +280,11 @@ function M.watch(args)
   want.backend = backend
   local ev, err = takana.events(want)
   if not ev then fail(err) end
+  local skipped = {}
+  for name, why in pairs(ev.skipped) do skipped[#skipped + 1] = name .. ": " .. why end
+  table.sort(skipped)
   io.stderr:write(("takana watch: %s backend%s\n"):format(ev.backend,
-    next(ev.skipped) and (" (" .. (function()
-      local r = {}
-      for k, v in pairs(ev.skipped) do r[#r + 1] = k .. ": " .. v end
-      table.sort(r)
-      return table.concat(r, "; ")
-    end)() .. ")") or ""))
+    #skipped > 0 and (" (" .. table.concat(skipped, "; ") .. ")") or ""))
   if not opts.json then
     io.write(("%-15s %-5s %7s %7s %-16s %s\n"):format("TIME_S", "EVENT", "PID", "PPID", "COMM", "DETAIL"))
   end
@@ -472,25 +476,9 @@ function M.exposition(opts)
 end
 
 function M.export(args)
-  local cgroups = {}
-  local i = 1
-  -- --cgroup repeats; collect them before the generic parser sees them.
-  local rest = {}
-  while i <= #args do
-    if args[i] == "--cgroup" then
-      if not args[i + 1] then usage_error("export: option 'cgroup' needs a value") end
-      cgroups[#cgroups + 1] = args[i + 1]
-      i = i + 2
-    elseif args[i]:match("^%-%-cgroup=") then
-      cgroups[#cgroups + 1] = args[i]:match("^%-%-cgroup=(.*)$")
-      i = i + 1
-    else
-      rest[#rest + 1] = args[i]
-      i = i + 1
-    end
-  end
-  local opts, operands = parse_args(rest, { textfile = "value", top = "value", backend = "value",
-                                            help = "bool" }, "export")
+  local opts, operands = parse_args(args, { textfile = "value", top = "value", backend = "value",
+                                            cgroup = "list", help = "bool" }, "export")
+  local cgroups = opts.cgroup or {}
   if opts.help then io.write(help.export) return 0 end
   if #operands > 0 then usage_error("export: unexpected argument '" .. operands[1] .. "'") end
   local top = opts.top and tonumber(opts.top)

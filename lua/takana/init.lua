@@ -38,7 +38,6 @@ end
 
 
 local snapshot_backends = { "kfunc", "iter", "proc" }
-local known_backend = { auto = true, kfunc = true, iter = true, proc = true }
 
 -- Best first. A BPF tier loads on first use (once per process) and says why
 -- when it cannot run; /proc always can.
@@ -66,7 +65,7 @@ function M.snapshot(opts, ...)
   if select("#", ...) > 0 then argerror("snapshot", 2, "no more than 1 argument expected") end
   opts = check_options("snapshot", 1, opts, { backend = "string", cache = "boolean" })
   local backend = opts.backend or "auto"
-  if not known_backend[backend] then
+  if backend ~= "auto" and not tiers[backend] then
     argerror("snapshot", 1, "unknown backend '" .. backend .. "' (auto, kfunc, iter or proc)")
   end
   if backend ~= "auto" then
