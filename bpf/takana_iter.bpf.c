@@ -14,7 +14,8 @@ int snapshot_iter(struct bpf_iter__task *ctx)
 	struct task_struct *t = ctx->task;
 	struct tk_wire_record w = {};
 
-	if (!t || reader_in_foreign_pidns())
+	/* The reader is the same for the whole walk: ask once. */
+	if (!t || (ctx->meta->seq_num == 0 ? reader_in_foreign_pidns() : foreign_pidns))
 		return 0;
 	if (t->pid != t->tgid) {
 		w.rec.pid = t->tgid;

@@ -533,11 +533,17 @@ local function top_frame(prev, snap, sort_key, rows, cols, cost_us, show_k)
   for p in snap:each() do
     if show_k or not p.kthread then
       list[#list + 1] = { pid = p.pid, comm = p.comm, state = p.state, rss = p.rss_bytes,
-                          share = d.share[p.pid] or 0, nthreads = p.nthreads, uid = p.uid }
+                          share = d.share[p.pid], nthreads = p.nthreads, uid = p.uid }
     end
   end
+  -- A process born since the last frame has no share yet: shown as "-",
+  -- sorted below every measured one.
   local cmp = {
-    c = function(a, b) if a.share ~= b.share then return a.share > b.share end return a.pid < b.pid end,
+    c = function(a, b)
+      local sa, sb = a.share or -1, b.share or -1
+      if sa ~= sb then return sa > sb end
+      return a.pid < b.pid
+    end,
     m = function(a, b) if a.rss ~= b.rss then return a.rss > b.rss end return a.pid < b.pid end,
     p = function(a, b) return a.pid < b.pid end,
   }
@@ -549,8 +555,8 @@ local function top_frame(prev, snap, sort_key, rows, cols, cost_us, show_k)
   }
   for i = 1, math.min(#list, rows - #lines) do
     local p = list[i]
-    lines[#lines + 1] = (("%7d %6d %1s %4d %6.1f %10d  %s"):format(p.pid, p.uid, p.state, p.nthreads,
-      p.share * 100, p.rss // 1024, printable(p.comm))):sub(1, cols)
+    lines[#lines + 1] = (("%7d %6d %1s %4d %6s %10d  %s"):format(p.pid, p.uid, p.state, p.nthreads,
+      p.share and ("%.1f"):format(p.share * 100) or "-", p.rss // 1024, printable(p.comm))):sub(1, cols)
   end
   return lines
 end
