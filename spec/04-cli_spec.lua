@@ -177,38 +177,51 @@ describe("takana top", function()
     assert.truthy(spinner and spinner > 50, second)
   end)
 
-  it("runs full-screen under tmux, sorts on keys, and gives the terminal back", function()
-    if os.execute("command -v tmux >/dev/null") ~= true then return pending("tmux is not installed") end
-    local session = "takana-top-" .. H.pid
+  -- tmux runs a window's command with $SHELL, or else the user's login
+  -- shell: for uid 65534 that is nologin, and the session dies at once. So
+  -- the shell is named, and a private socket keeps the server ours.
+  local function tmux_top(width, height)
+    if os.execute("command -v tmux >/dev/null") ~= true then return nil end
+    local socket = "takana-spec-" .. H.pid
+    local tmux = "SHELL=/bin/sh tmux -L " .. socket .. " "
     local env = "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;'"
-    assert(os.execute(("tmux new-session -d -s %s -x 120 -y 30 \"%s %s bin/takana top --interval 0.2; " ..
-      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(session, env, H.lua)))
-    finally(function() os.execute("tmux kill-session -t " .. session .. " 2>/dev/null") end)
-    local function screen()
-      local _, s = H.run("tmux capture-pane -p -t " .. session)
+    assert(os.execute(("%snew-session -d -s top -x %d -y %d \"%s %s bin/takana top --interval 0.2; " ..
+      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(
+      tmux, width, height, env, H.lua)))
+    finally(function() os.execute(tmux .. "kill-server 2>/dev/null") end)
+    local term = {}
+    function term.screen()
+      local _, s = H.run(tmux .. "capture-pane -p -t top 2>&1")
       return s
     end
-    local function wait_for(pattern)
+    function term.wait_for(pattern)
       for _ = 1, 50 do
-        local s = screen()
+        local s = term.screen()
         if s:find(pattern) then return s end
         H.sleep(0.1)
       end
-      error("screen never showed " .. pattern .. ":\n" .. screen())
+      error("screen never showed " .. pattern .. ":\n" .. term.screen())
     end
-    wait_for("takana top %- %d+ processes, backend")
-    wait_for("sort cpu")
-    os.execute("tmux send-keys -t " .. session .. " m")
-    wait_for("sort memory")
-    os.execute("tmux send-keys -t " .. session .. " p")
-    local s = wait_for("sort pid")
+    function term.keys(keys) assert(os.execute(tmux .. "send-keys -t top " .. keys)) end
+    return term
+  end
+
+  it("runs full-screen under tmux, sorts on keys, and gives the terminal back", function()
+    local term = tmux_top(120, 30)
+    if not term then return pending("tmux is not installed") end
+    term.wait_for("takana top %- %d+ processes, backend")
+    term.wait_for("sort cpu")
+    term.keys("m")
+    term.wait_for("sort memory")
+    term.keys("p")
+    local s = term.wait_for("sort pid")
     -- sorted by pid: the first row is the lowest pid shown
     local pids = {}
     for pid in s:gmatch("\n%s*(%d+)%s+%d+ %a ") do pids[#pids + 1] = tonumber(pid) end
     assert.truthy(#pids > 3)
     for i = 2, #pids do assert.truthy(pids[i] > pids[i - 1]) end
-    os.execute("tmux send-keys -t " .. session .. " q")
-    s = wait_for("STTY%-DONE")
+    term.keys("q")
+    s = term.wait_for("STTY%-DONE")
     assert.truthy(s:find("TOP-EXITED 0", 1, true), s)
     -- echo is back on: the terminal was restored (stty -a says " echo ",
     -- not "-echo"; tmux trims the trailing space)
@@ -216,24 +229,11 @@ describe("takana top", function()
   end)
 
   it("restores the terminal on Ctrl-C", function()
-    if os.execute("command -v tmux >/dev/null") ~= true then return pending("tmux is not installed") end
-    local session = "takana-top-c-" .. H.pid
-    local env = "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;'"
-    assert(os.execute(("tmux new-session -d -s %s -x 100 -y 20 \"%s %s bin/takana top --interval 0.2; " ..
-      "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(session, env, H.lua)))
-    finally(function() os.execute("tmux kill-session -t " .. session .. " 2>/dev/null") end)
-    local s
-    for _ = 1, 50 do
-      s = select(2, H.run("tmux capture-pane -p -t " .. session))
-      if s:find("takana top") then break end
-      H.sleep(0.1)
-    end
-    os.execute("tmux send-keys -t " .. session .. " C-c")
-    for _ = 1, 50 do
-      s = select(2, H.run("tmux capture-pane -p -t " .. session))
-      if s:find("STTY%-DONE") then break end
-      H.sleep(0.1)
-    end
+    local term = tmux_top(100, 20)
+    if not term then return pending("tmux is not installed") end
+    term.wait_for("takana top %- %d+ processes, backend")
+    term.keys("C-c")
+    local s = term.wait_for("STTY%-DONE")
     assert.truthy(s:find("TOP-EXITED 0", 1, true), s)
     assert.truthy(s:find("\n echo\n", 1, true), s)
   end)
