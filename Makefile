@@ -112,6 +112,12 @@ test-valgrind: deps
 test-nobpf: deps
 	sh .ci/nobpf $(BUSTED) $(BUSTED_FLAGS)
 
+# The leak specs at the full 100,000 iterations for every call (CI runs the
+# slow ones 10,000 times); prints descriptors and Lua memory per call.
+soak: deps
+	$(MAKE) WERROR=1 all spec/fixture
+	TAKANA_SOAK=1 $(BUSTED) $(BUSTED_FLAGS) --filter='100,000' spec/80-stress_spec.lua
+
 bench: deps all bench/takana_bench.so spec/fixture
 	$(LUA) bench/snapshot.lua
 	$(LUA) bench/spawn.lua
@@ -161,5 +167,5 @@ clean:
 	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture spec/envtool.so doc fuzz/out \
 		$(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
 
-.PHONY: FORCE fuzz lint doc all deps test test-unpriv test-nobpf test-asan test-valgrind test-gc bench run install clean
+.PHONY: FORCE fuzz lint doc all deps test test-unpriv test-nobpf test-asan test-valgrind test-gc soak bench run install clean
 .DELETE_ON_ERROR:
