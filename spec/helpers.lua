@@ -114,11 +114,14 @@ function H.wait_state(pid, want)
   return state
 end
 
+-- Counted in-process: `ls` through popen raced the parent, which may not
+-- yet have closed the pipe's other end when ls reads the table (seen under
+-- load). luv's scandir holds one directory fd while it reads, every time.
 function H.count_fds()
+  local uv = require "luv"
+  local req = assert(uv.fs_scandir("/proc/" .. H.pid .. "/fd"))
   local n = 0
-  local p = io.popen("ls /proc/" .. H.pid .. "/fd")
-  for _ in p:lines() do n = n + 1 end
-  p:close()
+  while uv.fs_scandir_next(req) do n = n + 1 end
   return n
 end
 
