@@ -179,15 +179,18 @@ describe("takana top", function()
 
   -- tmux runs a window's command with $SHELL, or else the user's login
   -- shell: for uid 65534 that is nologin, and the session dies at once. So
-  -- the shell is named, and a private socket keeps the server ours.
+  -- the shell is named, and a private socket per session keeps the server
+  -- ours (a server being killed by the previous spec can refuse a new one).
+  local servers = 0
   local function tmux_top(width, height)
     if os.execute("command -v tmux >/dev/null") ~= true then return nil end
-    local socket = "takana-spec-" .. H.pid
-    local tmux = "SHELL=/bin/sh tmux -L " .. socket .. " "
+    servers = servers + 1
+    local tmux = ("SHELL=/bin/sh tmux -L takana-spec-%d-%d "):format(H.pid, servers)
     local env = "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;'"
-    assert(os.execute(("%snew-session -d -s top -x %d -y %d \"%s %s bin/takana top --interval 0.2; " ..
+    local code, out = H.run(("%snew-session -d -s top -x %d -y %d \"%s %s bin/takana top --interval 0.2; " ..
       "echo TOP-EXITED $?; stty -a | grep -o ' echo ' ; echo STTY-DONE; sleep 30\""):format(
-      tmux, width, height, env, H.lua)))
+      tmux, width, height, env, H.lua))
+    assert(code == 0, "tmux new-session: " .. out)
     finally(function() os.execute(tmux .. "kill-server 2>/dev/null") end)
     local term = {}
     function term.screen()
@@ -195,7 +198,7 @@ describe("takana top", function()
       return s
     end
     function term.wait_for(pattern)
-      for _ = 1, 50 do
+      for _ = 1, 100 do
         local s = term.screen()
         if s:find(pattern) then return s end
         H.sleep(0.1)
