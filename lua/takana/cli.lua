@@ -14,6 +14,28 @@ local function fail(msg)
   os.exit(1)
 end
 
+local snapshot_backends = { auto = true, kfunc = true, iter = true, proc = true }
+
+local function check_snapshot_backend(cmd, backend)
+  if not snapshot_backends[backend] then usage_error(cmd .. ": unknown backend '" .. backend .. "'") end
+  return backend
+end
+
+-- ps and export take one snapshot and exit. A BPF tier's load (20-45 ms)
+-- is repaid only where a cold /proc scan (~7 us a process, against
+-- 0.2-0.5 us) would take longer: several thousand processes. /proc/loadavg's
+-- task count, threads included and so an upper bound, decides without a scan.
+local ONESHOT_BPF_TASKS = 5000
+
+function M.oneshot_backend(cmd, backend)
+  if backend then return check_snapshot_backend(cmd, backend) end
+  local f = io.open("/proc/loadavg")
+  local tasks = f and tonumber(f:read("a"):match("^%S+ %S+ %S+ %d+/(%d+)"))
+  if f then f:close() end
+  if tasks and tasks < ONESHOT_BPF_TASKS then return "proc" end
+  return "auto"
+end
+
 -- Parses argv against {flag = "bool"|"value"|"list"}; returns options and
 -- operands. A "list" flag may repeat; its values collect in order.
 local function parse_args(args, spec, cmd)
@@ -112,7 +134,8 @@ local help = {
   ps = [[
 usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS]
   List every process from one snapshot.
-  --backend B  auto (default), kfunc, iter or proc
+  --backend B  auto, kfunc, iter or proc; by default proc below 5,000
+               tasks (one snapshot does not repay a BPF load), else auto
   --tree       indent children under their parent
   --json       one JSON object per process per line
   -k           include kernel threads
@@ -124,10 +147,7 @@ function M.ps(args)
   local opts = parse_args(args, { backend = "value", tree = "bool", json = "bool", k = "bool",
                                   o = "value", help = "bool" }, "ps")
   if opts.help then io.write(help.ps) return 0 end
-  local backend = opts.backend or "auto"
-  if not ({ auto = 1, kfunc = 1, iter = 1, proc = 1 })[backend] then
-    usage_error("ps: unknown backend '" .. backend .. "'")
-  end
+  local backend = M.oneshot_backend("ps", opts.backend)
   local fields = {}
   for f in (opts.o or default_ps):gmatch("[^,]+") do
     if not ps_columns[f] then usage_error("ps: unknown field '" .. f .. "'") end
@@ -384,6 +404,7 @@ usage: takana export [--textfile DIR] [--cgroup PATH]... [--top N] [--backend B]
   and memory, per-cgroup cpu/memory/pids/pressure, and the snapshot's own
   cost. With --textfile DIR, writes DIR/takana.prom atomically (temporary
   file + rename) for node_exporter's textfile collector; else stdout.
+  --backend B  as for ps: by default proc below 5,000 tasks, else auto
 ]]
 
 local function label(v)
@@ -491,7 +512,8 @@ function M.export(args)
     if not cg then fail("export: " .. e) end
     cg:close()
   end
-  local text, err = M.exposition { cgroups = cgroups, top = top, backend = opts.backend }
+  local backend = M.oneshot_backend("export", opts.backend)
+  local text, err = M.exposition { cgroups = cgroups, top = top, backend = backend }
   if not text then fail(err) end
   if not opts.textfile then
     io.write(text)
@@ -522,7 +544,7 @@ usage: takana top [--interval S] [--backend B] [--iterations N] [-k]
   Processes sorted by CPU share, refreshed from snapshot deltas. Keys:
   q quits, c/m/p sort by CPU/memory/pid. On a terminal it takes the
   screen and restores it on exit and on Ctrl-C; otherwise (a pipe) it
-  prints plain frames.
+  prints plain frames of every process, like top -b.
   --interval S   seconds between frames (default 1)
   --iterations N stop after N frames
 ]]
@@ -556,8 +578,10 @@ local function top_frame(prev, snap, sort_key, rows, cols, cost_us, show_k)
   for i = 1, math.min(#list, rows - #lines) do
     local p = list[i]
     lines[#lines + 1] = (("%7d %6d %1s %4d %6s %10d  %s"):format(p.pid, p.uid, p.state, p.nthreads,
-      p.share and ("%.1f"):format(p.share * 100) or "-", p.rss // 1024, printable(p.comm))):sub(1, cols)
+      p.share and ("%.1f"):format(p.share * 100) or "-", p.rss // 1024, printable(p.comm)))
   end
+  -- A line wider than the terminal would wrap and scroll the header away.
+  for i, line in ipairs(lines) do lines[i] = line:sub(1, cols) end
   return lines
 end
 
@@ -578,10 +602,7 @@ function M.top(args)
   end
   local iterations = opts.iterations and tonumber(opts.iterations)
   if opts.iterations and not (iterations and iterations >= 1) then usage_error("top: --iterations needs N >= 1") end
-  local backend = opts.backend or "auto"
-  if not ({ auto = 1, kfunc = 1, iter = 1, proc = 1 })[backend] then
-    usage_error("top: unknown backend '" .. backend .. "'")
-  end
+  local backend = check_snapshot_backend("top", opts.backend or "auto")
   local tty = os.execute("test -t 1") == true and os.execute("test -t 0") == true
   local monotime = require("takana.core").monotime
   local saved
@@ -626,7 +647,8 @@ function M.top(args)
         local snap, serr = takana.snapshot { backend = backend }
         if not snap then error(serr, 0) end
         local cost = (monotime() - t0) * 1e6
-        local rows, cols = 50, 200
+        -- A pipe gets every process at full width, like top -b.
+        local rows, cols = math.maxinteger, math.maxinteger
         if tty then rows, cols = terminal_size() end
         local lines = top_frame(prev, snap, sort_key, rows, cols, cost, opts.k)
         if tty then
