@@ -68,7 +68,7 @@ struct tk_proc_scanner {
 	struct tk_fd_entry *cache;   /* open <pid>/stat fds, sorted by pid */
 	size_t cache_len;
 	size_t cache_cap;
-	size_t cache_limit;          /* 0 disables the cache */
+	size_t cache_limit;          /* process-wide budget; 0 disables the cache */
 	struct tk_fd_entry *next;    /* scratch for the cache being rebuilt */
 	struct tk_units units;
 	int bad_pid;                 /* pid whose stat failed to parse, for the message */
@@ -79,6 +79,8 @@ int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path);
 void tk_proc_scanner_close(struct tk_proc_scanner *s);
 /* Closes every cached fd; the scanner stays usable. */
 void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s);
+/* Descriptors cached by every scanner of the process together. */
+size_t tk_proc_cached_fds_total(void);
 /* Reads init's record, keeping /proc/1/stat open (init never changes
  * identity). Returns 0 or -errno. */
 int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out);

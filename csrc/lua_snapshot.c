@@ -540,17 +540,21 @@ static int l_stat_parse(lua_State *L)
 	return 1;
 }
 
-/*** Open descriptors of the /proc fd cache.
+/*** Open descriptors of the /proc fd cache: this state's snapshots' (`fds`),
+ * every /proc reader's in the process together, poll event streams
+ * included (`process_fds`), and the budget they share (`limit`).
  * @function proc_cache_info
- * @treturn table `{fds=n, limit=n}` */
+ * @treturn table `{fds=n, process_fds=n, limit=n}` */
 static int l_proc_cache_info(lua_State *L)
 {
 	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
 
 	tk_check_nargs(L, 0);
-	lua_createtable(L, 0, 2);
+	lua_createtable(L, 0, 3);
 	lua_pushinteger(L, (lua_Integer)sc->cache_len);
 	lua_setfield(L, -2, "fds");
+	lua_pushinteger(L, (lua_Integer)tk_proc_cached_fds_total());
+	lua_setfield(L, -2, "process_fds");
 	lua_pushinteger(L, (lua_Integer)sc->cache_limit);
 	lua_setfield(L, -2, "limit");
 	return 1;

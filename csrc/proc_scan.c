@@ -5,11 +5,16 @@
  * offset 0, which skips the path walk and the open/close that dominate the
  * cold cost. A cached fd is bound to its process, not to the pid number, so
  * once that process is gone pread fails (ESRCH) even if the pid was reused,
- * and the pid is reopened. */
+ * and the pid is reopened.
+ *
+ * Every scanner of the process (the snapshot binding's, each poll event
+ * stream's) draws on one budget, a quarter of RLIMIT_NOFILE: more readers
+ * must not take more of the caller's descriptors. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +28,14 @@
 /* A stat line is ~300 bytes; kworker names and 20-digit fields stay far below this. */
 #define STAT_BUF 4096
 #define CACHE_HARD_LIMIT 65536
+
+/* Descriptors held by the caches of every scanner in the process. */
+static atomic_size_t cached_fds_total;
+
+size_t tk_proc_cached_fds_total(void)
+{
+	return atomic_load(&cached_fds_total);
+}
 
 static size_t cache_limit_from_rlimit(void)
 {
@@ -59,6 +72,7 @@ void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s)
 {
 	for (size_t i = 0; i < s->cache_len; i++)
 		close(s->cache[i].fd);
+	atomic_fetch_sub(&cached_fds_total, s->cache_len);
 	s->cache_len = 0;
 	if (s->init_fd >= 0)
 		close(s->init_fd);
@@ -175,7 +189,7 @@ int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out)
 
 int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache)
 {
-	size_t ci = 0, next_len = 0;
+	size_t ci = 0, next_len = 0, budget;
 	uint32_t last_pid = 0;
 	int err = 0;
 
@@ -185,6 +199,11 @@ int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache
 		tk_proc_scanner_drop_cache(s);
 	if (lseek(s->proc_fd, 0, SEEK_SET) < 0)
 		return -errno;
+	/* What the other scanners hold now is not ours to use. */
+	{
+		size_t others = atomic_load(&cached_fds_total) - s->cache_len;
+		budget = others < s->cache_limit ? s->cache_limit - others : 0;
+	}
 
 	for (;;) {
 		ssize_t n = getdents64(s->proc_fd, s->dents, s->dents_cap);
@@ -222,7 +241,7 @@ int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache
 				r = stat_read(s, pid, &fd, &rec);
 			}
 			if (fd >= 0) {
-				if (use_cache && pid > last_pid && next_len < s->cache_limit &&
+				if (use_cache && pid > last_pid && next_len < budget &&
 				    next_push(s, &next_len, pid, fd) == 0)
 					last_pid = pid;
 				else
@@ -253,6 +272,8 @@ done:
 		struct tk_fd_entry *t = s->cache;
 		s->cache = s->next;
 		s->next = t;
+		atomic_fetch_add(&cached_fds_total, next_len);
+		atomic_fetch_sub(&cached_fds_total, s->cache_len);
 		s->cache_len = next_len;
 	}
 	return err;

@@ -312,6 +312,25 @@ describe("faults", function()
     assert.truthy(tonumber(fds) <= tonumber(limit) and tonumber(limit) < 6, out)
   end)
 
+  it("snapshots and poll event streams share one descriptor budget", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    -- 128 descriptors: a budget of 32, fewer than the host's processes.
+    -- Two poll streams and the snapshots together stay within it.
+    local status, out, err = child("ulimit -n 128", "local t = require 'takana' " ..
+      "local a = assert(t.events { backend = 'poll' }) local b = assert(t.events { backend = 'poll' }) " ..
+      "for i = 1, 3 do assert(t.snapshot { backend = 'proc' }) end " ..
+      "local c = t.proc_cache_info() print('ok', #t.snapshot { backend = 'proc' }, c.fds, c.process_fds, c.limit) " ..
+      "a:close() b:close() t.proc_cache_close() print('closed', t.proc_cache_info().process_fds)")
+    assert.same({ exited = true, code = 0 }, status, err)
+    local count, fds, total, limit = out:match("^ok%s+(%d+)%s+(%d+)%s+(%d+)%s+(%d+)")
+    assert(count, out .. err)
+    count, fds, total, limit = tonumber(count), tonumber(fds), tonumber(total), tonumber(limit)
+    assert.equal(32, limit)
+    assert.truthy(count > limit, out)
+    assert.truthy(total <= limit and total > fds, out)
+    assert.matches("\nclosed%s+0\n", out)
+  end)
+
   it("/proc with hidepid=2: other users' processes are invisible, and probe says so", function()
     if not H.is_root() then return pending("needs root: a private mount namespace") end
     if os.execute("command -v unshare >/dev/null && command -v setpriv >/dev/null") ~= true then

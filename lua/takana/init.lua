@@ -295,7 +295,9 @@ function M.probe()
   return r
 end
 
---- Descriptors held by the /proc backend's cache: `{fds=n, limit=n}`.
+--- Descriptors held by the /proc backend's cache: `{fds=n, process_fds=n, limit=n}`;
+-- `process_fds` counts every /proc reader of the process (poll event
+-- streams too), which share the budget `limit`.
 -- @function proc_cache_info
 M.proc_cache_info = core.proc_cache_info
 
