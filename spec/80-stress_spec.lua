@@ -27,16 +27,23 @@ end
 
 -- Runs f `count` times and asserts that descriptors and Lua memory are
 -- flat afterwards. A warm-up first lets caches (fd cache, BPF load) fill.
+-- Resident memory, C heap included: printed by a soak run, not asserted
+-- (the allocator keeps freed pages).
+local function rss_kib()
+  return tonumber(H.read("/proc/self/status"):match("\nVmRSS:%s*(%d+)"))
+end
+
 local function flat(label, count, f)
   for _ = 1, math.min(count, 200) do f() end
   local fds0, kb0 = settle()
+  local rss0 = rss_kib()
   for _ = 1, count do f() end
   local fds1, kb1 = settle()
   -- A leak grows with the count; a busy host can move the baseline by one
   -- (a process caught between the scan and the count).
   if SOAK then
-    io.stderr:write(("\n%-22s x%-6d descriptors %d -> %d, Lua memory %.0f -> %.0f KiB"):format(
-      label, count, fds0, fds1, kb0, kb1))
+    io.stderr:write(("\n%-18s x%-6d descriptors %d -> %d, Lua memory %.0f -> %.0f KiB, RSS %d -> %d KiB"):format(
+      label, count, fds0, fds1, kb0, kb1, rss0, rss_kib()))
   end
   assert(fds1 <= fds0 + 2, ("%s x%d: descriptors %d -> %d"):format(label, count, fds0, fds1))
   assert(kb1 - kb0 < 256, ("%s x%d: Lua memory %.0f KiB -> %.0f KiB"):format(label, count, kb0, kb1))
