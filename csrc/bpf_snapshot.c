@@ -381,7 +381,8 @@ static uint32_t comm16_len(const char *comm)
 static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
                      const uint64_t **order)
 {
-	uint64_t *keys, *tmp;
+	uint64_t *keys;
+	uint32_t max_pid = 0;
 	size_t i;
 
 	*order = NULL;
@@ -397,20 +398,12 @@ static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
 		t->order_cap = n;
 	}
 	keys = t->order;
-	tmp = keys + n;
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		keys[i] = (uint64_t)w[i].rec.pid << 32 | i;
-	for (int shift = 32; shift < 64; shift += 8) {
-		size_t count[257] = { 0 };
-		for (i = 0; i < n; i++)
-			count[((keys[i] >> shift) & 0xff) + 1]++;
-		for (i = 1; i < 257; i++)
-			count[i] += count[i - 1];
-		for (i = 0; i < n; i++)
-			tmp[count[(keys[i] >> shift) & 0xff]++] = keys[i];
-		memcpy(keys, tmp, n * sizeof *keys);
+		if (w[i].rec.pid > max_pid)
+			max_pid = w[i].rec.pid;
 	}
-	*order = keys;
+	*order = tk_pid_keys_sort(keys, keys + n, n, max_pid);
 	return 0;
 }
 

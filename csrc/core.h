@@ -46,6 +46,10 @@ void tk_recbuf_sort(struct tk_recbuf *rb);
 int tk_recbuf_insert(struct tk_recbuf *rb, const struct tk_record *rec);
 /* Binary search; NULL when absent. Requires a sorted buffer. */
 const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid);
+/* Sorts n keys (pid << 32 | anything), stable, by pid; every pid must be
+ * <= max_pid. tmp holds n keys too; returns whichever buffer holds the
+ * result. */
+const uint64_t *tk_pid_keys_sort(uint64_t *keys, uint64_t *tmp, size_t n, uint32_t max_pid);
 
 uint64_t tk_clock_ns(clockid_t clock);
 uint64_t tk_boottime_ns(void);

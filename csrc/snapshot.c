@@ -56,6 +56,35 @@ void tk_recbuf_sort(struct tk_recbuf *rb)
 		rb->len = out;
 }
 
+/* LSD radix sort on the pid bits only, a byte at a time, for as many bytes
+ * as the largest pid has: two passes for pids below 65536, three up to
+ * PID_MAX_LIMIT (2^22). 256 buckets keep a small snapshot's sort cheap; the
+ * buffers swap roles instead of copying back after each pass. */
+#define RADIX_BITS 8
+#define RADIX_SIZE (1u << RADIX_BITS)
+
+const uint64_t *tk_pid_keys_sort(uint64_t *keys, uint64_t *tmp, size_t n, uint32_t max_pid)
+{
+	for (unsigned shift = 32; shift < 64; shift += RADIX_BITS) {
+		size_t count[RADIX_SIZE + 1] = { 0 };
+		uint64_t *swap;
+		size_t i;
+
+		if (shift > 32 && (max_pid >> (shift - 32)) == 0)
+			break;
+		for (i = 0; i < n; i++)
+			count[((keys[i] >> shift) & (RADIX_SIZE - 1)) + 1]++;
+		for (i = 1; i <= RADIX_SIZE; i++)
+			count[i] += count[i - 1];
+		for (i = 0; i < n; i++)
+			tmp[count[(keys[i] >> shift) & (RADIX_SIZE - 1)]++] = keys[i];
+		swap = keys;
+		keys = tmp;
+		tmp = swap;
+	}
+	return keys;
+}
+
 int tk_recbuf_insert(struct tk_recbuf *rb, const struct tk_record *rec)
 {
 	size_t at = 0;
