@@ -237,6 +237,8 @@ describe("takana top", function()
     term.wait_for("sort memory")
     term.keys("p")
     local s = term.wait_for("sort pid")
+    -- the header is the screen's first line: no line wrapped and scrolled it
+    assert.matches("^takana top %- ", s)
     -- sorted by pid: the first row is the lowest pid shown
     local pids = {}
     for pid in s:gmatch("\n%s*(%d+)%s+%d+ %a ") do pids[#pids + 1] = tonumber(pid) end
