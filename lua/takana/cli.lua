@@ -14,6 +14,14 @@ local function fail(msg)
   os.exit(1)
 end
 
+local function first_line(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local line = f:read("l")
+  f:close()
+  return line
+end
+
 local snapshot_backends = { auto = true, kfunc = true, iter = true, proc = true }
 
 local function check_snapshot_backend(cmd, backend)
@@ -29,9 +37,7 @@ local ONESHOT_BPF_TASKS = 5000
 
 function M.oneshot_backend(cmd, backend)
   if backend then return check_snapshot_backend(cmd, backend) end
-  local f = io.open("/proc/loadavg")
-  local tasks = f and tonumber(f:read("a"):match("^%S+ %S+ %S+ %d+/(%d+)"))
-  if f then f:close() end
+  local tasks = tonumber((first_line("/proc/loadavg") or ""):match("^%S+ %S+ %S+ %d+/(%d+)") or "")
   if tasks and tasks < ONESHOT_BPF_TASKS then return "proc" end
   return "auto"
 end
@@ -522,9 +528,7 @@ function M.export(args)
   local final = opts.textfile .. "/takana.prom"
   -- Same directory, so the rename is atomic; a dot name, so the collector
   -- (which reads *.prom) never sees it half-written.
-  local stat = io.open("/proc/self/stat")
-  local tmp = ("%s/.takana.prom.%s"):format(opts.textfile, stat:read("l"):match("^%d+"))
-  stat:close()
+  local tmp = ("%s/.takana.prom.%s"):format(opts.textfile, first_line("/proc/self/stat"):match("^%d+"))
   local f, ferr = io.open(tmp, "w")
   if not f then fail("export: " .. ferr) end
   f:write(text)
