@@ -70,15 +70,18 @@ static __always_inline __u64 counter_positive(__s64 v)
 }
 
 /* get_mm_rss(): file + anon + shmem pages, each read as
- * percpu_counter_read_positive() (6.2+) or atomic_long_read() before. */
+ * percpu_counter_read_positive() (6.2+) or atomic_long_read() before.
+ * The pre-6.2 counters are read with bpf_probe_read_kernel: before 6.2 the
+ * verifier cannot walk a direct load through an array of the typedef
+ * atomic_long_t ("Type 'atomic_long_t' is not a struct", seen on 6.1). */
 static __always_inline __u64 mm_rss_pages(struct mm_struct *mm)
 {
 	if (bpf_core_type_exists(struct mm_rss_stat)) {
 		struct mm_struct___atomic_rss *old = (void *)mm;
 
-		return counter_positive(old->rss_stat.count[MM_FILEPAGES].counter) +
-		       counter_positive(old->rss_stat.count[MM_ANONPAGES].counter) +
-		       counter_positive(old->rss_stat.count[MM_SHMEMPAGES].counter);
+		return counter_positive(BPF_CORE_READ(old, rss_stat.count[MM_FILEPAGES].counter)) +
+		       counter_positive(BPF_CORE_READ(old, rss_stat.count[MM_ANONPAGES].counter)) +
+		       counter_positive(BPF_CORE_READ(old, rss_stat.count[MM_SHMEMPAGES].counter));
 	}
 	return counter_positive(mm->rss_stat[MM_FILEPAGES].count) +
 	       counter_positive(mm->rss_stat[MM_ANONPAGES].count) +
