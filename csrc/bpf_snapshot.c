@@ -73,6 +73,7 @@ struct wire_buf {
 struct tier {
 	pthread_mutex_t lock;
 	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
+	unsigned shortages;           /* loads failed for want of descriptors or memory */
 	char why[WHY_LEN];
 	uint64_t load_ns;             /* the first load, verification included */
 	uint64_t runs;
@@ -300,8 +301,16 @@ static size_t with_headroom(size_t n)
 	return n + n / 2 + 256;
 }
 
-/* Loads a tier on first use; a failed load is remembered with its reason.
- * Called with t->lock held. */
+#define LOAD_SHORTAGE_RETRIES 16
+
+static bool load_failure_transient(int err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOMEM || err == -EAGAIN ||
+	       err == -EINTR || err == -ENOBUFS;
+}
+
+/* Loads a tier on first use; a failed load is remembered with its reason
+ * unless it was a passing shortage. Called with t->lock held. */
 static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 {
 	uint64_t start;
@@ -329,7 +338,18 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 			tk_bpf_explain("bpf_iter_task_new", BTF_KIND_FUNC, "6.7", err, t->why, WHY_LEN);
 		else
 			tk_bpf_explain("bpf_iter_task", BTF_KIND_FUNC, "5.8", err, t->why, WHY_LEN);
-		t->state = err;
+		/* A shortage of descriptors or memory passes: the next snapshot
+		 * tries again, a bounded number of times. Anything else (no
+		 * BTF, EPERM, a kernel too old, the verifier's refusal) will not
+		 * change while this process runs, and is remembered. */
+		if (load_failure_transient(err) && ++t->shortages < LOAD_SHORTAGE_RETRIES) {
+			t->state = 0;
+		} else {
+			if (load_failure_transient(err))
+				snprintf(t->why + strlen(t->why), WHY_LEN - strlen(t->why),
+				         " (given up after %u attempts)", t->shortages);
+			t->state = err;
+		}
 	} else {
 		t->state = 1;
 	}
@@ -430,6 +450,13 @@ static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t 
 
 		if (out->len > 0 && out->recs[out->len - 1].pid == src->rec.pid)
 			continue;
+		/* A process being reaped (EXIT_DEAD, or no thread left in its
+		 * signal_struct) is still on the task list for a moment: /proc
+		 * skips it as vanished, and so do we. */
+		if (src->rec.state == 'X' || src->rec.nthreads == 0) {
+			out->vanished++;
+			continue;
+		}
 		r = &out->recs[out->len++];
 		*r = src->rec;
 		if (r->comm_len == TK_WIRE_COMM_NUL)

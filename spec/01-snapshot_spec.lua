@@ -120,7 +120,9 @@ describe("takana.snapshot (proc backend)", function()
     assert.truthy(p.rss_bytes >= 64 * 2 ^ 20, "rss " .. p.rss_bytes)
     assert.truthy(p.rss_bytes < 80 * 2 ^ 20, "rss " .. p.rss_bytes)
     assert.truthy(p.vsize_bytes >= p.rss_bytes)
-    assert.truthy(p.minflt >= 64 * 256)
+    -- At least one fault per 2 MiB: the kernel may map the 64 MiB in large
+    -- folios or transparent huge pages (Debian 6.12 did), not 4 KiB pages.
+    assert.truthy(p.minflt >= 32, "minflt " .. p.minflt)
   end)
 
   it("reports nice and session fields", function()

@@ -125,6 +125,28 @@ function H.count_fds()
   return n
 end
 
+-- This process's RLIMIT_NOFILE, soft and hard (/proc/self/limits).
+function H.nofile()
+  local soft, hard = H.read("/proc/self/limits"):match("Max open files%s+(%d+)%s+(%d+)")
+  return tonumber(soft), tonumber(hard)
+end
+
+function H.free_fds()
+  return H.nofile() - H.count_fds()
+end
+
+-- Raises the soft descriptor limit toward the hard limit so `want` more
+-- fit (a login's soft limit is 1,024); returns a function that restores it.
+function H.raise_nofile(want)
+  local soft, hard = H.nofile()
+  local target = math.min(hard, H.count_fds() + want)
+  if target <= soft then return function() end end
+  assert(os.execute(("prlimit --pid %d --nofile=%d:%d"):format(H.pid, target, hard)))
+  return function()
+    os.execute(("prlimit --pid %d --nofile=%d:%d"):format(H.pid, soft, hard))
+  end
+end
+
 function H.boottime_ns()
   -- /proc/uptime is CLOCK_BOOTTIME in centiseconds.
   local up = H.read("/proc/uptime"):match("^(%S+)")

@@ -238,60 +238,89 @@ end
 --   `pidfd`, `clone3`, `cgroup` (mode, v2_mount, v2_controllers, v1 mounts);
 --   each capability has `ok` and, when not ok, `why`.
 function M.probe()
-  local r = { kernel = read_first_line("/proc/sys/kernel/osrelease") }
-  local btf = io.open("/sys/kernel/btf/vmlinux")
-  r.btf = { ok = btf ~= nil, why = not btf and "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)" or nil }
-  if btf then btf:close() end
-
-  r.snapshot = {}
-  for _, name in ipairs(snapshot_backends) do
-    local ok, snap, err = pcall(tiers[name], {})
-    local t = { ok = ok and snap ~= nil, why = (not ok and tostring(snap)) or err }
-    if t.why then t.why = t.why:gsub("^snapshot: %S+ backend unavailable: ", "") end
-    if t.ok and core.bpf_info and name ~= "proc" then t.load_ns = core.bpf_info(name).load_ns end
-    r.snapshot[name] = t
-    if t.ok and not r.snapshot.backend then r.snapshot.backend = name end
+  local r = {}
+  -- Each section is computed on its own: one that raises (no /proc, no
+  -- descriptors left) becomes { ok = false, why = ... } and the rest stand.
+  local function section(name, fn)
+    local ok, v = pcall(fn)
+    r[name] = ok and v or { ok = false, why = tostring(v) }
   end
+  section("kernel", function() return read_first_line("/proc/sys/kernel/osrelease") end)
+  if type(r.kernel) ~= "string" then r.kernel = nil end
+  section("btf", function()
+    local btf = io.open("/sys/kernel/btf/vmlinux")
+    if btf then btf:close() end
+    return { ok = btf ~= nil, why = not btf and "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)" or nil }
+  end)
+
+  section("snapshot", function()
+    local t = {}
+    for _, name in ipairs(snapshot_backends) do
+      local ok, snap, err = pcall(tiers[name], {})
+      local b = { ok = ok and snap ~= nil, why = (not ok and tostring(snap)) or err }
+      if b.why then b.why = b.why:gsub("^snapshot: %S+ backend unavailable: ", "") end
+      if b.ok and core.bpf_info and name ~= "proc" then b.load_ns = core.bpf_info(name).load_ns end
+      t[name] = b
+      if b.ok and not t.backend then t.backend = name end
+    end
+    return t
+  end)
 
   -- /proc itself: hidepid hides other users' processes from every /proc
   -- reader, takana's proc backend included.
-  r.proc = { ok = read_first_line("/proc/self/stat") ~= nil }
-  for line in io.lines("/proc/self/mountinfo") do
-    local mnt, fstype, super = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+) %S+ (%S+)")
-    if mnt == "/proc" and fstype == "proc" then
-      r.proc.hidepid = super:match("hidepid=([^,]+)")
-      if r.proc.hidepid and r.proc.hidepid ~= "0" and r.proc.hidepid ~= "off" then
-        r.proc.note = ("/proc is mounted with hidepid=%s: processes of other users are %s"):format(
-          r.proc.hidepid, (r.proc.hidepid == "1" or r.proc.hidepid == "noaccess") and
-          "listed but unreadable (snap.denied counts them)" or "invisible to this process")
+  section("proc", function()
+    local t = { ok = read_first_line("/proc/self/stat") ~= nil }
+    if not t.ok then t.why = "/proc is not mounted (or no descriptor is free to read it)" return t end
+    local mountinfo = io.open("/proc/self/mountinfo")
+    for line in mountinfo and mountinfo:lines() or function() end do
+      local mnt, fstype, super = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+) %S+ (%S+)")
+      if mnt == "/proc" and fstype == "proc" then
+        t.hidepid = super:match("hidepid=([^,]+)")
+        if t.hidepid and t.hidepid ~= "0" and t.hidepid ~= "off" then
+          t.note = ("/proc is mounted with hidepid=%s: processes of other users are %s"):format(
+            t.hidepid, (t.hidepid == "1" or t.hidepid == "noaccess") and
+            "listed but unreadable (snap.denied counts them)" or "invisible to this process")
+        end
       end
     end
-  end
-  if not r.proc.ok then r.proc.why = "/proc is not mounted" end
+    if mountinfo then mountinfo:close() end
+    return t
+  end)
 
-  local pok, p, perr = pcall(core.pidfd, tonumber(read_first_line("/proc/self/stat"):match("^%d+")))
-  r.pidfd = { ok = pok and p ~= nil, why = (not pok and tostring(p)) or perr }
-  if pok and p then p:close() end
+  section("pidfd", function()
+    local self = read_first_line("/proc/self/stat")
+    local pok, p, perr = pcall(core.pidfd, self and tonumber(self:match("^%d+")) or 1)
+    if pok and p then p:close() end
+    return { ok = pok and p ~= nil, why = (not pok and tostring(p)) or perr }
+  end)
 
-  local sok, child, serr = pcall(core.spawn, { "/bin/true", stdout = "null" })
-  r.clone3 = { ok = sok and child ~= nil and child.mechanism == "clone3" }
-  if not r.clone3.ok then
-    r.clone3.why = (not sok and tostring(child)) or serr or "clone3 refused; spawn falls back to posix_spawn"
-  end
-  if sok and child then child:wait() child:close() end
+  section("clone3", function()
+    local sok, child, serr = pcall(core.spawn, { "/bin/true", stdout = "null" })
+    local t = { ok = sok and child ~= nil and child.mechanism == "clone3" }
+    if not t.ok then
+      t.why = (not sok and tostring(child)) or serr or "clone3 refused; spawn falls back to posix_spawn"
+    end
+    if sok and child then child:wait() child:close() end
+    return t
+  end)
 
-  r.events = {}
-  for _, name in ipairs(event_backends) do
-    local ok, ev, why = pcall(core.events_open, name, core.event_bits.fork, 1.0)
-    local e = { ok = ok and ev ~= nil }
-    if not e.ok then e.why = ((not ok and tostring(ev)) or why):gsub("^events: %S+ backend unavailable: ", "") end
-    if ok and ev then ev:close() end
-    r.events[name] = e
-    if e.ok and not r.events.backend then r.events.backend = name end
-  end
+  -- Every event type at once: a backend is "yes" only if all of its
+  -- programs load and attach (fork alone loaded on 6.1 where exit did not).
+  section("events", function()
+    local t, all = {}, 0
+    for _, bit in pairs(core.event_bits) do all = all | bit end
+    for _, name in ipairs(event_backends) do
+      local ok, ev, why = pcall(core.events_open, name, name == "poll" and core.event_bits.fork or all, 1.0)
+      local e = { ok = ok and ev ~= nil }
+      if not e.ok then e.why = ((not ok and tostring(ev)) or why):gsub("^events: %S+ backend unavailable: ", "") end
+      if ok and ev then ev:close() end
+      t[name] = e
+      if e.ok and not t.backend then t.backend = name end
+    end
+    return t
+  end)
 
-  local cok, cg = pcall(M.cgroup.probe)
-  r.cgroup = cok and cg or { ok = false, why = tostring(cg) }
+  section("cgroup", M.cgroup.probe)
   return r
 end
 
