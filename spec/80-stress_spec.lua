@@ -50,8 +50,7 @@ local function flat(label, count, f)
 end
 
 describe("100,000 iterations leave descriptors and memory flat", function()
-  local backends = { "proc" }
-  if H.is_root() and core.bpf_built then backends = { "kfunc", "iter", "proc" } end
+  local backends = H.snapshot_backends()
   for _, b in ipairs(backends) do
     -- /proc costs ~300 us a snapshot: 10,000 of them in CI.
     it("snapshot{backend='" .. b .. "'}", function()
@@ -126,8 +125,7 @@ describe("under a storm of short-lived processes", function()
     local storm = H.fixture { "--churn", 4 }
     local gen = storm.pid
     local gen_start = assert(takana.snapshot { backend = "proc" }:get(gen)).start_ns
-    local backends = { "proc" }
-    if H.is_root() and core.bpf_built then backends = { "kfunc", "iter", "proc" } end
+    local backends = H.snapshot_backends()
     local kids = 0
     -- At least 20 rounds, and on until a storm child has been caught (its
     -- children live microseconds); a bounded count, well inside the 4 s storm.
@@ -161,8 +159,7 @@ describe("10,000 live processes", function()
   it("are all in the snapshot of every backend", function()
     if SCALE < 1 then return pending("scale run only at TAKANA_STRESS_SCALE=1") end
     local herd = H.fixture { "--herd", 10000, "--life", 120 }
-    local backends = { "proc" }
-    if H.is_root() and core.bpf_built then backends = { "kfunc", "iter", "proc" } end
+    local backends = H.snapshot_backends()
     local counts = {}
     for _, b in ipairs(backends) do
       local snap = assert(takana.snapshot { backend = b })
@@ -359,7 +356,7 @@ describe("faults", function()
   end)
 
   it("a BPF load that fails midway falls back and leaks no descriptor or map", function()
-    if not (H.is_root() and core.bpf_built) then return pending("needs root and a BPF build") end
+    if not H.bpf_tier("kfunc") then return pending(select(2, H.bpf_tier("kfunc"))) end
     if H.no_spawn then return pending(H.no_spawn) end
     if os.getenv("TAKANA_ASAN_PRELOAD") then
       return pending("ASan's shadow memory does not fit in a 400 MB address space")

@@ -125,6 +125,30 @@ function H.count_fds()
   return n
 end
 
+-- A snapshot from a BPF tier, or nil and the reason when this kernel or
+-- user cannot have one: a kernel too old for the tier, no BTF, no
+-- privilege, a BPF=0 build, a foreign pid namespace. Any other failure
+-- raises: a tier the kernel offers and takana does not load is a defect,
+-- not a pending spec (Debian 6.1's verifier once refused iter that way).
+function H.bpf_tier(name)
+  local snap, why = require("takana").snapshot { backend = name }
+  if snap then return snap end
+  for _, excuse in ipairs { "too old", "no kernel BTF", "EPERM", "built without BPF", "initial pid namespace" } do
+    if why:find(excuse, 1, true) then return nil, why end
+  end
+  error(why, 2)
+end
+
+-- The snapshot backends that work here, best first ("proc" always last).
+function H.snapshot_backends()
+  local list = {}
+  for _, name in ipairs { "kfunc", "iter" } do
+    if H.bpf_tier(name) then list[#list + 1] = name end
+  end
+  list[#list + 1] = "proc"
+  return list
+end
+
 -- This process's RLIMIT_NOFILE, soft and hard (/proc/self/limits).
 function H.nofile()
   local soft, hard = H.read("/proc/self/limits"):match("Max open files%s+(%d+)%s+(%d+)")
