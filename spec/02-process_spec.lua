@@ -320,7 +320,10 @@ describe("waiting for many", function()
     end)
     local n = math.min(1000, H.free_fds() - 64)
     assert.truthy(n >= 500, "only " .. n .. " descriptors free")
-    for i = 1, n do kids[i] = spawn_ok { "sleep", "30" } end
+    -- Fixtures, not sleep: they die with this process, and live until
+    -- signalled however slow the host (under qemu's TCG, spawning 1,000
+    -- took longer than a sleep 30).
+    for i = 1, n do kids[i] = spawn_ok { H.fixture_path, "--life", "600", stdout = "null" } end
     for _, k in ipairs(kids) do k:signal("TERM") end
     local pending_kids = kids
     local seen = 0
