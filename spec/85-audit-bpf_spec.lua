@@ -1,7 +1,6 @@
 -- Regressions from the adversarial audit (issue 12) in the BPF snapshot
 -- tiers and the probe. Each spec failed before its fix.
 local takana = require "takana"
-local core = require "takana.core"
 local H = require "helpers"
 
 local EMFILE = 24
