@@ -115,6 +115,13 @@ static __always_inline __u32 pid_number(struct pid *pid)
 
 #define RESCUER_PREFIX_LEN 10          /* "kworker/R-" */
 
+static __always_inline bool comm_is_rescuer(const char *comm)
+{
+	return comm[0] == 'k' && comm[1] == 'w' && comm[2] == 'o' && comm[3] == 'r' &&
+	       comm[4] == 'k' && comm[5] == 'e' && comm[6] == 'r' && comm[7] == '/' &&
+	       comm[8] == 'R' && comm[9] == '-';
+}
+
 /* proc_task_name(): a kernel thread shows its full name (kthread->full_name,
  * up to 63 bytes); a workqueue worker shows its id, "kworker/R-<wq name>"
  * for a rescuer, then "+desc" while it runs a work item or "-desc" after
@@ -145,8 +152,11 @@ static __always_inline void kthread_name(struct task_struct *t, struct tk_record
 	w = BPF_CORE_READ(k, data);
 	if (!w)
 		return;
-	if (bpf_core_field_exists(w->rescue_wq) && (rescue_wq = BPF_CORE_READ(w, rescue_wq))) {
-		/* task->comm already starts with the prefix. */
+	/* Since 6.9 a rescuer's comm is "kworker/R-" and a truncated wq name
+	 * that /proc completes; before, it is the wq name itself and /proc
+	 * shows just that (seen on Debian's 6.1: "rcu_gp"). */
+	if (bpf_core_field_exists(w->rescue_wq) && comm_is_rescuer(r->comm) &&
+	    (rescue_wq = BPF_CORE_READ(w, rescue_wq))) {
 		n = bpf_probe_read_kernel_str(&r->comm[RESCUER_PREFIX_LEN], sizeof rescue_wq->name,
 		                              &rescue_wq->name);
 		if (n > 0)
