@@ -185,7 +185,9 @@ typedef int (*subdir_cb)(void *ctx, int parent_fd, const char *name);
 
 static int each_subdir(int fd, subdir_cb cb, void *ctx)
 {
-	int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	/* A fresh open file description: a dup would share (and leave at the
+	 * end) the directory offset of a handle's kept fd. */
+	int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d;
 	struct dirent *de;
 	int r = 0;
