@@ -362,7 +362,7 @@ end
 -- Limits: file -> {controller, kind}
 local limits = {
   ["memory.max"] = "memory", ["memory.high"] = "memory", ["memory.low"] = "memory",
-  ["memory.min"] = "memory", ["pids.max"] = "pids", ["cpu.weight"] = "cpu",
+  ["memory.min"] = "memory", ["memory.swap.max"] = "memory", ["pids.max"] = "pids", ["cpu.weight"] = "cpu",
   ["cpu.max"] = "cpu", ["io.weight"] = "io",
 }
 local MAXINT = math.maxinteger
@@ -416,6 +416,10 @@ local function set_one(self, key, value)
   local ok, err, errno = core.cgroup_write(self, key, text)
   if not ok then
     local exists = self:get(key)
+    if not exists and key == "memory.swap.max" and self:get("memory.max") then
+      return nil, "set memory.swap.max: swap accounting is off (a kernel without CONFIG_MEMCG_SWAP, or "
+        .. "booted with swapaccount=0)", errno
+    end
     if not exists then
       return nil, ("set %s: %s"):format(key, controller_reason(self, limits[key])), errno
     end
@@ -442,7 +446,7 @@ end
 
 --- Applies a limit and verifies it by reading it back.
 -- `cg:set(key, value)` or `cg:set{key = value, ...}`. Keys: memory.max,
--- memory.high, memory.low, memory.min, pids.max, cpu.weight, cpu.max
+-- memory.high, memory.low, memory.min, memory.swap.max, pids.max, cpu.weight, cpu.max
 -- (quota µs, or {quota, period}), io.weight; "max" means unlimited.
 -- @treturn[1] the applied value (rounded as the kernel did), or a table of them
 -- @treturn[2] nil, "set key: why", errno
