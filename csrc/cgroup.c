@@ -82,7 +82,7 @@ int tk_cg_rmdir(int mount_fd, const char *rel, int dirfd)
 	const char *name = slash ? slash + 1 : rel;
 	char parent[4096];
 	struct stat want, got;
-	int pfd, err;
+	int pfd = -1, err;
 
 	if (*name == '\0' || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
 		return -EINVAL;
@@ -100,12 +100,14 @@ int tk_cg_rmdir(int mount_fd, const char *rel, int dirfd)
 		return err;
 	/* The name may have been removed and made again since the handle was
 	 * opened: remove only the directory this handle holds. */
-	if (fstat(dirfd, &want) < 0 || fstatat(pfd, name, &got, AT_SYMLINK_NOFOLLOW) < 0)
+	if (fstat(dirfd, &want) == 0 && fstatat(pfd, name, &got, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (want.st_dev != got.st_dev || want.st_ino != got.st_ino)
+			err = -ESTALE;
+		else if (unlinkat(pfd, name, AT_REMOVEDIR) < 0)
+			err = -errno;
+	} else {
 		err = -errno;
-	else if (want.st_dev != got.st_dev || want.st_ino != got.st_ino)
-		err = -ESTALE;
-	else if (unlinkat(pfd, name, AT_REMOVEDIR) < 0)
-		err = -errno;
+	}
 	close(pfd);
 	return err;
 }
@@ -224,7 +226,7 @@ static int walk_dir(struct walk *w, int fd);
 static int walk_child(void *ctx, int parent_fd, const char *name)
 {
 	struct walk *w = ctx;
-	int cfd, r = tk_cg_open(parent_fd, name, &cfd);
+	int cfd = -1, r = tk_cg_open(parent_fd, name, &cfd);
 
 	if (r == -ENOENT)
 		return 0;   /* removed meanwhile */
@@ -273,7 +275,7 @@ static int find_child(void *ctx, int parent_fd, const char *name)
 {
 	struct find *f = ctx;
 	size_t n = strlen(name), len = f->len;
-	int cfd, r;
+	int cfd = -1, r;
 
 	if (len + n + 2 > f->cap)
 		return -ENAMETOOLONG;
@@ -314,7 +316,7 @@ static int find_dir(struct find *f, int fd)
 			return r;
 	}
 	if (f->id) {
-		uint64_t id;
+		uint64_t id = 0;
 		r = tk_cg_id(sfd, &id);
 		r = r < 0 ? r : id == f->id;
 	} else {

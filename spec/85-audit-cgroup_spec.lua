@@ -8,7 +8,7 @@ local takana = require "takana"
 local core = require "takana.core"
 local H = require "helpers"
 
-local ESRCH, ENOENT, EPERM, EBUSY, EACCES, EMFILE, EDEADLK = 3, 2, 1, 16, 13, 24, 35
+local ESRCH, ENOENT, EPERM, EBUSY, EMFILE, EDEADLK = 3, 2, 1, 16, 24, 35
 
 -- A Lua child loading this tree's takana, with its stdout piped.
 local function lua_child(script, opts)
