@@ -257,6 +257,7 @@ describe("audit: cgroup", function()
       local dir = os.tmpname()
       os.remove(dir)
       assert(os.execute("mkdir " .. dir))
+      finally(function() os.execute("rmdir " .. dir .. " 2>/dev/null") end)
       for _, k in ipairs { "_rmdir", "_write", "_mkdir", "_dirfd" } do assert.is_nil(cg[k], k) end
       assert.has_error(function() cg:_rmdir("../../../../../.." .. dir) end)
       assert.truthy(os.execute("test -d " .. dir))
@@ -273,6 +274,10 @@ describe("audit: cgroup", function()
     it("the rmdir behind remove() takes no path and removes only the handle's own directory", function()
       local path, name, cg = sandbox()
       if not cg then pending("needs root to create a cgroup") return end
+      finally(function()
+        cg:close()
+        H.cgroup_cleanup(path)
+      end)
       local unit = assert(cg:mkdir("unit"))
       assert.has_error(function() core.cgroup_rmdir(unit, "../../..") end)
       -- Removed and made again under the same name: a different directory.
@@ -382,6 +387,10 @@ describe("audit: cgroup", function()
     it("stat() and why() of a removed cgroup name it and say it is gone", function()
       local path, name, cg = sandbox()
       if not cg then pending("needs root to create a cgroup") return end
+      finally(function()
+        cg:close()
+        H.cgroup_cleanup(path)
+      end)
       local unit = assert(cg:mkdir("unit"))
       assert.is_table(unit:stat().events)
       assert(os.execute("rmdir " .. path .. "/unit"))
@@ -424,6 +433,10 @@ describe("audit: cgroup", function()
     it("enable says which file, the cause and what to do", function()
       local path, name, cg = sandbox()
       if not cg then pending("needs root to create a cgroup") return end
+      finally(function()
+        cg:close()
+        H.cgroup_cleanup(path)
+      end)
       if H.no_spawn then pending(H.no_spawn) return end
       -- A domain controller this cgroup may enable for its children.
       local c
