@@ -42,5 +42,8 @@ void tk_snapshot_open(lua_State *L);
 void tk_process_open(lua_State *L);
 void tk_cgroup_open(lua_State *L);
 void tk_events_open_lib(lua_State *L);
+/* The directory fd of the cgroup handle at idx (lua_cgroup.c); raises when
+ * it is none or closed. */
+int tk_cgroup_dirfd(lua_State *L, int idx);
 
 #endif

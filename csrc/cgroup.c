@@ -2,10 +2,14 @@
  * on kept descriptors, and parsed by pure functions (flat-keyed files and
  * pressure lines). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -70,6 +74,337 @@ int tk_cg_write(int dirfd, const char *file, const char *value, size_t len)
 		err = -EIO;
 	close(fd);
 	return err;
+}
+
+int tk_cg_rmdir(int mount_fd, const char *rel, int dirfd)
+{
+	const char *slash = strrchr(rel, '/');
+	const char *name = slash ? slash + 1 : rel;
+	char parent[4096];
+	struct stat want, got;
+	int pfd = -1, err;
+
+	if (*name == '\0' || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return -EINVAL;
+	if (slash) {
+		size_t n = (size_t)(slash - rel);
+		if (n >= sizeof parent)
+			return -ENAMETOOLONG;
+		memcpy(parent, rel, n);
+		parent[n] = '\0';
+	} else {
+		strcpy(parent, ".");
+	}
+	err = tk_cg_open(mount_fd, parent, &pfd);
+	if (err < 0)
+		return err;
+	/* The name may have been removed and made again since the handle was
+	 * opened: remove only the directory this handle holds. */
+	if (fstat(dirfd, &want) == 0 && fstatat(pfd, name, &got, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (want.st_dev != got.st_dev || want.st_ino != got.st_ino)
+			err = -ESTALE;
+		else if (unlinkat(pfd, name, AT_REMOVEDIR) < 0)
+			err = -errno;
+	} else {
+		err = -errno;
+	}
+	close(pfd);
+	return err;
+}
+
+int tk_cg_id(int dirfd, uint64_t *id)
+{
+	struct {
+		struct file_handle fh;
+		unsigned char bytes[64];
+	} h;
+	int mount_id;
+
+	h.fh.handle_bytes = sizeof h.bytes;
+	if (syscall(SYS_name_to_handle_at, dirfd, "", &h.fh, &mount_id, AT_EMPTY_PATH) < 0)
+		return -errno;
+	/* kernfs hands out its 64-bit node id, which is the cgroup id. */
+	if (h.fh.handle_bytes != sizeof *id)
+		return -EOPNOTSUPP;
+	memcpy(id, h.fh.f_handle, sizeof *id);
+	return 0;
+}
+
+/* Streams dirfd's cgroup.procs through cb, a pid at a time: the file can
+ * hold many thousands of pids. */
+static int procs_each(int dirfd, tk_pid_cb cb, void *ctx)
+{
+	char buf[4096];
+	long cur = 0;
+	int digits = 0, r = 0;
+	int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		for (ssize_t i = 0; i < n && r == 0; i++) {
+			if (buf[i] >= '0' && buf[i] <= '9') {
+				cur = cur * 10 + (buf[i] - '0');
+				if (cur > 0x7fffffff) {
+					r = -EBADMSG;
+					break;
+				}
+				digits++;
+			} else if (buf[i] == '\n' && digits > 0) {
+				r = cb(ctx, (int)cur);
+				cur = 0;
+				digits = 0;
+			} else {
+				r = -EBADMSG;
+			}
+		}
+		if (n == 0 || r != 0)
+			break;
+	}
+	if (r == 0 && digits > 0)
+		r = cb(ctx, (int)cur);
+	close(fd);
+	return r;
+}
+
+static int pid_is(void *ctx, int pid)
+{
+	return pid == *(int *)ctx;
+}
+
+int tk_cg_has_pid(int dirfd, int pid)
+{
+	return procs_each(dirfd, pid_is, &pid);
+}
+
+/* Subdirectories of fd, one at a time: cb gets each one's name. */
+typedef int (*subdir_cb)(void *ctx, int parent_fd, const char *name);
+
+static int each_subdir(int fd, subdir_cb cb, void *ctx)
+{
+	/* A fresh open file description: a dup would share (and leave at the
+	 * end) the directory offset of a handle's kept fd. */
+	int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	if (dfd < 0)
+		return -errno;
+	d = fdopendir(dfd);
+	if (d == NULL) {
+		r = -errno;
+		close(dfd);
+		return r;
+	}
+	while (r == 0 && (errno = 0, de = readdir(d)) != NULL) {
+		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		r = cb(ctx, fd, de->d_name);
+	}
+	if (r == 0 && de == NULL && errno != 0)
+		r = -errno;
+	closedir(d);
+	return r;
+}
+
+#define TK_CG_MAX_DEPTH 128
+
+struct walk {
+	int budget, depth;
+	tk_pid_cb cb;
+	void *ctx;
+};
+
+static int walk_dir(struct walk *w, int fd);
+
+static int walk_child(void *ctx, int parent_fd, const char *name)
+{
+	struct walk *w = ctx;
+	int cfd = -1, r = tk_cg_open(parent_fd, name, &cfd);
+
+	if (r == -ENOENT)
+		return 0;   /* removed meanwhile */
+	if (r < 0)
+		return r;
+	w->depth++;
+	r = walk_dir(w, cfd);
+	w->depth--;
+	close(cfd);
+	return r;
+}
+
+static int walk_dir(struct walk *w, int fd)
+{
+	int r;
+
+	if (w->budget-- <= 0)
+		return -E2BIG;
+	if (w->depth > TK_CG_MAX_DEPTH)
+		return -ELOOP;
+	r = procs_each(fd, w->cb, w->ctx);
+	if (r == -ENOENT || r == -ENODEV)
+		return 0;
+	if (r != 0)
+		return r;
+	return each_subdir(fd, walk_child, w);
+}
+
+int tk_cg_walk_procs(int dirfd, int max_dirs, tk_pid_cb cb, void *ctx)
+{
+	struct walk w = { max_dirs, 0, cb, ctx };
+	return walk_dir(&w, dirfd);
+}
+
+struct find {
+	int budget, depth, pid;
+	uint64_t id;
+	const char *suffix;
+	char *out;
+	size_t cap, len;
+};
+
+static int find_dir(struct find *f, int fd);
+
+static int find_child(void *ctx, int parent_fd, const char *name)
+{
+	struct find *f = ctx;
+	size_t n = strlen(name), len = f->len;
+	int cfd = -1, r;
+
+	if (len + n + 2 > f->cap)
+		return -ENAMETOOLONG;
+	r = tk_cg_open(parent_fd, name, &cfd);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	if (len > 0)
+		f->out[f->len++] = '/';
+	memcpy(f->out + f->len, name, n + 1);
+	f->len += n;
+	f->depth--;
+	r = find_dir(f, cfd);
+	f->depth++;
+	close(cfd);
+	if (r <= 0) {
+		f->len = len;
+		f->out[len] = '\0';
+	}
+	return r;
+}
+
+/* > 0: found (f->out holds the path), 0: not here, < 0: error. */
+static int find_dir(struct find *f, int fd)
+{
+	int sfd = fd, r;
+
+	if (f->budget-- <= 0)
+		return -E2BIG;
+	if (f->depth > 0)
+		return each_subdir(fd, find_child, f);
+	if (*f->suffix) {
+		r = tk_cg_open(fd, f->suffix, &sfd);
+		if (r == -ENOENT)
+			return 0;
+		if (r < 0)
+			return r;
+	}
+	if (f->id) {
+		uint64_t id = 0;
+		r = tk_cg_id(sfd, &id);
+		r = r < 0 ? r : id == f->id;
+	} else {
+		r = tk_cg_has_pid(sfd, f->pid);
+	}
+	if (sfd != fd)
+		close(sfd);
+	if (r == -ENOENT || r == -ENODEV)
+		r = 0;
+	if (r > 0 && *f->suffix) {
+		size_t n = strlen(f->suffix);
+		if (f->len + n + 2 > f->cap)
+			return -ENAMETOOLONG;
+		if (f->len > 0)
+			f->out[f->len++] = '/';
+		memcpy(f->out + f->len, f->suffix, n + 1);
+		f->len += n;
+	}
+	return r;
+}
+
+int tk_cg_find(int mount_fd, int depth, const char *suffix, int pid, uint64_t id,
+               int max_dirs, char *out, size_t cap)
+{
+	struct find f = { max_dirs, depth, pid, id, suffix, out, cap, 0 };
+	int r;
+
+	if (cap == 0 || depth < 0 || depth > TK_CG_MAX_DEPTH || (pid <= 0 && id == 0))
+		return -EINVAL;
+	out[0] = '\0';
+	r = find_dir(&f, mount_fd);
+	return r > 0 ? 0 : r == 0 ? -ENOENT : r;
+}
+
+int tk_pidfd_pid(int pidfd, int *pid)
+{
+	char path[64], buf[1024];
+	const char *p;
+	ssize_t n;
+	long v;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	p = strstr(buf, "\nPid:\t");
+	if (p == NULL)
+		return -EBADF;
+	v = strtol(p + 6, NULL, 10);
+	if (v == -1)
+		return -ESRCH;
+	if (v == 0)
+		return -EXDEV;
+	if (v < 0 || v > 0x7fffffff)
+		return -EBADMSG;
+	*pid = (int)v;
+	return 0;
+}
+
+/* PIDFD_GET_INFO's first version (64 bytes); later kernels append fields
+ * and accept this size. */
+struct tk_pidfd_info {
+	uint64_t mask;
+	uint64_t cgroupid;
+	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+	uint32_t spare0;
+};
+#define TK_PIDFD_GET_INFO _IOWR(0xFF, 11, struct tk_pidfd_info)
+#define TK_PIDFD_INFO_CGROUPID (1ULL << 2)
+
+int tk_pidfd_cgroup_id(int pidfd, uint64_t *id)
+{
+	struct tk_pidfd_info info;
+
+	memset(&info, 0, sizeof info);
+	info.mask = TK_PIDFD_INFO_CGROUPID;
+	if (ioctl(pidfd, TK_PIDFD_GET_INFO, &info) < 0)
+		return -errno;
+	if (!(info.mask & TK_PIDFD_INFO_CGROUPID) || info.cgroupid == 0)
+		return -EOPNOTSUPP;
+	*id = info.cgroupid;
+	return 0;
 }
 
 /* Lines of "key value": one space, value without spaces, no empty key. */

@@ -15,6 +15,38 @@ int tk_cg_read(int fd, char *buf, size_t cap, size_t *len);
 /* One write(2) of value into dirfd/file. */
 int tk_cg_write(int dirfd, const char *file, const char *value, size_t len);
 
+/* rmdir of the directory dirfd is open on, reached as rel beneath
+ * mount_fd: the parent is opened beneath the mount (tk_cg_open), and the
+ * entry must still be dirfd's directory (-ESTALE otherwise). rel comes from
+ * the handle, never from a caller. */
+int tk_cg_rmdir(int mount_fd, const char *rel, int dirfd);
+/* The cgroup's id: its kernfs node id, the id BPF helpers and
+ * PIDFD_GET_INFO report. */
+int tk_cg_id(int dirfd, uint64_t *id);
+/* 1 when pid is listed in dirfd's cgroup.procs, 0 when it is not. */
+int tk_cg_has_pid(int dirfd, int pid);
+/* Calls cb for every pid in the cgroup.procs of dirfd and of each
+ * descendant (parents before children), at most max_dirs directories
+ * (-E2BIG past that). A directory removed meanwhile is skipped. cb returns
+ * 0 to go on, anything else stops the walk and is returned. */
+typedef int (*tk_pid_cb)(void *ctx, int pid);
+int tk_cg_walk_procs(int dirfd, int max_dirs, tk_pid_cb cb, void *ctx);
+/* The directory exactly depth levels beneath mount_fd whose subpath suffix
+ * ("" for itself) lists pid in its cgroup.procs (pid > 0), or has cgroup id
+ * id (id != 0). Writes that path, relative to the mount, into out. -ENOENT
+ * when none does, -E2BIG past max_dirs directories. */
+int tk_cg_find(int mount_fd, int depth, const char *suffix, int pid, uint64_t id,
+               int max_dirs, char *out, size_t cap);
+
+/* The pid a pidfd refers to, in our pid namespace, from
+ * /proc/self/fdinfo/<fd>: -ESRCH once the process was reaped ("Pid: -1"),
+ * -EXDEV when it is outside our pid namespace ("Pid: 0"), -EBADF when fd is
+ * not a pidfd. */
+int tk_pidfd_pid(int pidfd, int *pid);
+/* The cgroup id of a pidfd's process, by PIDFD_GET_INFO (Linux 6.13):
+ * -ENOTTY or -EINVAL before that, -ESRCH once the process was reaped. */
+int tk_pidfd_cgroup_id(int pidfd, uint64_t *id);
+
 typedef void (*tk_kv_cb)(void *ctx, const char *key, size_t klen,
                          const char *val, size_t vlen);
 /* Flat-keyed "key value" lines; -EBADMSG on anything else (pure). */

@@ -264,6 +264,18 @@ static int cg_stat(lua_State *L)
 	}
 	if (se.err < 0)
 		return tk_push_error(L, lua_pushfstring(L, "stat %s", cg_files[se.file]), se.err);
+	/* Every cgroup, the root included, has cgroup.controllers: a handle
+	 * whose directory was removed finds none, and that is an error, not a
+	 * cgroup without sections. */
+	if (faccessat(cg->dirfd, "cgroup.controllers", F_OK, 0) < 0 &&
+	    (errno == ENOENT || errno == ENODEV)) {
+		lua_getiuservalue(L, 1, 1);
+		lua_pushnil(L);
+		lua_pushfstring(L, "stat /%s: the cgroup was removed (its directory is gone); "
+		                "open it again once it is recreated", lua_tostring(L, -2));
+		lua_pushinteger(L, ENOENT);
+		return 3;
+	}
 	return 1;
 }
 
@@ -315,8 +327,14 @@ static int cg_get(lua_State *L)
 	return 1;
 }
 
-/* cg:_write(file, value) -> true | nil, msg, errno (the Lua side diagnoses). */
-static int cg_write(lua_State *L)
+/* The internals below are functions of takana.core, not methods: a handle
+ * shows only the documented API. Each one still keeps to the path rules:
+ * plain names inside the handle's own directory, and rmdir only of the
+ * handle's own directory. */
+
+/* core.cgroup_write(cg, file, value) -> true | nil, msg, errno (the Lua
+ * side diagnoses). */
+static int l_cgroup_write(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
 	const char *file = luaL_checkstring(L, 2);
@@ -333,8 +351,8 @@ static int cg_write(lua_State *L)
 	return 1;
 }
 
-/* cg:_mkdir(name) -> true | nil, msg, errno */
-static int cg_mkdir(lua_State *L)
+/* core.cgroup_mkdir(cg, name) -> true | nil, msg, errno */
+static int l_cgroup_mkdir(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
 	const char *name = luaL_checkstring(L, 2);
@@ -347,16 +365,157 @@ static int cg_mkdir(lua_State *L)
 	return 1;
 }
 
-/* cg:_rmdir(relpath) removes the directory beneath the mount. */
-static int cg_rmdir(lua_State *L)
+/* core.cgroup_rmdir(cg): removes the handle's own directory, found again
+ * beneath the mount by the path it was opened with. */
+static int l_cgroup_rmdir(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
-	const char *rel = luaL_checkstring(L, 2);
+	const char *rel;
+	int err;
+
+	tk_check_nargs(L, 1);
+	lua_getiuservalue(L, 1, 1);
+	rel = lua_tostring(L, -1);
+	if (rel == NULL || *rel == '\0')
+		return tk_push_error(L, "remove", -EINVAL);
+	err = tk_cg_rmdir(cg->mountfd, rel, cg->dirfd);
+	if (err < 0)
+		return tk_push_error(L, "remove", err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* core.cgroup_id(cg) -> id | nil, msg, errno */
+static int l_cgroup_id(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	uint64_t id;
+	int err;
+
+	tk_check_nargs(L, 1);
+	err = tk_cg_id(cg->dirfd, &id);
+	if (err < 0)
+		return tk_push_error(L, "cgroup id", err);
+	lua_pushinteger(L, tk_u64_int(id));
+	return 1;
+}
+
+/* core.cgroup_has_pid(cg, pid) -> boolean | nil, msg, errno */
+static int l_cgroup_has_pid(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	lua_Integer pid = luaL_checkinteger(L, 2);
+	int r;
 
 	tk_check_nargs(L, 2);
-	if (unlinkat(cg->mountfd, rel, AT_REMOVEDIR) < 0)
-		return tk_push_error(L, "remove", -errno);
-	lua_pushboolean(L, 1);
+	luaL_argcheck(L, pid > 0 && pid <= 0x7fffffff, 2, "pid out of range");
+	r = tk_cg_has_pid(cg->dirfd, (int)pid);
+	if (r < 0)
+		return tk_push_error(L, "cgroup.procs", r);
+	lua_pushboolean(L, r);
+	return 1;
+}
+
+static int procs_append(void *ctx, int pid)
+{
+	lua_State *L = ctx;
+
+	lua_pushinteger(L, pid);
+	lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+	return 0;
+}
+
+/* core.cgroup_subtree_procs(cg, max_dirs) -> {pid...} of the cgroup and
+ * its descendants | nil, msg, errno */
+static int l_cgroup_subtree_procs(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	lua_Integer max = luaL_checkinteger(L, 2);
+	int r;
+
+	tk_check_nargs(L, 2);
+	luaL_argcheck(L, max > 0 && max <= 1 << 20, 2, "directory bound out of range");
+	lua_newtable(L);
+	r = tk_cg_walk_procs(cg->dirfd, (int)max, procs_append, L);
+	if (r < 0)
+		return tk_push_error(L, "cgroup.procs", r);
+	return 1;
+}
+
+/* core.cgroup_find(mount, depth, suffix, pid, id, max_dirs) -> relative
+ * path | nil, msg, errno */
+static int l_cgroup_find(lua_State *L)
+{
+	const char *mount = luaL_checkstring(L, 1);
+	lua_Integer depth = luaL_checkinteger(L, 2);
+	const char *suffix = luaL_checkstring(L, 3);
+	lua_Integer pid = luaL_checkinteger(L, 4);
+	lua_Integer id = luaL_checkinteger(L, 5);
+	lua_Integer max = luaL_checkinteger(L, 6);
+	char *out;
+	int mfd, r;
+
+	tk_check_nargs(L, 6);
+	luaL_argcheck(L, depth >= 0 && depth <= 128, 2, "depth out of range");
+	luaL_argcheck(L, pid >= 0 && pid <= 0x7fffffff, 4, "pid out of range");
+	luaL_argcheck(L, max > 0 && max <= 1 << 20, 6, "directory bound out of range");
+	out = lua_newuserdatauv(L, 4096, 0);
+	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (mfd < 0)
+		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -errno);
+	r = tk_cg_find(mfd, (int)depth, suffix, (int)pid, (uint64_t)id, (int)max, out, 4096);
+	close(mfd);
+	if (r < 0)
+		return tk_push_error(L, "search", r);
+	lua_pushstring(L, out);
+	return 1;
+}
+
+/* core.is_pidfd(v): whether v is a takana pidfd (spawned children are). */
+static int l_is_pidfd(lua_State *L)
+{
+	tk_check_nargs(L, 1);
+	lua_pushboolean(L, luaL_testudata(L, 1, TK_PIDFD_MT) != NULL);
+	return 1;
+}
+
+/* core.getpid(): the caller's pid, as cgroup.procs lists it. */
+static int l_getpid(lua_State *L)
+{
+	tk_check_nargs(L, 0);
+	lua_pushinteger(L, getpid());
+	return 1;
+}
+
+/* core.pidfd_pid(fd) -> pid | nil, msg, errno (ESRCH once reaped) */
+static int l_pidfd_pid(lua_State *L)
+{
+	lua_Integer fd = luaL_checkinteger(L, 1);
+	int pid, r;
+
+	tk_check_nargs(L, 1);
+	luaL_argcheck(L, fd >= 0 && fd <= 0x7fffffff, 1, "descriptor out of range");
+	r = tk_pidfd_pid((int)fd, &pid);
+	if (r < 0)
+		return tk_push_error(L, "pidfd", r);
+	lua_pushinteger(L, pid);
+	return 1;
+}
+
+/* core.pidfd_cgroup_id(fd) -> id | nil, msg, errno (ENOTTY/EINVAL before
+ * Linux 6.13) */
+static int l_pidfd_cgroup_id(lua_State *L)
+{
+	lua_Integer fd = luaL_checkinteger(L, 1);
+	uint64_t id;
+	int r;
+
+	tk_check_nargs(L, 1);
+	luaL_argcheck(L, fd >= 0 && fd <= 0x7fffffff, 1, "descriptor out of range");
+	r = tk_pidfd_cgroup_id((int)fd, &id);
+	if (r < 0)
+		return tk_push_error(L, "PIDFD_GET_INFO", r);
+	lua_pushinteger(L, tk_u64_int(id));
 	return 1;
 }
 
@@ -367,26 +526,40 @@ static int cg_fileno(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
 
+	tk_check_nargs(L, 1);
 	if (cg->fds[CGF_EVENTS] < 0) {
 		cg->fds[CGF_EVENTS] = openat(cg->dirfd, "cgroup.events", O_RDONLY | O_CLOEXEC);
-		if (cg->fds[CGF_EVENTS] < 0)
-			return tk_push_error(L, "fileno: cgroup.events", -errno);
+		if (cg->fds[CGF_EVENTS] < 0) {
+			int e = errno;
+			lua_getiuservalue(L, 1, 1);
+			if (e == ENOENT && *lua_tostring(L, -1) == '\0')
+				return luaL_argerror(L, 1, "the root cgroup has no cgroup.events, so there is "
+				                     "nothing to poll; poll a child cgroup instead");
+			return tk_push_error(L, lua_pushfstring(L, "fileno /%s: cgroup.events",
+			                                        lua_tostring(L, -1)), -e);
+		}
 	}
 	lua_pushinteger(L, cg->fds[CGF_EVENTS]);
 	return 1;
 }
 
-/* cg:_dirfd(): the directory fd, for spawn's CLONE_INTO_CGROUP. */
-static int cg_dirfd(lua_State *L)
+/* The directory fd of a cgroup handle at idx, for spawn's
+ * CLONE_INTO_CGROUP: raises when idx is no open handle. */
+int tk_cgroup_dirfd(lua_State *L, int idx)
 {
-	struct lcgroup *cg = cg_check(L, 1);
-	lua_pushinteger(L, cg->dirfd);
-	return 1;
+	struct lcgroup *cg = luaL_testudata(L, idx, TK_CGROUP_MT);
+
+	if (cg == NULL)
+		return luaL_error(L, "bad argument #1 to 'spawn' (cgroup: path or takana.cgroup handle expected)");
+	if (cg->dirfd < 0)
+		return luaL_error(L, "bad argument #1 to 'spawn' (cgroup: the handle is closed)");
+	return cg->dirfd;
 }
 
 static int cg_events(lua_State *L)
 {
 	cg_check(L, 1);
+	tk_check_nargs(L, 1);
 	lua_pushliteral(L, "p");
 	return 1;
 }
@@ -394,6 +567,7 @@ static int cg_events(lua_State *L)
 static int cg_timeout(lua_State *L)
 {
 	cg_check(L, 1);
+	tk_check_nargs(L, 1);
 	lua_pushnil(L);
 	return 1;
 }
@@ -416,6 +590,13 @@ static int cg_close(lua_State *L)
 		close(cg->mountfd);
 	cg->dirfd = cg->mountfd = -1;
 	return 0;
+}
+
+/* cg:close() as a method takes no arguments; __close gets two. */
+static int cg_close_method(lua_State *L)
+{
+	tk_check_nargs(L, 1);
+	return cg_close(L);
 }
 
 static int cg_tostring(lua_State *L)
@@ -529,19 +710,26 @@ void tk_cgroup_open(lua_State *L)
 	static const luaL_Reg methods[] = {
 		{ "stat", cg_stat },
 		{ "get", cg_get },
-		{ "_write", cg_write },
-		{ "_mkdir", cg_mkdir },
-		{ "_rmdir", cg_rmdir },
 		{ "fileno", cg_fileno },
-		{ "_dirfd", cg_dirfd },
 		{ "pollfd", cg_fileno },
 		{ "events", cg_events },
 		{ "timeout", cg_timeout },
-		{ "close", cg_close },
+		{ "close", cg_close_method },
 		{ NULL, NULL },
 	};
 	static const luaL_Reg funcs[] = {
 		{ "cgroup_open", l_cgroup_open },
+		{ "cgroup_write", l_cgroup_write },
+		{ "cgroup_mkdir", l_cgroup_mkdir },
+		{ "cgroup_rmdir", l_cgroup_rmdir },
+		{ "cgroup_id", l_cgroup_id },
+		{ "cgroup_has_pid", l_cgroup_has_pid },
+		{ "cgroup_subtree_procs", l_cgroup_subtree_procs },
+		{ "cgroup_find", l_cgroup_find },
+		{ "pidfd_pid", l_pidfd_pid },
+		{ "getpid", l_getpid },
+		{ "is_pidfd", l_is_pidfd },
+		{ "pidfd_cgroup_id", l_pidfd_cgroup_id },
 		{ "kv_parse", l_kv_parse },
 		{ "psi_parse", l_psi_parse },
 		{ NULL, NULL },

@@ -425,15 +425,7 @@ static int cgroup_option(lua_State *L, struct spawn_state *st)
 			return -errno;
 	} else {
 		/* A takana.cgroup handle: its directory fd. */
-		if (luaL_testudata(L, -1, TK_CGROUP_MT) == NULL)
-			luaL_error(L, "bad argument #1 to 'spawn' (cgroup: path or takana.cgroup handle expected)");
-		lua_getfield(L, -1, "_dirfd");
-		lua_pushvalue(L, -2);
-		lua_call(L, 1, 1);
-		if (!lua_isinteger(L, -1))
-			luaL_error(L, "bad argument #1 to 'spawn' (cgroup: handle without a descriptor)");
-		fd = fcntl((int)lua_tointeger(L, -1), F_DUPFD_CLOEXEC, 3);
-		lua_pop(L, 1);
+		fd = fcntl(tk_cgroup_dirfd(L, -1), F_DUPFD_CLOEXEC, 3);
 		if (fd < 0)
 			luaL_error(L, "spawn: cgroup handle: %s", strerror(errno));
 	}

@@ -2,34 +2,70 @@
 -- or fail with the reason, and the unit lifecycle. The C side
 -- (csrc/lua_cgroup.c) owns descriptors and parsing; this file owns policy:
 -- where controllers live, why a section is absent, what a failed write means.
+--
+-- A handle's methods are exactly the documented ones; the raw writes,
+-- mkdir and rmdir behind them are takana.core functions that keep to the
+-- same path rules (plain names inside the handle's own directory).
 -- @module takana.cgroup
 local core = require "takana.core"
 
 local methods = core.cgroup_methods
-local EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = 16, 22, 2, 110, 5
+local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = 3, 16, 22, 2, 110, 5
+local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = 1, 13, 11, 35, 18, 95
+
+-- Directories a search or a subtree walk may visit: far more than any
+-- real hierarchy, small enough to bound the time.
+local MAX_DIRS = 100000
 
 local function argerror(fname, n, msg)
   error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
 end
 
+-- Extra arguments are a caller's mistake, as in the C functions.
+local function nargs(fname, max, n)
+  if n > max then
+    error(("bad argument #%d to '%s' (no more than %d argument%s expected)"):format(
+      max + 1, fname, max, max == 1 and "" or "s"), 3)
+  end
+end
+
+-- Whole file, or nil, "path: message", errno.
 local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
+  local f, err, errno = io.open(path, "rb")
+  if not f then return nil, err, errno end
+  local s, rerr, rerrno = f:read("a")
   f:close()
+  if not s then return nil, rerr, rerrno end
   return s
 end
 
---- Where cgroup hierarchies are mounted: `{v2 = path|nil, v1 = {ctrl = path}}`.
-local function mounts()
+-- mountinfo escapes space, tab, newline and backslash as \ooo.
+local function unescape(s)
+  return (s:gsub("\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end))
+end
+
+--- Where cgroup hierarchies are mounted: `{v2 = path|nil, v2_root = root|nil,
+-- v1 = {ctrl = path}}`. `v2_root` is the mount's root as this process's
+-- cgroup namespace sees it: "/" normally, "/.." or deeper when the mount
+-- shows the hierarchy from above the namespace's root.
+-- @treturn[1] table
+-- @treturn[2] nil, message, errno when /proc/self/mountinfo cannot be read
+local function mounts(...)
+  nargs("cgroup.mounts", 0, select("#", ...))
+  local text, err, errno = read_file("/proc/self/mountinfo")
+  if not text then return nil, "cgroup: " .. err, errno end
   local r = { v1 = {} }
-  for line in io.lines("/proc/self/mountinfo") do
-    local mnt, fstype, opts = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+) %S+ (%S+)")
-    if fstype == "cgroup2" and not r.v2 then
-      r.v2 = mnt
+  for line in text:gmatch("[^\n]+") do
+    local root, mnt, fstype, opts = line:match("^%S+ %S+ %S+ (%S+) (%S+) .- %- (%S+) %S+ (%S+)")
+    if fstype == "cgroup2" then
+      -- The first mount, unless a later one is rooted at our namespace's
+      -- root (a container that remounted cgroup2 over the host's).
+      if not r.v2 or (r.v2_root ~= "/" and root == "/") then
+        r.v2, r.v2_root = unescape(mnt), unescape(root)
+      end
     elseif fstype == "cgroup" then
       for opt in opts:gmatch("[^,]+") do
-        if opt ~= "rw" and opt ~= "ro" and not opt:find("=") then r.v1[opt] = r.v1[opt] or mnt end
+        if opt ~= "rw" and opt ~= "ro" and not opt:find("=") then r.v1[opt] = r.v1[opt] or unescape(mnt) end
       end
     end
   end
@@ -37,7 +73,8 @@ local function mounts()
 end
 
 -- /proc/cgroups: {ctrl = {hierarchy = n, enabled = bool}}; hierarchy 0 is v2.
-local function proc_cgroups()
+local function proc_cgroups(...)
+  nargs("cgroup.proc_cgroups", 0, select("#", ...))
   local r = {}
   for line in (read_file("/proc/cgroups") or ""):gmatch("[^\n]+") do
     local name, hier, _, enabled = line:match("^(%S+)%s+(%d+)%s+(%d+)%s+(%d+)")
@@ -69,21 +106,94 @@ local function check_path(fname, path)
   return table.concat(parts, "/")
 end
 
-local function open(rel)
-  local m = mounts()
+local function v2_mount()
+  local m, err, errno = mounts()
+  if not m then return nil, err, errno end
   if not m.v2 then
     return nil, "cgroup: no cgroup2 hierarchy is mounted (see /proc/self/mountinfo)", ENOENT
   end
+  return m
+end
+
+local function open(rel)
+  local m, err, errno = v2_mount()
+  if not m then return nil, err, errno end
   return core.cgroup_open(m.v2, rel)
 end
 
--- The unified-hierarchy path of a process, from /proc/<pid>/cgroup's "0::" line.
-local function path_of(pid)
-  local text = read_file(("/proc/%s/cgroup"):format(pid))
-  if not text then return nil, ("cgroup.of %s: No such process"):format(pid), 3 end
+-- The unified-hierarchy path of a process, from /proc/<pid>/cgroup's "0::"
+-- line: relative to the reader's cgroup namespace, so it may begin with "..".
+local function path_of(fname, pid)
+  local text, err, errno = read_file(("/proc/%s/cgroup"):format(pid))
+  if not text then
+    if errno == ENOENT then return nil, ("%s: no such process"):format(fname), ESRCH end
+    return nil, ("%s: %s"):format(fname, err), errno
+  end
   local p = text:match("\n0::([^\n]*)") or text:match("^0::([^\n]*)")
-  if not p then return nil, ("cgroup.of %s: the process is in no cgroup2 hierarchy"):format(pid), ENOENT end
+  if not p then return nil, ("%s: the process is in no cgroup2 hierarchy"):format(fname), ENOENT end
   return p
+end
+
+local function components(path)
+  local t = {}
+  for c in path:gmatch("[^/]+") do t[#t + 1] = c end
+  return t
+end
+
+local function ups(t)
+  local k = 0
+  while t[k + 1] == ".." do k = k + 1 end
+  return k
+end
+
+-- Where the cgroup p (a /proc/<pid>/cgroup path, relative to our cgroup
+-- namespace's root) lies beneath the mount m (whose root m.v2_root is
+-- relative to that same root). The kernel prints both as shortest paths,
+-- so ".." only leads. When the mount's root is k levels above our
+-- namespace's root, a path going up j < k levels passes through k - j
+-- directories whose names no file shows: the one that holds pid (or has
+-- cgroup id id) is searched for that many levels beneath the mount.
+local function locate(fname, m, p, pid, id)
+  local M, P = components(m.v2_root or "/"), components(p)
+  local k, j = ups(M), ups(P)
+  local function outside()
+    return nil, ("%s: its cgroup %s is outside the cgroup2 mount %s (whose root is %s in this cgroup namespace)")
+      :format(fname, p, m.v2, m.v2_root), ENOENT
+  end
+  if j > k then return outside() end
+  if j == k then
+    for i = k + 1, #M do
+      if P[i] ~= M[i] then return outside() end
+    end
+    return table.concat(P, "/", #M + 1)
+  end
+  if #M > k then return outside() end
+  local suffix = table.concat(P, "/", j + 1)
+  local rel, err, errno = core.cgroup_find(m.v2, k - j, suffix, pid or 0, id or 0, MAX_DIRS)
+  if not rel then
+    return nil, ("%s: the cgroup2 mount %s shows the hierarchy from above this cgroup namespace's root "
+      .. "(its root is %s here), and no cgroup %d level%s beneath it holds the process (%s); "
+      .. "mount cgroup2 again inside the namespace"):format(fname, m.v2, m.v2_root, k - j,
+      k - j == 1 and "" or "s", err), errno
+  end
+  return rel
+end
+
+-- Opens the cgroup of pid: "self" or a number.
+local function open_of(fname, pid, id)
+  local m, err, errno = v2_mount()
+  if not m then return nil, err, errno end
+  local p
+  p, err, errno = path_of(fname, pid)
+  if not p then return nil, err, errno end
+  if pid == "self" then pid = core.getpid() end
+  local rel
+  rel, err, errno = locate(fname, m, p, pid, id)
+  if not rel then return nil, err, errno end
+  local cg
+  cg, err, errno = core.cgroup_open(m.v2, check_path(fname, rel))
+  if not cg then return nil, fname .. ": " .. err, errno end
+  return cg
 end
 
 local C = setmetatable({}, {
@@ -101,31 +211,82 @@ local C = setmetatable({}, {
 })
 
 --- The calling process's cgroup.
-function C.self()
-  local p, err, errno = path_of("self")
-  if not p then return nil, err, errno end
-  return open(check_path("cgroup.self", p))
+-- Inside a cgroup namespace whose cgroup2 mount shows the hierarchy from
+-- above the namespace's root, the cgroup is found beneath the mount by its
+-- membership.
+-- @treturn[1] cgroup handle
+-- @treturn[2] nil, message, errno
+function C.self(...)
+  nargs("cgroup.self", 0, select("#", ...))
+  return open_of("cgroup.self", "self")
+end
+
+-- The pid a pidfd object refers to now; ESRCH once its process was reaped.
+local function pidfd_pid(fname, who)
+  local fd = who:fileno()
+  local pid, err, errno = core.pidfd_pid(fd)
+  if pid then return pid, fd end
+  if errno == ESRCH then
+    return nil, ("%s: process %d has exited and was reaped (its pidfd refers to no process; the pid may belong to another process now)")
+      :format(fname, who.pid), ESRCH
+  end
+  if errno == EXDEV then
+    return nil, ("%s: process %d is outside this process's pid namespace"):format(fname, who.pid), ESRCH
+  end
+  return nil, ("%s: %s"):format(fname, err), errno
+end
+
+local function is_pidfd(who)
+  return type(who) == "userdata" and core.is_pidfd(who)
 end
 
 --- The cgroup of a process, by pid or pidfd object.
-function C.of(who)
+-- With a pidfd the answer is that process's, never another's that reused
+-- the pid: the pid is read through the descriptor, the cgroup is read, and
+-- the descriptor is checked to still hold a live (unreaped) process; where
+-- the kernel offers PIDFD_GET_INFO (6.13+) the cgroup id is compared too.
+-- @tparam int|pidfd who
+-- @treturn[1] cgroup handle
+-- @treturn[2] nil, message, errno (ESRCH: the process is gone)
+function C.of(who, ...)
+  nargs("cgroup.of", 1, select("#", ...) + 1)
+  if is_pidfd(who) then
+    local fname = ("cgroup.of %s"):format(who.pid)
+    for _ = 1, 5 do
+      local pid, fd, errno = pidfd_pid(fname, who)
+      if not pid then return nil, fd, errno end
+      local id = core.pidfd_cgroup_id(fd)
+      local cg, err
+      cg, err, errno = open_of(fname, pid, id)
+      local again, aerr, aerrno = pidfd_pid(fname, who)
+      if not again then
+        if cg then cg:close() end
+        return nil, aerr, aerrno
+      end
+      if not cg then return nil, err, errno end
+      -- Moved between reading its cgroup and opening it: read again.
+      if not id or core.cgroup_id(cg) == id then return cg end
+      cg:close()
+    end
+    return nil, ("cgroup.of %s: the process keeps moving between cgroups"):format(who.pid), EAGAIN
+  end
   local pid = who
-  if type(who) == "userdata" or type(who) == "table" then pid = who.pid end
+  if type(who) == "table" then pid = who.pid end
   if math.type(pid) ~= "integer" or pid <= 0 or pid > 0x7fffffff then
     argerror("cgroup.of", 1, "pid or pidfd expected")
   end
-  local p, err, errno = path_of(pid)
-  if not p then return nil, err, errno end
-  return open(check_path("cgroup.of", p))
+  return open_of(("cgroup.of %d"):format(pid), pid)
 end
 
 C.mounts = mounts
 C.proc_cgroups = proc_cgroups
 
 --- What this host offers: mode, v2 mount, v2 controllers, v1 mounts.
-function C.probe()
-  local m = mounts()
-  local r = { mode = mode_of(m), v2_mount = m.v2, v1 = m.v1, ok = m.v2 ~= nil }
+function C.probe(...)
+  nargs("cgroup.probe", 0, select("#", ...))
+  local m, err = mounts()
+  if not m then return { ok = false, mode = "none", v1 = {}, why = err } end
+  local r = { mode = mode_of(m), v2_mount = m.v2, v2_root = m.v2_root, v1 = m.v1, ok = m.v2 ~= nil }
   if m.v2 then
     local list = read_file(m.v2 .. "/cgroup.controllers") or ""
     r.v2_controllers = {}
@@ -136,34 +297,49 @@ function C.probe()
   return r
 end
 
+-- /proc/cgroups and v1 mounts use the legacy name of io.
+local legacy_name = { io = "blkio" }
+
+local function parent_of(relpath)
+  return relpath:match("^(.*)/[^/]*$") or ""
+end
+
+local function has_word(list, w)
+  return (" " .. (list or ""):gsub("%s+", " ") .. " "):find(" " .. w .. " ", 1, true) ~= nil
+end
+
 -- Why controller ctrl's files are missing in cg.
 local function controller_reason(cg, ctrl)
-  local info = proc_cgroups()[ctrl]
-  local m = mounts()
+  local name = legacy_name[ctrl] or ctrl
+  local info = proc_cgroups()[name]
+  local m = mounts() or { v1 = {} }
   if ctrl ~= "cpu" and ctrl ~= "io" and not info then
     return ("%s controller is not compiled into this kernel"):format(ctrl)
   end
   if info and not info.enabled then
-    return ("%s controller is disabled (cgroup_disable=%s on the kernel command line)"):format(ctrl, ctrl)
+    return ("%s controller is disabled (cgroup_disable=%s on the kernel command line)"):format(ctrl, name)
   end
   if info and info.hierarchy ~= 0 then
     return ("%s controller is bound to cgroup v1 (%s) on this %s host"):format(
-      ctrl, m.v1[ctrl] or "a v1 hierarchy", mode_of(m))
+      ctrl, m.v1[name] or "a v1 hierarchy", mode_of(m))
   end
   if cg.relpath == "" then
     return ("the root cgroup has no %s.* interface files"):format(ctrl)
   end
-  local parent = cg.relpath:match("^(.*)/[^/]*$") or ""
-  local sc = read_file(m.v2 .. "/" .. parent .. (parent == "" and "" or "/") .. "cgroup.subtree_control") or ""
-  if not (" " .. sc .. " "):find("[%s]" .. ctrl .. "[%s]") then
-    return ("%s not enabled in the parent's cgroup.subtree_control (/%s)"):format(ctrl, parent)
+  local parent = parent_of(cg.relpath)
+  if not has_word(cg:get("cgroup.controllers"), ctrl) then
+    return ("%s is not enabled in the parent's cgroup.subtree_control (/%s): enable it there first "
+      .. "(takana.cgroup(%q):enable{%q})"):format(ctrl, parent, "/" .. parent, ctrl)
   end
   return ("%s files are missing for an unknown reason"):format(ctrl)
 end
 
 --- Why a section is absent from `cg:stat()`; nil when it is present.
 -- @string section "cpu", "memory", "pids", "pressure" or "events"
-function methods:why(section)
+-- @treturn string|nil the reason (the error itself when stat() fails, as
+--   for a removed cgroup)
+function methods:why(section, ...)
+  nargs("why", 1, select("#", ...) + 1)
   local known = { cpu = 1, memory = 1, pids = 1, pressure = 1, events = 1 }
   if not known[section] then argerror("why", 1, "unknown section '" .. tostring(section) .. "'") end
   local st, err = self:stat()
@@ -176,14 +352,17 @@ function methods:why(section)
     end
     return "pressure files are disabled for this cgroup (cgroup.pressure is 0)"
   end
-  if section == "events" then return "the root cgroup has no cgroup.events" end
+  if section == "events" then
+    if self.relpath == "" then return "the root cgroup has no cgroup.events" end
+    return ("cgroup.events is missing from %s (kernel older than 4.5?)"):format(self.path)
+  end
   return "cpu.stat is missing (kernel older than 4.15)"
 end
 
 -- Limits: file -> {controller, kind}
 local limits = {
   ["memory.max"] = "memory", ["memory.high"] = "memory", ["memory.low"] = "memory",
-  ["memory.min"] = "memory", ["pids.max"] = "pids", ["cpu.weight"] = "cpu",
+  ["memory.min"] = "memory", ["memory.swap.max"] = "memory", ["pids.max"] = "pids", ["cpu.weight"] = "cpu",
   ["cpu.max"] = "cpu", ["io.weight"] = "io",
 }
 local MAXINT = math.maxinteger
@@ -234,9 +413,13 @@ end
 local function set_one(self, key, value)
   local text = format_value(key, value)
   if math.type(value) == "float" then value = math.tointeger(value) end
-  local ok, err, errno = self:_write(key, text)
+  local ok, err, errno = core.cgroup_write(self, key, text)
   if not ok then
     local exists = self:get(key)
+    if not exists and key == "memory.swap.max" and self:get("memory.max") then
+      return nil, "set memory.swap.max: swap accounting is off (a kernel without CONFIG_MEMCG_SWAP, or "
+        .. "booted with swapaccount=0)", errno
+    end
     if not exists then
       return nil, ("set %s: %s"):format(key, controller_reason(self, limits[key])), errno
     end
@@ -263,11 +446,12 @@ end
 
 --- Applies a limit and verifies it by reading it back.
 -- `cg:set(key, value)` or `cg:set{key = value, ...}`. Keys: memory.max,
--- memory.high, memory.low, memory.min, pids.max, cpu.weight, cpu.max
+-- memory.high, memory.low, memory.min, memory.swap.max, pids.max, cpu.weight, cpu.max
 -- (quota µs, or {quota, period}), io.weight; "max" means unlimited.
 -- @treturn[1] the applied value (rounded as the kernel did), or a table of them
 -- @treturn[2] nil, "set key: why", errno
-function methods:set(key, value)
+function methods:set(key, value, ...)
+  nargs("set", 2, select("#", ...) + 2)
   if type(key) == "table" then
     if value ~= nil then argerror("set", 2, "no value expected with a table") end
     local keys = {}
@@ -293,11 +477,15 @@ function methods:set(key, value)
 end
 
 --- Creates a child cgroup and opens it.
-function methods:mkdir(name)
+-- @string name a plain directory name
+-- @treturn[1] cgroup handle
+-- @treturn[2] nil, message, errno
+function methods:mkdir(name, ...)
+  nargs("mkdir", 1, select("#", ...) + 1)
   if type(name) ~= "string" or name == "" or name:find("[/%z]") or name == "." or name == ".." or #name > 255 then
     argerror("mkdir", 1, "a plain directory name expected")
   end
-  local ok, err, errno = self:_mkdir(name)
+  local ok, err, errno = core.cgroup_mkdir(self, name)
   if not ok then return nil, err, errno end
   local rel = self.relpath == "" and name or self.relpath .. "/" .. name
   return core.cgroup_open(self.mount, rel)
@@ -313,58 +501,133 @@ local function controller_list(fname, list)
   return list
 end
 
+-- Why writing "+c"/"-c" to cg's cgroup.subtree_control failed, and what
+-- to do about it.
+local function toggle_reason(self, c, sign, err, errno)
+  local file = (self.relpath == "" and "/" or self.path .. "/") .. "cgroup.subtree_control"
+  local available = self:get("cgroup.controllers") or ""
+  if sign == "+" and not has_word(available, c) then
+    local why = controller_reason(self, c)
+    if why:match("^%S+ is not enabled in the parent's") then
+      why = ("%s is not in %s's cgroup.controllers: %s"):format(c, self.path, why:gsub("^%S+ is ", ""))
+    end
+    return why
+  end
+  local cause
+  if errno == EBUSY then
+    cause = sign == "+" and
+      ("%s has processes of its own, and a cgroup with processes cannot enable controllers for its children "
+        .. "(cgroup v2's no-internal-process rule): move them into a child cgroup first"):format(self.path)
+      or "a child cgroup still enables it in its own cgroup.subtree_control: disable it there first"
+  elseif errno == EACCES or errno == EPERM then
+    cause = "permission denied: run as root, or as the owner of a cgroup delegated to this user"
+  elseif errno == EOPNOTSUPP then
+    cause = "not supported here (a threaded cgroup takes only threaded controllers such as cpu and pids)"
+  elseif errno == ENOENT or errno == EINVAL then
+    cause = ("the kernel knows no controller %q here (cgroup.controllers lists: %s)"):format(c,
+      available:gsub("%s+$", "") ~= "" and available:gsub("%s+$", "") or "none")
+  else
+    cause = err:gsub("^cgroup%.subtree_control: ", "")
+  end
+  return ("cannot write '%s%s' to %s: %s"):format(sign, c, file, cause)
+end
+
 local function toggle(self, fname, list, sign)
   controller_list(fname, list)
   for _, c in ipairs(list) do
-    local ok, _, errno = self:_write("cgroup.subtree_control", sign .. c)
+    local ok, err, errno = core.cgroup_write(self, "cgroup.subtree_control", sign .. c)
     if not ok then
-      local available = " " .. (self:get("cgroup.controllers") or "") .. " "
-      local why
-      if sign == "+" and not available:find("%s" .. c .. "%s") then
-        why = controller_reason(self, c)
-        if why:match("not enabled in the parent") then
-          why = c .. " is not in this cgroup's cgroup.controllers (enable it in the parent first)"
-        end
-      elseif errno == EBUSY then
-        why = "Device or resource busy (a cgroup with processes cannot enable controllers for its children)"
-      else
-        why = "errno " .. errno
-      end
-      return nil, ("%s %s: %s"):format(fname, c, why), errno
+      return nil, ("%s %s: %s"):format(fname, c, toggle_reason(self, c, sign, err, errno)), errno
     end
   end
+  -- Verified: what the kernel reports now, not what was asked for.
+  local text, err, errno = self:get("cgroup.subtree_control")
+  if not text then return nil, ("%s: written, but %s"):format(fname, err), errno end
   local enabled = {}
-  for c in (self:get("cgroup.subtree_control") or ""):gmatch("%S+") do enabled[#enabled + 1] = c end
+  for c in text:gmatch("%S+") do enabled[#enabled + 1] = c end
+  for _, c in ipairs(list) do
+    if has_word(text, c) ~= (sign == "+") then
+      return nil, ("%s %s: written, but %s/cgroup.subtree_control reads '%s'"):format(fname, c,
+        self.relpath == "" and "" or self.path, text:gsub("%s+$", "")), EIO
+    end
+  end
   return enabled
 end
 
---- Enables controllers for the children (cgroup.subtree_control).
+--- Enables controllers for the children: writes this cgroup's
+-- cgroup.subtree_control (so that a child made with `mkdir` has, say,
+-- memory.max) and reads it back.
+-- @tparam {string,...} list e.g. `{"memory", "pids", "cpu", "io"}`
 -- @treturn[1] {string,...} the controllers enabled now, read back
--- @treturn[2] nil, "enable memory: why", errno
-function methods:enable(list) return toggle(self, "enable", list, "+") end
---- Disables controllers for the children.
-function methods:disable(list) return toggle(self, "disable", list, "-") end
+-- @treturn[2] nil, "enable memory: why, and what to do", errno
+function methods:enable(list, ...)
+  nargs("enable", 1, select("#", ...) + 1)
+  return toggle(self, "enable", list, "+")
+end
 
---- Moves a process (pid or pidfd object) into the cgroup.
-function methods:attach(who)
-  local pid = who
-  if type(who) == "userdata" then pid = who.pid end
-  if math.type(pid) ~= "integer" or pid <= 0 or pid > 0x7fffffff then
-    argerror("attach", 1, "pid or pidfd expected")
-  end
+--- Disables controllers for the children.
+-- @treturn[1] {string,...} the controllers still enabled, read back
+-- @treturn[2] nil, "disable memory: why", errno
+function methods:disable(list, ...)
+  nargs("disable", 1, select("#", ...) + 1)
+  return toggle(self, "disable", list, "-")
+end
+
+-- cgroup.procs takes a pid; a task still being created reads as EINVAL for
+-- a moment (as runc retries).
+local function write_pid(self, pid)
   local ok, err, errno
-  -- A task still being created reads as EINVAL for a moment (as runc retries).
   for attempt = 1, 5 do
-    ok, err, errno = self:_write("cgroup.procs", tostring(pid))
+    ok, err, errno = core.cgroup_write(self, "cgroup.procs", tostring(pid))
     if ok or errno ~= EINVAL then break end
     core.poll_fds({}, 0.03 * attempt)
   end
+  return ok, err, errno
+end
+
+--- Moves a process into the cgroup.
+-- Given a pidfd object, the pid is read through the descriptor (never the
+-- number the object was made with), and after the write the descriptor is
+-- checked to still hold that process, as systemd's pidref does: a process
+-- already reaped fails with ESRCH and nothing is written. Where the kernel
+-- offers PIDFD_GET_INFO (6.13+) its cgroup id is checked as well.
+-- @tparam int|pidfd who
+-- @treturn[1] true
+-- @treturn[2] nil, "attach <pid>: why", errno
+function methods:attach(who, ...)
+  nargs("attach", 1, select("#", ...) + 1)
+  if is_pidfd(who) then
+    local fname = "attach " .. who.pid
+    local pid, fd, errno = pidfd_pid(fname, who)
+    if not pid then return nil, fd, errno end
+    local ok, err
+    ok, err, errno = write_pid(self, pid)
+    if not ok then return nil, fname .. ": " .. err, errno end
+    local again, aerr, aerrno = pidfd_pid(fname, who)
+    if not again then
+      return nil, aerr .. " while it was being moved (if its pid was reused at once, that process may have moved)", aerrno
+    end
+    local id = core.pidfd_cgroup_id(fd)
+    if id and id ~= core.cgroup_id(self) then
+      if not who:alive() then
+        return nil, ("%s: the process has exited (an exiting process is not moved)"):format(fname), ESRCH
+      end
+      return nil, ("%s: written, but the process is in another cgroup now (moved again meanwhile?)"):format(fname), EAGAIN
+    end
+    return true
+  end
+  local pid = who
+  if math.type(pid) ~= "integer" or pid <= 0 or pid > 0x7fffffff then
+    argerror("attach", 1, "pid or pidfd expected")
+  end
+  local ok, err, errno = write_pid(self, pid)
   if not ok then return nil, "attach " .. pid .. ": " .. err, errno end
   return true
 end
 
 --- The pids in the cgroup (cgroup.procs), in the kernel's order.
-function methods:procs()
+function methods:procs(...)
+  nargs("procs", 0, select("#", ...))
   local text, err, errno = self:get("cgroup.procs")
   if not text then return nil, err, errno end
   local r = {}
@@ -379,55 +642,163 @@ local function wait_frozen(self, want, timeout)
     local ev = (self:stat() or {}).events
     if ev and ev.frozen == want then return true end
     local left = deadline - core.monotime()
-    if left <= 0 then return false end
+    if left <= 0 or not fd then return false end
     core.poll_fds({ fd }, math.min(left, 0.05), { true })
   end
 end
 
+-- Whether the caller is in cg or beneath it: its pid in the cgroup.procs
+-- of the subtree (the truth, whatever the namespaces make of paths).
+local function holds_caller(self)
+  local me = core.getpid()
+  local procs, err, errno = core.cgroup_subtree_procs(self, MAX_DIRS)
+  if not procs then return nil, err, errno end
+  for _, p in ipairs(procs) do
+    if p == me then return true, me end
+  end
+  return false, me
+end
+
 --- Freezes every process of the unit and waits until cgroup.events says so.
+-- Refused (nil, message, EPERM or EDEADLK) for the root cgroup, which holds
+-- every process, and for a cgroup that holds the caller, which would freeze
+-- itself with no one left to thaw it.
 -- @number[opt=5] timeout seconds
 -- @treturn[1] true
 -- @treturn[2] nil, message, ETIMEDOUT (the cgroup is thawed again)
-function methods:freeze(timeout)
+function methods:freeze(timeout, ...)
+  nargs("freeze", 1, select("#", ...) + 1)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0 or timeout ~= timeout) then
     argerror("freeze", 1, "timeout in seconds expected")
   end
-  local ok, err, errno = self:_write("cgroup.freeze", "1")
+  if self.relpath == "" then
+    return nil, "freeze /: refusing to freeze the root cgroup (it holds every process, this one included); "
+      .. "freeze a child cgroup", EPERM
+  end
+  local holds, me, herrno = holds_caller(self)
+  if holds == nil then return nil, ("freeze %s: cannot tell whether it holds this process: %s"):format(self.path, me), herrno end
+  if holds then
+    return nil, ("freeze %s: this process (pid %d) is in it and would freeze itself, with no one to thaw it; "
+      .. "move it out first"):format(self.path, me), EDEADLK
+  end
+  local ok, err, errno = core.cgroup_write(self, "cgroup.freeze", "1")
   if not ok then return nil, "freeze: " .. err, errno end
   if wait_frozen(self, true, timeout or 5) then return true end
-  self:_write("cgroup.freeze", "0")
+  core.cgroup_write(self, "cgroup.freeze", "0")
   return nil, ("freeze %s: not frozen after %gs; thawed again"):format(self.path, timeout or 5), ETIMEDOUT
 end
 
 --- Thaws the unit.
-function methods:thaw()
-  local ok, err, errno = self:_write("cgroup.freeze", "0")
+function methods:thaw(...)
+  nargs("thaw", 0, select("#", ...))
+  local ok, err, errno = core.cgroup_write(self, "cgroup.freeze", "0")
   if not ok then return nil, "thaw: " .. err, errno end
   wait_frozen(self, false, 5)
   return true
 end
 
---- Kills every process of the unit: cgroup.kill (5.14+), else freeze, SIGKILL
--- each, thaw, until empty.
-function methods:kill()
-  local ok, err, errno = self:_write("cgroup.kill", "1")
-  if ok then return true end
-  if errno ~= ENOENT and errno ~= 13 then return nil, "kill: " .. err, errno end
-  for _ = 1, 10 do
-    local procs = self:procs() or {}
-    if #procs == 0 then return true end
-    self:freeze(1)
-    for _, pid in ipairs(procs) do
-      local p = core.pidfd(pid)
-      if p then p:signal(9) p:close() end
+-- Rounds of the fallback kill, and how long each waits for the dead.
+local KILL_ROUNDS, KILL_WAIT = 10, 0.5
+
+local function unpopulated(self)
+  local st = self:stat()
+  if st and st.events then return not st.events.populated end
+  local procs = core.cgroup_subtree_procs(self, MAX_DIRS)
+  return procs ~= nil and #procs == 0
+end
+
+-- Without cgroup.kill: freeze (when the cgroup can be frozen and does not
+-- hold the caller), SIGKILL each listed process through a pidfd, thaw, and
+-- wait; at most KILL_ROUNDS rounds. A pid is signalled only if it is still
+-- listed in the subtree after its pidfd was opened, so a pid reused by a
+-- process elsewhere is never hit. The caller itself, when it is inside
+-- and include_self was given, is signalled last.
+local function kill_each(self, me, holds)
+  for _ = 1, KILL_ROUNDS do
+    local listed, err, errno = core.cgroup_subtree_procs(self, MAX_DIRS)
+    if not listed then return nil, ("kill %s: %s"):format(self.path, err), errno end
+    local fds = {}
+    for _, pid in ipairs(listed) do
+      if pid ~= me and pid > 0 then
+        local p = core.pidfd(pid)
+        if p then fds[pid] = p end
+      end
     end
-    self:thaw()
+    if not next(fds) then
+      if holds then break end
+      if unpopulated(self) then return true end
+    end
+    local froze = not holds and core.cgroup_write(self, "cgroup.freeze", "1")
+    local still = {}
+    for _, pid in ipairs(core.cgroup_subtree_procs(self, MAX_DIRS) or {}) do still[pid] = true end
+    for pid, p in pairs(fds) do
+      if still[pid] then p:signal(9) end
+      p:close()
+    end
+    if froze then core.cgroup_write(self, "cgroup.freeze", "0") end
+    local deadline = core.monotime() + KILL_WAIT
+    while not unpopulated(self) and core.monotime() < deadline do core.poll_fds({}, 0.02) end
   end
-  return nil, "kill: processes keep appearing in " .. self.path, EBUSY
+  if holds then
+    local p = core.pidfd(me)
+    if p then p:signal(9) end
+    return nil, ("kill %s: this process survived SIGKILL"):format(self.path), EBUSY
+  end
+  if unpopulated(self) then return true end
+  return nil, ("kill %s: processes keep appearing after %d rounds of SIGKILL"):format(self.path, KILL_ROUNDS), EBUSY
+end
+
+--- Kills every process of the unit and its descendants.
+-- Writes cgroup.kill (Linux 5.14+). Without it (an older kernel, or the
+-- root cgroup, which never has one) the fallback is explicit and bounded:
+-- freeze the cgroup where possible, send SIGKILL through a pidfd to each
+-- process listed in the cgroup.procs of the cgroup and its descendants,
+-- thaw, and wait up to 0.5 s; at most 10 rounds, then EBUSY.
+--
+-- Refused with EPERM unless asked for in `opts`:
+--
+-- * `root = true`: the cgroup is the root of the cgroup2 mount, that is
+--   every process (pid 1 included, on a host);
+-- * `include_self = true`: the cgroup holds the calling process, which is
+--   then killed too (last, in the fallback).
+-- @tparam[opt] table opts `{root = bool, include_self = bool}`
+-- @treturn[1] true (cgroup.kill written, or the fallback saw the cgroup empty)
+-- @treturn[2] nil, "kill <path>: why", errno
+function methods:kill(opts, ...)
+  nargs("kill", 1, select("#", ...) + 1)
+  if opts ~= nil and type(opts) ~= "table" then argerror("kill", 1, "table expected, got " .. type(opts)) end
+  opts = opts or {}
+  for k, v in pairs(opts) do
+    if k ~= "root" and k ~= "include_self" then argerror("kill", 1, "unknown option '" .. tostring(k) .. "'") end
+    if type(v) ~= "boolean" then argerror("kill", 1, ("option '%s': boolean expected, got %s"):format(k, type(v))) end
+  end
+  if self.relpath == "" and not opts.root then
+    return nil, "kill /: refusing to kill every process under the cgroup2 root (pid 1 and this process among them); "
+      .. "pass {root=true, include_self=true} if that is really meant", EPERM
+  end
+  local holds, me, herrno = holds_caller(self)
+  if holds == nil then
+    return nil, ("kill %s: cannot tell whether it holds this process, so nothing was killed: %s"):format(self.path, me), herrno
+  end
+  if holds and not opts.include_self then
+    return nil, ("kill %s: this process (pid %d) is in it and would be killed too; move it out first, "
+      .. "or pass {include_self=true}"):format(self.path, me), EPERM
+  end
+  local ok, err, errno = core.cgroup_write(self, "cgroup.kill", "1")
+  if ok then return true end
+  if errno ~= ENOENT then
+    if errno == EACCES or errno == EPERM then
+      err = "cgroup.kill: permission denied (run as root, or as the owner of a delegated cgroup)"
+    end
+    return nil, ("kill %s: %s"):format(self.path, err), errno
+  end
+  return kill_each(self, me, holds)
 end
 
 --- Removes the (empty) cgroup directory; refuses a populated one.
-function methods:remove()
+function methods:remove(...)
+  nargs("remove", 0, select("#", ...))
+  if self.relpath == "" then return nil, "remove: refusing to remove the cgroup2 root", EINVAL end
   local st, serr, serrno = self:stat()
   if not st then return nil, "remove: " .. serr, serrno end
   if st.events and st.events.populated then
@@ -435,11 +806,10 @@ function methods:remove()
     return nil, ("remove %s: the cgroup is populated (%d processes here or below); kill them first")
       :format(self.path, n), EBUSY
   end
-  if self.relpath == "" then return nil, "remove: refusing to remove the cgroup2 root", EINVAL end
   local ok, err, errno
   local delay = 0.001
   for _ = 1, 8 do
-    ok, err, errno = self:_rmdir(self.relpath)
+    ok, err, errno = core.cgroup_rmdir(self)
     if ok or errno ~= EBUSY then break end
     core.poll_fds({}, delay)
     delay = delay * 2

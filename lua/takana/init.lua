@@ -143,9 +143,11 @@ function M.poll(objects, timeout)
   end
   local fds, pri = {}, {}
   for i, o in ipairs(objects) do
-    local ok, fd = pcall(function() return o:fileno() end)
+    -- Not a tail call: an error raised by fileno then carries no position.
+    local ok, fd, ferr, ferrno = pcall(function() local a, b, c = o:fileno() return a, b, c end)
+    if ok and fd == nil and ferr then return nil, ("poll: object #%d: %s"):format(i, ferr), ferrno end
     if not ok or math.type(fd) ~= "integer" then
-      argerror("poll", 1, ("object #%d has no usable fileno()"):format(i))
+      argerror("poll", 1, ("object #%d has no usable fileno()%s"):format(i, ok and "" or ": " .. tostring(fd)))
     end
     fds[i] = fd
     -- cgroup handles signal changes as priority data ("p"), not as input.
