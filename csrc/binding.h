@@ -42,5 +42,6 @@ void tk_snapshot_open(lua_State *L);
 void tk_process_open(lua_State *L);
 void tk_cgroup_open(lua_State *L);
 void tk_events_open_lib(lua_State *L);
+void tk_file_open(lua_State *L);
 
 #endif
