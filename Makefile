@@ -169,3 +169,10 @@ clean:
 
 .PHONY: FORCE fuzz lint doc all deps test test-unpriv test-nobpf test-asan test-valgrind test-gc soak bench run install clean
 .DELETE_ON_ERROR:
+
+# The thread specs against a module built with ThreadSanitizer (.ci/tsan);
+# any report fails. Pass TSAN_SPECS to widen the set.
+TSAN_SPECS ?= spec/86-threads_spec.lua spec/05-bpf_snapshot_spec.lua
+test-tsan: deps
+	sh .ci/tsan $(BUSTED) $(BUSTED_FLAGS) $(TSAN_SPECS)
+.PHONY: test-tsan

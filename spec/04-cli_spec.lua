@@ -143,7 +143,15 @@ describe("takana export", function()
     local exporter = "/usr/bin/prometheus-node-exporter"
     if not io.open(exporter) then return pending("prometheus-node-exporter is not installed") end
     local dir = select(2, H.run("mktemp -d")):match("%S+")
-    finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
+    local ne
+    -- one finally per test (busted keeps the last one given)
+    finally(function()
+      if ne then
+        ne:signal("KILL")
+        ne:wait(5)
+      end
+      os.execute("rm -rf " .. H.shell_quote(dir))
+    end)
     local fx = H.fixture { "--name", 'we"ird\\name' }
     code, out = takana_cmd("export --top 100 --textfile " .. dir)
     fx:kill()
@@ -152,10 +160,9 @@ describe("takana export", function()
     local ls = select(2, H.run("ls -A " .. dir))
     assert.equal("takana.prom\n", ls)
     local port = 20000 + math.random(20000)
-    local ne = assert(takana.spawn { exporter, "--web.listen-address=127.0.0.1:" .. port,
+    ne = assert(takana.spawn { exporter, "--web.listen-address=127.0.0.1:" .. port,
       "--collector.disable-defaults", "--collector.textfile",
       "--collector.textfile.directory=" .. dir, stdout = "null", stderr = "null" })
-    finally(function() ne:signal("KILL") ne:wait(5) end)
     local metrics
     for _ = 1, 50 do
       local c, m = H.run("curl -sf http://127.0.0.1:" .. port .. "/metrics")

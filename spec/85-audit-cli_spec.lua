@@ -14,9 +14,14 @@ local function takana_cmd(args)
   return H.run(ENV .. " " .. H.lua .. " bin/takana " .. args)
 end
 
-local function tmpdir()
+-- A directory removed when the test ends; busted keeps one finally per
+-- test (the last one given), so `also` runs from the same one.
+local function tmpdir(also)
   local dir = select(2, H.run("mktemp -d")):match("%S+")
-  finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
+  finally(function()
+    if also then also() end
+    os.execute("rm -rf " .. H.shell_quote(dir))
+  end)
   return dir
 end
 
@@ -150,7 +155,13 @@ describe("audit 12: a comm that is not UTF-8", function()
   it("leaves takana's textfile readable by the real node_exporter", function()
     local exporter = "/usr/bin/prometheus-node-exporter"
     if not io.open(exporter) then return pending("prometheus-node-exporter is not installed") end
-    local dir = tmpdir()
+    local ne
+    local dir = tmpdir(function()
+      if ne then
+        ne:signal("KILL")
+        ne:wait(5)
+      end
+    end)
     -- 64 MiB resident; --top is large so every process is listed whatever
     -- else runs on the host
     local fx = H.fixture { "--name", hostile, "--touch-mb", 64 }
@@ -159,10 +170,9 @@ describe("audit 12: a comm that is not UTF-8", function()
     assert.equal(0, code, out)
     local sample = ('takana_top_rss_bytes{comm="%s",pid="%d"} '):format(shown, fx.pid)
     local port = 20000 + math.random(20000)
-    local ne = assert(takana.spawn { exporter, "--web.listen-address=127.0.0.1:" .. port,
+    ne = assert(takana.spawn { exporter, "--web.listen-address=127.0.0.1:" .. port,
       "--collector.disable-defaults", "--collector.textfile",
       "--collector.textfile.directory=" .. dir, stdout = "null", stderr = "null" })
-    finally(function() ne:signal("KILL") ne:wait(5) end)
     local metrics
     for _ = 1, 50 do
       local c, m = H.run("curl -sf http://127.0.0.1:" .. port .. "/metrics")
