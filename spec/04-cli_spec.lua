@@ -67,14 +67,19 @@ describe("bin/takana", function()
   end)
 
   it("watch prints the events of a process it did not start, one line each", function()
-    local out_file = os.tmpname()
+    local out_file, err_file = os.tmpname(), os.tmpname()
     local watcher = assert(takana.spawn { "sh", "-c",
       "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' exec " .. H.lua .. " bin/takana watch " ..
-      "--duration 5 --json exit", stdout = assert(io.open(out_file, "w")), stderr = "null" })
-    H.sleep(0.5)
+      "--duration 30 --json exit", stdout = assert(io.open(out_file, "w")), stderr = assert(io.open(err_file, "w")) })
+    -- the stream is open once watch names its backend (a BPF load under
+    -- ASan on a busy host can take seconds)
+    local ready = H.poll_until({}, function() return (H.read(err_file) or ""):find("backend") end, 300)
+    os.remove(err_file)
+    assert(ready, "watch did not start")
     local fx = H.fixture { "--name", "watched one" }
     fx:kill()
-    H.sleep(0.3)
+    local pid_field = ('"pid":%d[,}]'):format(fx.pid)
+    H.poll_until({}, function() return (H.read(out_file) or ""):find(pid_field) end, 300)
     watcher:signal("TERM")
     watcher:wait(5)
     local text = H.read(out_file)
