@@ -33,7 +33,7 @@ BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 CORE_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c \
 	csrc/bpf_snapshot.c csrc/events.c
 BIND_SRC := csrc/lua_core.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c \
-	csrc/lua_events.c
+	csrc/lua_events.c csrc/lua_file.c
 OBJS := $(patsubst csrc/%.c,$(OUT)/%.o,$(CORE_SRC) $(BIND_SRC))
 HDRS := $(wildcard csrc/*.h bpf/*.h)
 BPF_PROGS := kfunc iter events
@@ -178,3 +178,10 @@ clean:
 
 .PHONY: FORCE fuzz lint doc all deps test test-unpriv test-nobpf test-asan test-valgrind test-gc soak bench run install clean
 .DELETE_ON_ERROR:
+
+# The thread specs against a module built with ThreadSanitizer (.ci/tsan);
+# any report fails. Pass TSAN_SPECS to widen the set.
+TSAN_SPECS ?= spec/86-threads_spec.lua spec/05-bpf_snapshot_spec.lua
+test-tsan: deps
+	sh .ci/tsan $(BUSTED) $(BUSTED_FLAGS) $(TSAN_SPECS)
+.PHONY: test-tsan

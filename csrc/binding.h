@@ -45,5 +45,6 @@ void tk_events_open_lib(lua_State *L);
 /* The directory fd of the cgroup handle at idx (lua_cgroup.c); raises when
  * it is none or closed. */
 int tk_cgroup_dirfd(lua_State *L, int idx);
+void tk_file_open(lua_State *L);
 
 #endif

@@ -46,5 +46,6 @@ int luaopen_takana_core(lua_State *L)
 	tk_process_open(L);
 	tk_cgroup_open(L);
 	tk_events_open_lib(L);
+	tk_file_open(L);
 	return 1;
 }

@@ -67,17 +67,19 @@ describe("bin/takana", function()
   end)
 
   it("watch prints the events of a process it did not start, one line each", function()
-    local out_file = os.tmpname()
+    local out_file, err_file = os.tmpname(), os.tmpname()
     local watcher = assert(takana.spawn { "sh", "-c",
       "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' exec " .. H.lua .. " bin/takana watch " ..
-      "--duration 5 --json exit", stdout = assert(io.open(out_file, "w")), stderr = "pipe" })
-    finally(function() watcher:signal("KILL") watcher:wait() end)
-    -- The banner comes once the stream is open (a BPF load takes seconds
-    -- under qemu's TCG): only then is there something to watch.
-    assert.matches("^takana watch: %S+ backend", watcher.stderr:read("l"))
+      "--duration 30 --json exit", stdout = assert(io.open(out_file, "w")), stderr = assert(io.open(err_file, "w")) })
+    -- the stream is open once watch names its backend (a BPF load under
+    -- ASan on a busy host can take seconds)
+    local ready = H.poll_until({}, function() return (H.read(err_file) or ""):find("backend") end, 300)
+    os.remove(err_file)
+    assert(ready, "watch did not start")
     local fx = H.fixture { "--name", "watched one" }
     fx:kill()
-    H.sleep(0.3)
+    local pid_field = ('"pid":%d[,}]'):format(fx.pid)
+    H.poll_until({}, function() return (H.read(out_file) or ""):find(pid_field) end, 300)
     watcher:signal("TERM")
     watcher:wait(5)
     local text = H.read(out_file)
@@ -154,7 +156,15 @@ describe("takana export", function()
     local exporter = "/usr/bin/prometheus-node-exporter"
     if not io.open(exporter) then return pending("prometheus-node-exporter is not installed") end
     local dir = select(2, H.run("mktemp -d")):match("%S+")
-    finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
+    local ne
+    -- one finally per test (busted keeps the last one given)
+    finally(function()
+      if ne then
+        ne:signal("KILL")
+        ne:wait(5)
+      end
+      os.execute("rm -rf " .. H.shell_quote(dir))
+    end)
     local fx = H.fixture { "--name", 'we"ird\\name' }
     code, out = takana_cmd("export --top 100 --textfile " .. dir)
     fx:kill()
@@ -163,10 +173,9 @@ describe("takana export", function()
     local ls = select(2, H.run("ls -A " .. dir))
     assert.equal("takana.prom\n", ls)
     local port = 20000 + math.random(20000)
-    local ne = assert(takana.spawn { exporter, "--web.listen-address=127.0.0.1:" .. port,
+    ne = assert(takana.spawn { exporter, "--web.listen-address=127.0.0.1:" .. port,
       "--collector.disable-defaults", "--collector.textfile",
       "--collector.textfile.directory=" .. dir, stdout = "null", stderr = "null" })
-    finally(function() ne:signal("KILL") ne:wait(5) end)
     local metrics
     for _ = 1, 50 do
       local c, m = H.run("curl -sf http://127.0.0.1:" .. port .. "/metrics")

@@ -82,11 +82,32 @@ local function parse_args(args, spec, cmd)
   return opts, rest
 end
 
+-- A comm is any 15 bytes a process chose. Consumers that require UTF-8
+-- reject the whole document over one bad byte (node_exporter drops every
+-- series of the textfile, a JSON parser the whole line), so each byte that
+-- is not part of a valid sequence becomes U+FFFD, as Go's decoder does.
+local function valid_utf8(s)
+  if utf8.len(s) then return s end
+  local parts, i = {}, 1
+  while i <= #s do
+    local n, bad = utf8.len(s, i)
+    if n then
+      parts[#parts + 1] = s:sub(i)
+      break
+    end
+    parts[#parts + 1] = s:sub(i, bad - 1)
+    parts[#parts + 1] = "\u{FFFD}"
+    i = bad + 1
+  end
+  return table.concat(parts)
+end
+M.valid_utf8 = valid_utf8
+
 -- Minimal JSON encoder: numbers, booleans, strings (escaped), arrays, objects.
 local function json(v)
   local t = type(v)
   if t == "string" then
-    return '"' .. v:gsub('[%c"\\\128-\255]', function(c)
+    return '"' .. valid_utf8(v):gsub('[%c"\\\128-\255]', function(c)
       local map = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r" }
       if map[c] then return map[c] end
       local b = c:byte()
@@ -149,6 +170,58 @@ usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS]
 ]],
 }
 
+-- The order and depth of `ps --tree`: {pid, depth} pairs for records
+-- ({pid=, ppid=}, in pid order), each pid exactly once, children in pid
+-- order under their parent. A process whose parent is not listed is a
+-- root. A snapshot read from /proc is not atomic: during pid reuse it can
+-- hold a parent cycle (A.ppid = B, B.ppid = A) that no root reaches, so
+-- the members of a cycle become roots too. O(n), no recursion.
+function M.tree_order(records)
+  local by_pid, kids, is_root = {}, {}, {}
+  for _, p in ipairs(records) do by_pid[p.pid] = p end
+  for _, p in ipairs(records) do
+    if p.ppid ~= p.pid and by_pid[p.ppid] then
+      local k = kids[p.ppid]
+      if not k then k = {} kids[p.ppid] = k end
+      k[#k + 1] = p.pid
+    else
+      is_root[p.pid] = true
+    end
+  end
+  -- Walk up from each pid not yet placed; meeting this walk's own mark
+  -- again means a cycle. Every pid is marked once over all walks.
+  local walk_of = {}
+  for w, p in ipairs(records) do
+    local pid = p.pid
+    while not walk_of[pid] and not is_root[pid] do
+      walk_of[pid] = w
+      pid = by_pid[pid].ppid
+    end
+    if walk_of[pid] == w and not is_root[pid] then
+      local c = pid
+      repeat
+        is_root[c] = true
+        c = by_pid[c].ppid
+      until c == pid
+    end
+  end
+  local out, stack = {}, {}
+  for _, p in ipairs(records) do
+    if is_root[p.pid] then
+      stack[1] = { p.pid, 0 }
+      while #stack > 0 do
+        local e = table.remove(stack)
+        out[#out + 1] = e
+        local k = kids[e[1]] or {}
+        for i = #k, 1, -1 do
+          if not is_root[k[i]] then stack[#stack + 1] = { k[i], e[2] + 1 } end
+        end
+      end
+    end
+  end
+  return out
+end
+
 function M.ps(args)
   local opts = parse_args(args, { backend = "value", tree = "bool", json = "bool", k = "bool",
                                   o = "value", help = "bool" }, "ps")
@@ -192,23 +265,11 @@ function M.ps(args)
   end
   header()
   if opts.tree then
-    local kids, roots = {}, {}
+    local records = {}
     for p in snap:each() do
-      if show(p) then
-        local parent = snap:get(p.ppid)
-        if parent and parent.pid ~= p.pid and show(parent) then
-          kids[p.ppid] = kids[p.ppid] or {}
-          table.insert(kids[p.ppid], p.pid)
-        else
-          roots[#roots + 1] = p.pid
-        end
-      end
+      if show(p) then records[#records + 1] = { pid = p.pid, ppid = p.ppid } end
     end
-    local function walk(pid, depth)
-      line(snap:get(pid), depth)
-      for _, k in ipairs(kids[pid] or {}) do walk(k, depth + 1) end
-    end
-    for _, r in ipairs(roots) do walk(r, 0) end
+    for _, e in ipairs(M.tree_order(records)) do line(snap:get(e[1]), e[2]) end
   else
     for p in snap:each() do
       if show(p) then line(p) end
@@ -413,8 +474,10 @@ usage: takana export [--textfile DIR] [--cgroup PATH]... [--top N] [--backend B]
   --backend B  as for ps: by default proc below 5,000 tasks, else auto
 ]]
 
+-- The exposition format escapes \\, \" and \n in a label value, and its
+-- parser rejects invalid UTF-8 there (and with it the whole textfile).
 local function label(v)
-  return '"' .. tostring(v):gsub('[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }) .. '"'
+  return '"' .. valid_utf8(tostring(v)):gsub('[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }) .. '"'
 end
 
 local function labels(t)
@@ -525,19 +588,11 @@ function M.export(args)
     io.write(text)
     return 0
   end
-  local final = opts.textfile .. "/takana.prom"
-  -- Same directory, so the rename is atomic; a dot name, so the collector
-  -- (which reads *.prom) never sees it half-written.
-  local tmp = ("%s/.takana.prom.%s"):format(opts.textfile, first_line("/proc/self/stat"):match("^%d+"))
-  local f, ferr = io.open(tmp, "w")
-  if not f then fail("export: " .. ferr) end
-  f:write(text)
-  f:close()
-  local ok, rerr = os.rename(tmp, final)
-  if not ok then
-    os.remove(tmp)
-    fail("export: rename to " .. final .. ": " .. tostring(rerr))
-  end
+  -- Run as root into a directory others may write: a temporary file made
+  -- exclusively, under a random name, through a directory fd, then renamed
+  -- (core.textfile_write); plain io.open would follow a planted symlink.
+  local ok, werr = require("takana.core").textfile_write(opts.textfile, "takana.prom", text)
+  if not ok then fail("export: " .. werr) end
   return 0
 end
 
