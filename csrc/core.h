@@ -171,7 +171,7 @@ struct tk_events {
 	uint64_t overruns;           /* connector: ENOBUFS seen */
 	uint64_t malformed;          /* messages that did not parse */
 	uint64_t spoofed;            /* connector: messages not sent by the kernel */
-	uint64_t overrun_credit;     /* connector: overruns counted lost as 1 each,
+	uint64_t overrun_credit;     /* connector: overruns reported lost as 1 each,
 	                              * not yet matched by a sequence gap */
 	/* bpf */
 	void *bpf;                   /* struct takana_events * */

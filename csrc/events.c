@@ -91,13 +91,12 @@ static int queue_event(struct tk_events *ev, const struct tk_event *e)
 
 /* A lost marker: count events, or with overrun set an unknown number, which
  * counts as one (at least one was lost) until a sequence gap says how many.
- * credited: the part of count already counted that way. Consecutive unread
+ * Either way lost() grows by what the reader is told. Consecutive unread
  * markers of one kind are merged, so a reader that never catches up does
  * not grow the queue with them. */
-static int queue_lost_marker(struct tk_events *ev, uint64_t count, uint64_t credited,
-                             int overrun, uint64_t time_ns)
+static int queue_lost_marker(struct tk_events *ev, uint64_t count, int overrun, uint64_t time_ns)
 {
-	uint64_t add = overrun ? 1 : count - credited;
+	uint64_t add = overrun ? 1 : count;
 	struct tk_event e;
 
 	ev->lost += add;
@@ -121,7 +120,7 @@ static int queue_lost_marker(struct tk_events *ev, uint64_t count, uint64_t cred
 
 static int queue_lost(struct tk_events *ev, uint64_t count, uint64_t time_ns)
 {
-	return queue_lost_marker(ev, count, 0, 0, time_ns);
+	return queue_lost_marker(ev, count, 0, time_ns);
 }
 
 const struct tk_event *tk_events_next(struct tk_events *ev)
@@ -277,13 +276,14 @@ static int cn_track_seq(struct tk_events *ev, const struct tk_cn_message *m, uin
 		uint32_t gap = m->seq - s->next;
 		/* A sequence that went back is a counter reset, not a loss. */
 		if (gap < 0x80000000u) {
-			/* Overruns already counted one each for what this gap
-			 * now numbers exactly. */
+			/* Overruns already reported one each of what this gap
+			 * now numbers exactly: report the rest. */
 			uint64_t credit = ev->overrun_credit < gap ? ev->overrun_credit : gap;
-			int err;
+			int err = 0;
 
 			ev->overrun_credit -= credit;
-			err = queue_lost_marker(ev, gap, credit, 0, now);
+			if (gap > credit)
+				err = queue_lost(ev, gap - credit, now);
 			if (err < 0)
 				return err;
 		}
@@ -322,7 +322,7 @@ static int cn_overrun(struct tk_events *ev)
 {
 	ev->overruns++;
 	ev->overrun_credit++;
-	return queue_lost_marker(ev, 0, 0, 1, tk_boottime_ns());
+	return queue_lost_marker(ev, 0, 1, tk_boottime_ns());
 }
 
 /* One datagram: its length, 0 when there is none, or -errno. Only the

@@ -196,10 +196,11 @@ static int events_read(lua_State *L)
 	return 1;
 }
 
-/*** Events known lost since the last call (the count resets). A lost event
- * whose count is nil (a connector overrun) counts as 1 at once; when the
- * sequence gaps later give the exact number, lost() adds that number less
- * the overruns already counted, so the sum over calls is exact once known.
+/*** Events known lost since the last call (the count resets): the sum of
+ * the lost events' counts, a nil count (a connector overrun, size not yet
+ * known) counting as 1. The connector's sequence gaps later give the exact
+ * number, and the next lost event carries what the overruns' 1s did not
+ * cover; so the total is exact once every CPU has sent again.
  * @function events:lost */
 static int events_lost(lua_State *L)
 {
