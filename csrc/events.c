@@ -325,26 +325,27 @@ static int cn_overrun(struct tk_events *ev)
 	return queue_lost_marker(ev, 0, 1, tk_boottime_ns());
 }
 
-/* One datagram: its length, 0 when there is none, or -errno. Only the
- * kernel (netlink port 0) is heard: any process with CAP_NET_ADMIN in our
- * network namespace can unicast to our port, which /proc/net/netlink shows. */
-static ssize_t cn_recv(struct tk_events *ev, void *buf, size_t len)
+/* One datagram: its length, 0 when there is none, or -errno; *heard is 0
+ * for one that was dropped. Only the kernel (netlink port 0) is heard: any
+ * process with CAP_NET_ADMIN in our network namespace can unicast to our
+ * port, which /proc/net/netlink shows. */
+static ssize_t cn_recv(struct tk_events *ev, void *buf, size_t len, int *heard)
 {
-	for (;;) {
-		struct sockaddr_nl from;
-		socklen_t fromlen = sizeof from;
-		ssize_t n;
+	struct sockaddr_nl from;
+	socklen_t fromlen = sizeof from;
+	ssize_t n;
 
-		memset(&from, 0, sizeof from);
-		n = recvfrom(ev->fd, buf, len, 0, (struct sockaddr *)&from, &fromlen);
-		if (n < 0)
-			return errno == EAGAIN ? 0 : -errno;
-		if (fromlen < sizeof from || from.nl_family != AF_NETLINK || from.nl_pid != 0) {
-			ev->spoofed++;
-			continue;
-		}
+	memset(&from, 0, sizeof from);
+	*heard = 0;
+	n = recvfrom(ev->fd, buf, len, 0, (struct sockaddr *)&from, &fromlen);
+	if (n < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	if (fromlen < sizeof from || from.nl_family != AF_NETLINK || from.nl_pid != 0) {
+		ev->spoofed++;
 		return n;
 	}
+	*heard = 1;
+	return n;
 }
 
 /* The number of possible CPUs (cpu_possible_mask's highest bit plus one):
@@ -459,6 +460,7 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
 		uint64_t now = tk_clock_ns(CLOCK_MONOTONIC);
 		struct tk_cn_message m;
+		int heard;
 		ssize_t n;
 
 		if (now >= deadline) {
@@ -468,14 +470,14 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 		}
 		if (poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1) < 0 && errno != EINTR)
 			return -errno;
-		n = cn_recv(ev, buf, sizeof buf);
+		n = cn_recv(ev, buf, sizeof buf, &heard);
 		if (n == -ENOBUFS) {
 			err = cn_overrun(ev);
 			if (err < 0)
 				return err;
 			continue;
 		}
-		if (n == 0 || n == -EINTR)
+		if (n == 0 || n == -EINTR || (n > 0 && !heard))
 			continue;
 		if (n < 0) {
 			snprintf(why, why_len, "proc connector: %s", strerror((int)-n));
@@ -508,8 +510,8 @@ static int cn_fill(struct tk_events *ev, size_t max)
 	/* A message gives at most one event: read while there is room for
 	 * it. What is left stays in the socket, whose overflow is counted. */
 	while (got < max && queue_has_room(ev)) {
-		ssize_t n = cn_recv(ev, buf, sizeof buf);
-		int err;
+		int heard, err = 0;
+		ssize_t n = cn_recv(ev, buf, sizeof buf, &heard);
 
 		if (n == 0)
 			return 0;
@@ -520,7 +522,9 @@ static int cn_fill(struct tk_events *ev, size_t max)
 		} else if (n < 0) {
 			return (int)n;
 		} else {
-			err = cn_handle(ev, buf, (size_t)n, mono_to_boot);
+			/* A flood of forged messages still ends the drain. */
+			if (heard)
+				err = cn_handle(ev, buf, (size_t)n, mono_to_boot);
 			got++;
 		}
 		if (err < 0)
