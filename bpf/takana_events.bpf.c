@@ -13,6 +13,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define SIGNAL_GROUP_EXIT 0x4u
 #define BPF_NOEXIST       1u          /* bpf_map_update_elem: create only */
+#define EEXIST            17
 #define MAP_TYPE_LRU_HASH 9           /* BPF_MAP_TYPE_LRU_HASH, not in vmlinux_min.h */
 
 /* max_entries (the ring's bytes, a power of two) is set by the loader. */
@@ -195,10 +196,9 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	struct signal_struct *sig = p->signal;
 	struct tk_event *e;
-	__u32 status;
-
 	struct exit_key key = {};
 	__u8 one = 1;
+	__u32 status;
 
 	/* do_exit() counts the thread out of signal->live before this
 	 * tracepoint: zero means the whole process is gone. Several threads
@@ -213,14 +213,18 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	key.signal = (__u64)sig;
 	key.start_ns = p->group_leader->start_boottime;
 	key.tgid = p->tgid;
-	if (bpf_map_update_elem(&exit_claims, &key, &one, BPF_NOEXIST) != 0)
+	/* Only a claim already there stops this one: if the map cannot take
+	 * it, a duplicate is better than a missed exit. */
+	if (bpf_map_update_elem(&exit_claims, &key, &one, BPF_NOEXIST) == -EEXIST)
 		return 0;
 	e = event_reserve(TK_EV_EXIT, p);
 	if (!e)
 		return 0;
 	status = (sig->flags & SIGNAL_GROUP_EXIT) ? sig->group_exit_code : p->exit_code;
 	tk_event_exit_status(e, status);
-	/* The other threads' times are in signal_struct by now. */
+	/* Threads already released have added their times to signal_struct;
+	 * one still on its way out beside this one (the same exit_group) adds
+	 * its own after this point and is missed. */
 	e->utime_ns = sig->utime + p->utime;
 	e->stime_ns = sig->stime + p->stime;
 	e->runtime_ns = sig->sum_sched_runtime + p->se.sum_exec_runtime;
