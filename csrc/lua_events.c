@@ -83,14 +83,14 @@ static void event_push(lua_State *L, const struct tk_event *e)
 }
 
 /* What a stream holds outside Lua's heap, in KiB, for the collector: a bpf
- * stream has a ring of ring_bytes and about two dozen descriptors, which
+ * stream has a ring of ring_bytes and up to two dozen descriptors, which
  * run out long before memory does (1,024 is a login's limit); a connector
- * stream a socket buffer; each queued event its slot. A descriptor is
- * weighed as 64 KiB so that dropped streams are collected well before a
+ * stream a socket buffer (charged in part: it is rarely full). A descriptor
+ * is weighed as 64 KiB so that dropped streams are collected well before a
  * few dozen of them exhaust a login's descriptors. */
 static int stream_cost_kib(const struct tk_events *ev, size_t buffer)
 {
-	size_t kib = ev->qmax * sizeof(struct tk_event) / 1024 / 16;
+	size_t kib = 0;
 
 	switch (ev->backend) {
 	case TK_EVB_BPF:
