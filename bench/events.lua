@@ -59,7 +59,7 @@ local function storm(backend, buffer)
       exits = exits + 1
       pending[e.pid] = nil
     elseif e.type == "lost" then
-      lost_markers = lost_markers + e.count
+      lost_markers = lost_markers + (e.count or 1)   -- nil: an overrun, counted as 1
     end
   end)
   local truth = tonumber(child.stdout:read("l"):match("^forks (%d+)"))

@@ -27,6 +27,7 @@ enum tk_event_type {
 #define TK_EVF_ACCT      0x08u   /* exit: utime/stime/maxrss/cgroup_id are valid */
 #define TK_EVF_OBSERVED  0x10u   /* synthesised from snapshots: seen, not witnessed */
 #define TK_EVF_COMM      0x20u   /* comm is valid */
+#define TK_EVF_OVERRUN   0x40u   /* lost: a buffer overran; how many is not known yet */
 
 #define TK_EV_COMM_LEN 16
 #define TK_EV_FILENAME_LEN 128
@@ -47,7 +48,7 @@ struct tk_event {
 	__u64 runtime_ns;
 	__u64 maxrss_bytes;
 	__u64 cgroup_id;      /* cgroup v2 id (the inode number of its directory) */
-	__u64 lost;           /* TK_EV_LOST: how many */
+	__u64 lost;           /* TK_EV_LOST: how many (0 with TK_EVF_OVERRUN) */
 	char comm[TK_EV_COMM_LEN];
 	char filename[TK_EV_FILENAME_LEN];   /* exec, bpf only; empty otherwise */
 };

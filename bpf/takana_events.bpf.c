@@ -2,8 +2,9 @@
 /* Process events for takana.events{backend="bpf"}: fork, exec, exit and
  * comm from BTF tracepoints into a ring buffer (Linux >= 5.8). Threads are
  * folded into processes here: a fork that creates a thread is not an event,
- * and exit is reported once, by the last thread of the group, with the
- * process's final CPU times, peak rss and cgroup. */
+ * and exit is reported once per process, by a thread that finds the group
+ * dead, with the process's final CPU times, peak rss and cgroup. Pids are
+ * those of the reader's pid namespace. */
 #include "takana_task.bpf.h"
 #include <bpf/bpf_tracing.h>
 #include "takana_event.h"
@@ -11,6 +12,9 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define SIGNAL_GROUP_EXIT 0x4u
+#define BPF_NOEXIST       1u          /* bpf_map_update_elem: create only */
+#define EEXIST            17
+#define MAP_TYPE_LRU_HASH 9           /* BPF_MAP_TYPE_LRU_HASH, not in vmlinux_min.h */
 
 /* max_entries (the ring's bytes, a power of two) is set by the loader. */
 struct {
@@ -18,13 +22,108 @@ struct {
 	__uint(max_entries, 1 << 22);
 } events SEC(".maps");
 
+/* Exit claims: one entry per process whose group was found dead, keyed so
+ * that a later process cannot match an old entry (a signal_struct is
+ * reused at once by the slab, a pid after wrapping, both never together
+ * with the leader's start time). Entries matter for microseconds, until
+ * the group's last thread has passed the tracepoint; the LRU drops them
+ * afterwards. max_entries is set by the loader. */
+struct exit_key {
+	__u64 signal;          /* the signal_struct's address */
+	__u64 start_ns;        /* the group leader's start_boottime */
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct exit_key);
+	__type(value, __u8);
+} exit_claims SEC(".maps");
+
 /* Reservations that failed because the ring was full, by event type. */
 __u64 lost[TK_EV_TYPES];
 
+/* The inode number of the reader's pid namespace when it is not the
+ * initial one (0 then): pids are translated into it. Set by the loader. */
+const volatile __u32 reader_pidns = 0;
+
+/* What is read of pid numbering, beyond vmlinux_min.h (CO-RE flavours:
+ * the same layout on 6.1 and later, numbers[] a flexible array since 6.5). */
+struct ns_common___tk {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct pid_namespace___tk {
+	struct ns_common___tk ns;
+} __attribute__((preserve_access_index));
+
+struct upid___tk {
+	int nr;
+	struct pid_namespace___tk *ns;
+} __attribute__((preserve_access_index));
+
+struct pid___tk {
+	unsigned int level;
+	struct upid___tk numbers[1];
+} __attribute__((preserve_access_index));
+
+#define MAX_PID_NS_LEVEL 32
+
+/* pid_nr_ns(): the number a struct pid has in the reader's namespace, 0
+ * when it has none there (a process outside it, as getppid() says 0 for a
+ * parent outside). A pid is numbered in its own namespace and every one
+ * above it, numbers[0] being the initial one's. */
+static __always_inline __u32 pid_in_reader_ns(struct pid *pid)
+{
+	struct pid___tk *p = (void *)pid;
+	unsigned int level;
+
+	if (!p)
+		return 0;
+	level = BPF_CORE_READ(p, level);
+	for (unsigned int i = 1; i < MAX_PID_NS_LEVEL; i++) {
+		struct upid___tk *u;
+
+		if (i > level)
+			break;
+		u = (void *)p + bpf_core_field_offset(struct pid___tk, numbers) +
+		    i * bpf_core_type_size(struct upid___tk);
+		if (BPF_CORE_READ(u, ns, ns.inum) == reader_pidns)
+			return (__u32)BPF_CORE_READ(u, nr);
+	}
+	return 0;
+}
+
+struct event_ids {
+	__u32 pid, tid, ppid;
+};
+
+/* The task's ids as the reader numbers them; false when the task is not
+ * in the reader's namespace (then it is not the reader's event). */
+static __always_inline bool event_ids(struct task_struct *t, struct event_ids *ids)
+{
+	if (!reader_pidns) {
+		ids->pid = t->tgid;
+		ids->tid = t->pid;
+		ids->ppid = t->real_parent->tgid;
+		return true;
+	}
+	ids->pid = pid_in_reader_ns(t->group_leader->thread_pid);
+	ids->tid = pid_in_reader_ns(t->thread_pid);
+	ids->ppid = pid_in_reader_ns(t->real_parent->group_leader->thread_pid);
+	return ids->pid != 0 && ids->tid != 0;
+}
+
 static __always_inline struct tk_event *event_reserve(__u32 type, struct task_struct *t)
 {
-	struct tk_event *e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+	struct event_ids ids;
+	struct tk_event *e;
 
+	if (!event_ids(t, &ids))
+		return NULL;
+	e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
 	if (!e) {
 		if (type < TK_EV_TYPES)
 			__sync_fetch_and_add(&lost[type], 1);
@@ -34,9 +133,9 @@ static __always_inline struct tk_event *event_reserve(__u32 type, struct task_st
 	__builtin_memset(e, 0, sizeof *e);
 	e->type = type;
 	e->time_ns = bpf_ktime_get_boot_ns();
-	e->pid = t->tgid;
-	e->tid = t->pid;
-	e->ppid = t->real_parent->tgid;
+	e->pid = ids.pid;
+	e->tid = ids.tid;
+	e->ppid = ids.ppid;
 	return e;
 }
 
@@ -97,18 +196,35 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	struct signal_struct *sig = p->signal;
 	struct tk_event *e;
+	struct exit_key key = {};
+	__u8 one = 1;
 	__u32 status;
 
 	/* do_exit() counts the thread out of signal->live before this
-	 * tracepoint: zero means the whole process is gone. */
+	 * tracepoint: zero means the whole process is gone. Several threads
+	 * exiting at once can all see zero, though; the one whose decrement
+	 * reached zero (group_dead) is known only inside do_exit() (6.16
+	 * passes it to this tracepoint, 6.1 does not; taskstats_exit() and
+	 * acct_process() get it but depend on kernel options). So the first
+	 * thread to see zero claims the exit, atomically: an insert that
+	 * fails when the key exists. */
 	if (sig->live.counter != 0)
+		return 0;
+	key.signal = (__u64)sig;
+	key.start_ns = p->group_leader->start_boottime;
+	key.tgid = p->tgid;
+	/* Only a claim already there stops this one: if the map cannot take
+	 * it, a duplicate is better than a missed exit. */
+	if (bpf_map_update_elem(&exit_claims, &key, &one, BPF_NOEXIST) == -EEXIST)
 		return 0;
 	e = event_reserve(TK_EV_EXIT, p);
 	if (!e)
 		return 0;
 	status = (sig->flags & SIGNAL_GROUP_EXIT) ? sig->group_exit_code : p->exit_code;
 	tk_event_exit_status(e, status);
-	/* The other threads' times are in signal_struct by now. */
+	/* Threads already released have added their times to signal_struct;
+	 * one still on its way out beside this one (the same exit_group) adds
+	 * its own after this point and is missed. */
 	e->utime_ns = sig->utime + p->utime;
 	e->stime_ns = sig->stime + p->stime;
 	e->runtime_ns = sig->sum_sched_runtime + p->se.sum_exec_runtime;

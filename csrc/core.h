@@ -162,19 +162,25 @@ struct tk_events {
 	int closed;
 	struct tk_event *queue;      /* decoded, not yet read */
 	size_t qhead, qlen, qcap;
+	size_t qmax;                 /* a fill stops reading the kernel here */
+	uint64_t qdropped;           /* poll: events past qmax, reported lost */
 	uint64_t received;           /* events queued, lost markers excluded */
 	uint64_t lost;               /* since the last tk_events_take_lost */
 	uint64_t lost_total;
 	uint64_t lost_by_type[TK_EV_TYPES];  /* bpf only: the program knows the type */
 	uint64_t overruns;           /* connector: ENOBUFS seen */
 	uint64_t malformed;          /* messages that did not parse */
+	uint64_t spoofed;            /* connector: messages not sent by the kernel */
+	uint64_t overrun_credit;     /* connector: overruns reported lost as 1 each,
+	                              * not yet matched by a sequence gap */
 	/* bpf */
 	void *bpf;                   /* struct takana_events * */
 	void *ring;                  /* struct ring_buffer * */
 	uint64_t bpf_lost_seen[TK_EV_TYPES];
 	size_t ring_bytes;
+	int ring_full;               /* the ring callback stopped at qmax */
 	/* connector */
-	struct tk_cn_seq *cn_seq;
+	struct tk_cn_seq *cn_seq;    /* one per possible CPU, sized at open */
 	size_t cn_ncpu;
 	int cn_listening;
 	/* poll */
@@ -189,13 +195,19 @@ struct tk_events {
 int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out);
 
 /* Opens a stream; on failure returns -errno with a reason in why. buffer:
- * ring bytes (bpf) or socket receive buffer (connector), 0 for default. */
+ * ring bytes (bpf) or socket receive buffer (connector), 0 for default.
+ * queue: events held in user space at most, 0 for TK_EVENTS_QUEUE. */
+#define TK_EVENTS_QUEUE 16384
 int tk_events_open(struct tk_events *ev, enum tk_event_backend backend, uint32_t mask,
-                   double interval, size_t buffer, char *why, size_t why_len);
-/* Moves up to max ready events into the queue, without blocking. */
+                   double interval, size_t buffer, size_t queue, char *why, size_t why_len);
+/* Moves up to max ready events into the queue, without blocking; never past
+ * the queue's bound: what does not fit stays in the kernel's buffer, where
+ * its loss is counted (poll, which has no such buffer, reports it lost). */
 int tk_events_fill(struct tk_events *ev, size_t max);
 /* The next queued event, or NULL. Valid until the next fill. */
 const struct tk_event *tk_events_next(struct tk_events *ev);
+/* Events (lost markers included) queued and not yet read. */
+size_t tk_events_queued(const struct tk_events *ev);
 /* Returns and resets the count of events known lost. */
 uint64_t tk_events_take_lost(struct tk_events *ev);
 void tk_events_close(struct tk_events *ev);

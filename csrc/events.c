@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,12 +57,29 @@ static struct tk_event *queue_push(struct tk_events *ev)
 	return &ev->queue[ev->qlen++];
 }
 
+size_t tk_events_queued(const struct tk_events *ev)
+{
+	return ev->qlen - ev->qhead;
+}
+
+/* Whether a fill may take one more message from the kernel. */
+static int queue_has_room(const struct tk_events *ev)
+{
+	return tk_events_queued(ev) < ev->qmax;
+}
+
 static int queue_event(struct tk_events *ev, const struct tk_event *e)
 {
 	struct tk_event *slot;
 
 	if (e->type != TK_EV_LOST && !(ev->mask & TK_EV_BIT(e->type)))
 		return 0;
+	if (e->type != TK_EV_LOST && !queue_has_room(ev)) {
+		/* Only poll gets here (the others stop reading first): its
+		 * diff has no kernel buffer to stay in. */
+		ev->qdropped++;
+		return 0;
+	}
 	slot = queue_push(ev);
 	if (slot == NULL)
 		return -ENOMEM;
@@ -70,17 +89,38 @@ static int queue_event(struct tk_events *ev, const struct tk_event *e)
 	return 0;
 }
 
-static int queue_lost(struct tk_events *ev, uint64_t count, uint64_t time_ns)
+/* A lost marker: count events, or with overrun set an unknown number, which
+ * counts as one (at least one was lost) until a sequence gap says how many.
+ * Either way lost() grows by what the reader is told. Consecutive unread
+ * markers of one kind are merged, so a reader that never catches up does
+ * not grow the queue with them. */
+static int queue_lost_marker(struct tk_events *ev, uint64_t count, int overrun, uint64_t time_ns)
 {
+	uint64_t add = overrun ? 1 : count;
 	struct tk_event e;
 
+	ev->lost += add;
+	ev->lost_total += add;
+	if (tk_events_queued(ev) > 0) {
+		struct tk_event *tail = &ev->queue[ev->qlen - 1];
+
+		if (tail->type == TK_EV_LOST && !!(tail->flags & TK_EVF_OVERRUN) == !!overrun) {
+			tail->lost += overrun ? 0 : count;
+			tail->time_ns = time_ns;
+			return 0;
+		}
+	}
 	memset(&e, 0, sizeof e);
 	e.type = TK_EV_LOST;
-	e.lost = count;
+	e.lost = overrun ? 0 : count;
+	e.flags = overrun ? TK_EVF_OVERRUN : 0;
 	e.time_ns = time_ns;
-	ev->lost += count;
-	ev->lost_total += count;
 	return queue_event(ev, &e);
+}
+
+static int queue_lost(struct tk_events *ev, uint64_t count, uint64_t time_ns)
+{
+	return queue_lost_marker(ev, count, 0, time_ns);
 }
 
 const struct tk_event *tk_events_next(struct tk_events *ev)
@@ -218,32 +258,39 @@ static void comm_from_proc(struct tk_event *e)
 	e->flags |= TK_EVF_COMM;
 }
 
-/* Counts sequence gaps on the message's CPU as lost events. */
+/* Counts sequence gaps on the message's CPU as lost events. Returns 1 to
+ * keep the message, 0 to drop it. The CPU indexes a table sized at open by
+ * the possible CPUs: the kernel never sends a larger one, and a message
+ * that does is not the kernel's, however it got here. */
 static int cn_track_seq(struct tk_events *ev, const struct tk_cn_message *m, uint64_t now)
 {
 	uint32_t cpu = m->cpu;
+	struct tk_cn_seq *s;
 
 	if (cpu >= ev->cn_ncpu) {
-		size_t n = (size_t)cpu + 64;
-		struct tk_cn_seq *s = realloc(ev->cn_seq, n * sizeof *s);
-		if (s == NULL)
-			return -ENOMEM;
-		memset(s + ev->cn_ncpu, 0, (n - ev->cn_ncpu) * sizeof *s);
-		ev->cn_seq = s;
-		ev->cn_ncpu = n;
+		ev->malformed++;
+		return 0;
 	}
-	if (ev->cn_seq[cpu].seen && m->seq != ev->cn_seq[cpu].next) {
-		uint32_t gap = m->seq - ev->cn_seq[cpu].next;
+	s = &ev->cn_seq[cpu];
+	if (s->seen && m->seq != s->next) {
+		uint32_t gap = m->seq - s->next;
 		/* A sequence that went back is a counter reset, not a loss. */
 		if (gap < 0x80000000u) {
-			int err = queue_lost(ev, gap, now);
+			/* Overruns already reported one each of what this gap
+			 * now numbers exactly: report the rest. */
+			uint64_t credit = ev->overrun_credit < gap ? ev->overrun_credit : gap;
+			int err = 0;
+
+			ev->overrun_credit -= credit;
+			if (gap > credit)
+				err = queue_lost(ev, gap - credit, now);
 			if (err < 0)
 				return err;
 		}
 	}
-	ev->cn_seq[cpu].seen = 1;
-	ev->cn_seq[cpu].next = m->seq + 1;
-	return 0;
+	s->seen = 1;
+	s->next = m->seq + 1;
+	return 1;
 }
 
 static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t mono_to_boot)
@@ -259,7 +306,7 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 		return 0;
 	/* Acks (PROC_EVENT_NONE) take sequence numbers too. */
 	r = cn_track_seq(ev, &m, m.event.time_ns + mono_to_boot);
-	if (r < 0)
+	if (r <= 0)
 		return r;
 	if (m.event.type == 0 || m.thread)
 		return 0;
@@ -267,6 +314,99 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 	if (m.event.type == TK_EV_EXEC && (ev->mask & TK_EV_BIT(TK_EV_EXEC)))
 		comm_from_proc(&m.event);
 	return queue_event(ev, &m.event);
+}
+
+/* The socket overflowed: the loss is reported now, its size once the
+ * sequence gaps show it (on each CPU's next message). */
+static int cn_overrun(struct tk_events *ev)
+{
+	ev->overruns++;
+	ev->overrun_credit++;
+	return queue_lost_marker(ev, 0, 1, tk_boottime_ns());
+}
+
+/* One datagram: its length, 0 when there is none, or -errno; *heard is 0
+ * for one that was dropped. Only the kernel (netlink port 0) is heard: any
+ * process with CAP_NET_ADMIN in our network namespace can unicast to our
+ * port, which /proc/net/netlink shows. */
+static ssize_t cn_recv(struct tk_events *ev, void *buf, size_t len, int *heard)
+{
+	struct sockaddr_nl from;
+	socklen_t fromlen = sizeof from;
+	ssize_t n;
+
+	memset(&from, 0, sizeof from);
+	*heard = 0;
+	n = recvfrom(ev->fd, buf, len, 0, (struct sockaddr *)&from, &fromlen);
+	if (n < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	if (fromlen < sizeof from || from.nl_family != AF_NETLINK || from.nl_pid != 0) {
+		ev->spoofed++;
+		return n;
+	}
+	*heard = 1;
+	return n;
+}
+
+/* The number of possible CPUs (cpu_possible_mask's highest bit plus one):
+ * the kernel numbers proc events by smp_processor_id(), always below it. */
+static size_t possible_cpus(void)
+{
+	char text[256];
+	size_t max = 0;
+	ssize_t n;
+	int fd = open("/sys/devices/system/cpu/possible", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		n = read(fd, text, sizeof text - 1);
+		close(fd);
+		if (n > 0) {
+			/* "0-3,8-11": the last number is the highest. */
+			text[n] = '\0';
+			for (char *p = text; *p;) {
+				if (*p >= '0' && *p <= '9') {
+					unsigned long v = strtoul(p, &p, 10);
+					if (v < 65536 && v + 1 > max)
+						max = v + 1;
+				} else {
+					p++;
+				}
+			}
+		}
+	}
+	if (max == 0) {
+		long conf = sysconf(_SC_NPROCESSORS_CONF);
+		max = conf > 0 && conf < 65536 ? (size_t)conf : 1;
+	}
+	return max;
+}
+
+/* The kernel ignores LISTEN from any other pid or user namespace than the
+ * initial ones (cn_proc_mcast_ctl: events carry the initial namespaces'
+ * ids), without an answer: say so at once instead of waiting for one.
+ * The initial namespaces have fixed inode numbers (PROC_PID_INIT_INO,
+ * PROC_USER_INIT_INO). */
+static int cn_check_namespaces(char *why, size_t why_len)
+{
+	static const struct {
+		const char *path, *name;
+		ino_t init;
+	} ns[] = {
+		{ "/proc/self/ns/pid", "pid", 0xEFFFFFFCu },
+		{ "/proc/self/ns/user", "user", 0xEFFFFFFDu },
+	};
+
+	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+		struct stat st;
+
+		if (stat(ns[i].path, &st) == 0 && st.st_ino != ns[i].init) {
+			snprintf(why, why_len, "the proc connector answers only the initial pid and "
+			         "user namespaces, and this process is in a child %s namespace: "
+			         "use backend=\"bpf\" (root) or \"poll\"", ns[i].name);
+			return -EXDEV;
+		}
+	}
+	return 0;
 }
 
 static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
@@ -279,6 +419,15 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 	uint64_t deadline;
 	int fd, err;
 
+	err = cn_check_namespaces(why, why_len);
+	if (err < 0)
+		return err;
+	ev->cn_ncpu = possible_cpus();
+	ev->cn_seq = calloc(ev->cn_ncpu, sizeof *ev->cn_seq);
+	if (ev->cn_seq == NULL) {
+		snprintf(why, why_len, "out of memory");
+		return -ENOMEM;
+	}
 	fd = socket(PF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_CONNECTOR);
 	if (fd < 0) {
 		err = -errno;
@@ -311,6 +460,7 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
 		uint64_t now = tk_clock_ns(CLOCK_MONOTONIC);
 		struct tk_cn_message m;
+		int heard;
 		ssize_t n;
 
 		if (now >= deadline) {
@@ -320,13 +470,18 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 		}
 		if (poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1) < 0 && errno != EINTR)
 			return -errno;
-		n = recv(fd, buf, sizeof buf, 0);
+		n = cn_recv(ev, buf, sizeof buf, &heard);
+		if (n == -ENOBUFS) {
+			err = cn_overrun(ev);
+			if (err < 0)
+				return err;
+			continue;
+		}
+		if (n == 0 || n == -EINTR || (n > 0 && !heard))
+			continue;
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR || errno == ENOBUFS)
-				continue;
-			err = -errno;
-			snprintf(why, why_len, "proc connector: %s", strerror(errno));
-			return err;
+			snprintf(why, why_len, "proc connector: %s", strerror((int)-n));
+			return (int)n;
 		}
 		if (tk_cn_parse(buf, (size_t)n, &m) == 1 && m.what == PROC_EVENT_NONE && m.ack == ack + 1) {
 			if (m.ack_err != 0) {
@@ -336,7 +491,8 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 				return -(int)m.ack_err;
 			}
 			ev->cn_listening = 1;
-			return cn_track_seq(ev, &m, 0);
+			err = cn_track_seq(ev, &m, 0);
+			return err < 0 ? err : 0;
 		}
 		err = cn_handle(ev, buf, (size_t)n,
 		                tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC));
@@ -351,27 +507,28 @@ static int cn_fill(struct tk_events *ev, size_t max)
 	char buf[4096] __attribute__((aligned(8)));
 	size_t got = 0;
 
-	while (got < max) {
-		ssize_t n = recv(ev->fd, buf, sizeof buf, 0);
-		int err;
+	/* A message gives at most one event: read while there is room for
+	 * it. What is left stays in the socket, whose overflow is counted. */
+	while (got < max && queue_has_room(ev)) {
+		int heard, err = 0;
+		ssize_t n = cn_recv(ev, buf, sizeof buf, &heard);
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN)
-				return 0;
-			if (errno == ENOBUFS) {
-				/* The socket overflowed; the gaps in the sequence say
-				 * how many were dropped, once later messages arrive. */
-				ev->overruns++;
-				continue;
-			}
-			return -errno;
+		if (n == 0)
+			return 0;
+		if (n == -EINTR)
+			continue;
+		if (n == -ENOBUFS) {
+			err = cn_overrun(ev);
+		} else if (n < 0) {
+			return (int)n;
+		} else {
+			/* A flood of forged messages still ends the drain. */
+			if (heard)
+				err = cn_handle(ev, buf, (size_t)n, mono_to_boot);
+			got++;
 		}
-		err = cn_handle(ev, buf, (size_t)n, mono_to_boot);
 		if (err < 0)
 			return err;
-		got++;
 	}
 	return 0;
 }
@@ -445,6 +602,14 @@ static int poll_open(struct tk_events *ev, double interval, char *why, size_t wh
 	struct itimerspec its;
 	int err;
 
+	if (ev->mask & TK_EV_BIT(TK_EV_EXEC)) {
+		/* A diff of snapshots sees a process's name change, not the exec
+		 * behind it: a stream that would never deliver one is refused. */
+		snprintf(why, why_len, "it observes only fork, exit and comm (snapshots diffed on "
+		         "a timer), not exec: ask for those types, or use backend \"bpf\" or "
+		         "\"connector\" (root)");
+		return -EOPNOTSUPP;
+	}
 	if (!(interval >= 0.001 && interval <= 86400.0)) {
 		snprintf(why, why_len, "interval must be between 0.001 and 86400 s");
 		return -EINVAL;
@@ -485,6 +650,9 @@ static int poll_fill(struct tk_events *ev)
 
 	if (read(ev->fd, &ticks, sizeof ticks) != (ssize_t)sizeof ticks)
 		return errno == EAGAIN ? 0 : -errno;
+	/* A full queue skips the tick: the next diff covers it. */
+	if (!queue_has_room(ev))
+		return 0;
 	err = poll_snapshot(ev, &ev->next);
 	if (err < 0)
 		return err;
@@ -492,6 +660,10 @@ static int poll_fill(struct tk_events *ev)
 	tmp = ev->prev;
 	ev->prev = ev->next;
 	ev->next = tmp;
+	if (err == 0 && ev->qdropped > 0) {
+		err = queue_lost(ev, ev->qdropped, tk_boottime_ns());
+		ev->qdropped = 0;
+	}
 	return err;
 }
 
@@ -521,6 +693,7 @@ static void bpf_close(struct tk_events *ev)
 
 #else
 
+#include <dirent.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "skeletons.h"
@@ -548,7 +721,15 @@ static int ring_event(void *ctx, void *data, size_t size)
 		e.utime_ns = r.utime_ns;
 		e.stime_ns = r.stime_ns;
 	}
-	return queue_event(ev, &e) < 0 ? -ENOMEM : 0;
+	if (queue_event(ev, &e) < 0)
+		return -ENOMEM;
+	/* libbpf has consumed a sample by the time it calls back: stop after
+	 * the one that fills the queue, and the rest stays in the ring. */
+	if (!queue_has_room(ev)) {
+		ev->ring_full = 1;
+		return -ECANCELED;
+	}
+	return 0;
 }
 
 static int bpf_lost_check(struct tk_events *ev)
@@ -565,6 +746,72 @@ static int bpf_lost_check(struct tk_events *ev)
 	return total ? queue_lost(ev, total, tk_boottime_ns()) : 0;
 }
 
+/* Descriptors a stream holds or needs while it loads: the maps (ring,
+ * claims, .bss, .rodata), the BTF object, 4 programs and 4 links, the epoll
+ * fd, and what libbpf opens for its feature probes. */
+#define BPF_STREAM_FDS 24
+
+/* Descriptors this process may still open under RLIMIT_NOFILE, or -1 when
+ * unknown. */
+static long fd_headroom(long *limit)
+{
+	struct rlimit rl;
+	struct dirent *d;
+	long open_fds = 0;
+	DIR *dir;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return -1;
+	*limit = (long)rl.rlim_cur;
+	dir = opendir("/proc/self/fd");
+	if (dir == NULL)
+		return errno == EMFILE || errno == ENFILE ? 0 : -1;
+	while ((d = readdir(dir)) != NULL)
+		if (d->d_name[0] != '.')
+			open_fds++;
+	closedir(dir);
+	/* The directory's own descriptor was counted. */
+	return *limit - (open_fds - 1);
+}
+
+/* After a failed load or setup: a load short of descriptors fails with
+ * whatever errno the step that ran out reports (EINVAL from the verifier's
+ * log setup, among others). If they ran short, say so, as EMFILE. */
+static int explain_fds(int err, char *why, size_t why_len)
+{
+	long limit = 0, free_fds = fd_headroom(&limit);
+
+	if (err != -EMFILE && err != -ENFILE && (free_fds < 0 || free_fds >= BPF_STREAM_FDS))
+		return err;
+	if (err == -ENFILE) {
+		snprintf(why, why_len, "the system is out of file descriptors (ENFILE): a bpf "
+		         "stream needs about %d; close what is no longer used", BPF_STREAM_FDS);
+		return err;
+	}
+	snprintf(why, why_len, "out of file descriptors (EMFILE): a bpf stream needs about %d "
+	         "and %ld of RLIMIT_NOFILE %ld are free; close streams and files no longer "
+	         "used, or raise the limit (ulimit -n)", BPF_STREAM_FDS,
+	         free_fds < 0 ? 0 : free_fds, limit);
+	return -EMFILE;
+}
+
+/* The inode number of the caller's pid namespace, 0 for the initial one
+ * (PROC_PID_INIT_INO): the program reports pids as the caller numbers them. */
+static int reader_pidns(uint32_t *inum, char *why, size_t why_len)
+{
+	struct stat st;
+
+	if (stat("/proc/self/ns/pid", &st) < 0) {
+		int err = -errno;
+		snprintf(why, why_len, "cannot tell this process's pid namespace "
+		         "(/proc/self/ns/pid: %s), so not which pids it sees: mount /proc",
+		         strerror(errno));
+		return err;
+	}
+	*inum = st.st_ino == 0xEFFFFFFCu ? 0 : (uint32_t)st.st_ino;
+	return 0;
+}
+
 static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
 {
 	static const struct {
@@ -576,7 +823,8 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	};
 	struct takana_events *skel;
 	size_t ring = 1u << 22;
-	int err;
+	uint32_t pidns = 0;
+	int err, ncpu;
 
 	/* The ring holds a power-of-two number of pages. */
 	if (buffer) {
@@ -584,16 +832,25 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 		while (ring < buffer && ring < (1u << 30))
 			ring <<= 1;
 	}
+	err = reader_pidns(&pidns, why, why_len);
+	if (err < 0)
+		return err;
 	tk_bpf_load_begin();
 	skel = takana_events__open();
 	if (skel == NULL) {
 		err = -errno;
 		tk_bpf_explain("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
+		err = explain_fds(err, why, why_len);
 		tk_bpf_load_end();
 		return err;
 	}
 	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	skel->rodata->reader_pidns = pidns;
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring);
+	/* An LRU map keeps free nodes per CPU: room enough on every one. */
+	ncpu = libbpf_num_possible_cpus();
+	if (ncpu > 32)
+		bpf_map__set_max_entries(skel->maps.exit_claims, (uint32_t)ncpu * 256);
 	for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
 		struct bpf_program *p = bpf_object__find_program_by_name(skel->obj, progs[i].name);
 		if (p != NULL && !(ev->mask & TK_EV_BIT(progs[i].type)))
@@ -606,6 +863,7 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 		err = err < 0 ? err : -EINVAL;
 		takana_events__destroy(skel);
 		tk_bpf_explain("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
+		err = explain_fds(err, why, why_len);
 		tk_bpf_load_end();
 		return err;
 	}
@@ -615,7 +873,7 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	if (ev->ring == NULL) {
 		err = -errno;
 		snprintf(why, why_len, "ring_buffer__new: %s", strerror(errno));
-		return err;
+		return explain_fds(err, why, why_len);
 	}
 	ev->fd = ring_buffer__epoll_fd(ev->ring);
 	ev->ring_bytes = ring;
@@ -627,9 +885,12 @@ static int bpf_fill(struct tk_events *ev, size_t max)
 	int n;
 
 	(void)max;
-	n = ring_buffer__consume(ev->ring);
-	if (n < 0)
-		return n;
+	if (queue_has_room(ev)) {
+		ev->ring_full = 0;
+		n = ring_buffer__consume(ev->ring);
+		if (n < 0 && !(n == -ECANCELED && ev->ring_full))
+			return n;
+	}
 	return bpf_lost_check(ev);
 }
 
@@ -647,7 +908,7 @@ static void bpf_close(struct tk_events *ev)
 /* ---- the stream ----------------------------------------------------------- */
 
 int tk_events_open(struct tk_events *ev, enum tk_event_backend backend, uint32_t mask,
-                   double interval, size_t buffer, char *why, size_t why_len)
+                   double interval, size_t buffer, size_t queue, char *why, size_t why_len)
 {
 	int err;
 
@@ -655,6 +916,7 @@ int tk_events_open(struct tk_events *ev, enum tk_event_backend backend, uint32_t
 	ev->fd = -1;
 	ev->backend = backend;
 	ev->mask = mask;
+	ev->qmax = queue ? queue : TK_EVENTS_QUEUE;
 	ev->scanner.proc_fd = -1;
 	ev->scanner.init_fd = -1;
 	switch (backend) {

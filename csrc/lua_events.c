@@ -42,7 +42,13 @@ static void event_push(lua_State *L, const struct tk_event *e)
 	lua_setfield(L, -2, "type");
 	set_u64(L, "time_ns", e->time_ns);
 	if (e->type == TK_EV_LOST) {
-		set_u64(L, "count", e->lost);
+		/* An overrun's count is not known yet: nil, never a made-up 0. */
+		if (e->flags & TK_EVF_OVERRUN) {
+			lua_pushboolean(L, 1);
+			lua_setfield(L, -2, "overrun");
+		} else {
+			set_u64(L, "count", e->lost);
+		}
 		return;
 	}
 	set_u64(L, "pid", e->pid);
@@ -76,34 +82,69 @@ static void event_push(lua_State *L, const struct tk_event *e)
 	}
 }
 
-/* core.events_open(backend, mask, interval, buffer[, skipped]) -> stream |
- * nil, why, errno. skipped: the reasons better backends were passed over,
- * kept as stream.skipped. */
+/* What a stream holds outside Lua's heap, in KiB, for the collector: a bpf
+ * stream has a ring of ring_bytes and up to two dozen descriptors, which
+ * run out long before memory does (1,024 is a login's limit); a connector
+ * stream a socket buffer (charged in part: it is rarely full). A descriptor
+ * is weighed as 64 KiB so that dropped streams are collected well before a
+ * few dozen of them exhaust a login's descriptors. */
+static int stream_cost_kib(const struct tk_events *ev, size_t buffer)
+{
+	size_t kib = 0;
+
+	switch (ev->backend) {
+	case TK_EVB_BPF:
+		kib += ev->ring_bytes / 1024 + 24 * 64;
+		break;
+	case TK_EVB_CONNECTOR:
+		kib += (buffer ? buffer : 16u << 20) / 1024 / 4 + 64;
+		break;
+	default:
+		kib += 2 * 64;
+		break;
+	}
+	return kib > INT32_MAX ? INT32_MAX : (int)kib;
+}
+
+/* core.events_open(backend, mask, interval, buffer[, skipped[, queue]]) ->
+ * stream | nil, why, errno. skipped: the reasons better backends were
+ * passed over, kept as stream.skipped; queue: events held at most. */
 static int l_events_open(lua_State *L)
 {
 	int backend = luaL_checkoption(L, 1, NULL, backend_names);
 	lua_Integer mask = luaL_checkinteger(L, 2);
 	double interval = luaL_optnumber(L, 3, 0.1);
 	lua_Integer buffer = luaL_optinteger(L, 4, 0);
+	lua_Integer queue = luaL_optinteger(L, 6, 0);
 	struct levents *e;
 	char why[320] = "";
 	int err;
 
-	tk_check_nargs(L, 5);
+	tk_check_nargs(L, 6);
 	if (!lua_isnoneornil(L, 5))
 		luaL_checktype(L, 5, LUA_TTABLE);
 	luaL_argcheck(L, mask > 0 && mask < (1 << TK_EV_LOST), 2, "no event types");
 	luaL_argcheck(L, buffer >= 0 && buffer <= (1 << 30), 4, "buffer must be 0..1 GiB");
+	luaL_argcheck(L, queue >= 0 && queue <= (1 << 24), 6, "queue must be 0..16777216 events");
 	e = lua_newuserdatauv(L, sizeof *e, 1);
 	memset(e, 0, sizeof *e);
 	e->ev.fd = -1;
+	e->ev.closed = 1;
 	luaL_setmetatable(L, TK_EVENTS_MT);
 	if (lua_istable(L, 5)) {
 		lua_pushvalue(L, 5);
 		lua_setiuservalue(L, -2, 1);
 	}
 	err = tk_events_open(&e->ev, (enum tk_event_backend)backend, (uint32_t)mask, interval,
-	                     (size_t)buffer, why, sizeof why);
+	                     (size_t)buffer, (size_t)queue, why, sizeof why);
+	if (err == -EMFILE || err == -ENFILE) {
+		/* Streams dropped without close() may hold the descriptors:
+		 * collect them, once, and try again. */
+		lua_gc(L, LUA_GCCOLLECT);
+		why[0] = '\0';
+		err = tk_events_open(&e->ev, (enum tk_event_backend)backend, (uint32_t)mask,
+		                     interval, (size_t)buffer, (size_t)queue, why, sizeof why);
+	}
 	if (err < 0) {
 		lua_pushnil(L);
 		lua_pushfstring(L, "events: %s backend unavailable: %s", backend_names[backend],
@@ -112,6 +153,9 @@ static int l_events_open(lua_State *L)
 		return 3;
 	}
 	e->open = 1;
+	/* Its descriptors and ring are invisible to the collector: tell it,
+	 * as the snapshots do with their records. */
+	lua_gc(L, LUA_GCSTEP, stream_cost_kib(&e->ev, (size_t)buffer));
 	return 1;
 }
 
@@ -130,9 +174,10 @@ static int events_iter(lua_State *L)
 	return 1;
 }
 
-/*** Drains what is ready, without blocking.
+/*** Drains what is ready, without blocking, up to the queue's bound.
  * @function events:read
- * @treturn function an iterator of event tables; raises on a broken stream */
+ * @treturn[1] function an iterator of event tables
+ * @treturn[2] nil, "events: read (<backend>): <why>", errno on a runtime failure */
 static int events_read(lua_State *L)
 {
 	struct levents *e = events_check(L, 1);
@@ -140,14 +185,22 @@ static int events_read(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	err = tk_events_fill(&e->ev, READ_BATCH);
-	if (err < 0)
-		return luaL_error(L, "events: read (%s): %s", backend_names[e->ev.backend], strerror(-err));
+	if (err < 0) {
+		char ctx[48];
+
+		snprintf(ctx, sizeof ctx, "events: read (%s)", backend_names[e->ev.backend]);
+		return tk_push_error(L, ctx, err);
+	}
 	lua_pushvalue(L, 1);
 	lua_pushcclosure(L, events_iter, 1);
 	return 1;
 }
 
-/*** Events known lost since the last call (the count resets).
+/*** Events known lost since the last call (the count resets): the sum of
+ * the lost events' counts, a nil count (a connector overrun, size not yet
+ * known) counting as 1. The connector's sequence gaps later give the exact
+ * number, and the next lost event carries what the overruns' 1s did not
+ * cover; so the total is exact once every CPU has sent again.
  * @function events:lost */
 static int events_lost(lua_State *L)
 {
@@ -160,19 +213,24 @@ static int events_lost(lua_State *L)
 	return 1;
 }
 
-/*** Counters: `received`, `lost` (all time), `lost_by_type` (bpf),
- * `overruns` (connector ENOBUFS), `malformed`, `buffer` bytes.
+/*** Counters: `received`, `lost` (all time, counted as lost() counts),
+ * `lost_by_type` (bpf), `overruns` (connector ENOBUFS), `malformed`,
+ * `spoofed` (connector messages not from the kernel, dropped), `queued`
+ * (read from the kernel, not yet taken), `queue` (its bound), `buffer` bytes.
  * @function events:stats */
 static int events_stats(lua_State *L)
 {
 	struct levents *e = events_check(L, 1);
 
 	tk_check_nargs(L, 1);
-	lua_createtable(L, 0, 6);
+	lua_createtable(L, 0, 9);
 	set_u64(L, "received", e->ev.received);
 	set_u64(L, "lost", e->ev.lost_total);
 	set_u64(L, "overruns", e->ev.overruns);
 	set_u64(L, "malformed", e->ev.malformed);
+	set_u64(L, "spoofed", e->ev.spoofed);
+	set_u64(L, "queued", tk_events_queued(&e->ev));
+	set_u64(L, "queue", e->ev.qmax);
 	if (e->ev.backend == TK_EVB_BPF) {
 		set_u64(L, "buffer", e->ev.ring_bytes);
 		lua_createtable(L, 0, TK_EV_LOST);
@@ -188,6 +246,7 @@ static int events_stats(lua_State *L)
 static int events_fileno(lua_State *L)
 {
 	struct levents *e = events_check(L, 1);
+	tk_check_nargs(L, 1);
 	lua_pushinteger(L, e->ev.fd);
 	return 1;
 }
@@ -195,6 +254,7 @@ static int events_fileno(lua_State *L)
 static int events_events(lua_State *L)
 {
 	events_check(L, 1);
+	tk_check_nargs(L, 1);
 	lua_pushliteral(L, "r");
 	return 1;
 }
@@ -202,13 +262,13 @@ static int events_events(lua_State *L)
 static int events_timeout(lua_State *L)
 {
 	events_check(L, 1);
+	tk_check_nargs(L, 1);
 	lua_pushnil(L);
 	return 1;
 }
 
-/*** Closes the stream; safe to call twice. Serves __gc and __close too.
- * @function events:close */
-static int events_close(lua_State *L)
+/* __gc and __close (which passes the error object too). */
+static int events_release(lua_State *L)
 {
 	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
 
@@ -216,6 +276,14 @@ static int events_close(lua_State *L)
 		tk_events_close(&e->ev);
 	e->open = 0;
 	return 0;
+}
+
+/*** Closes the stream; safe to call twice.
+ * @function events:close */
+static int events_close(lua_State *L)
+{
+	tk_check_nargs(L, 1);
+	return events_release(L);
 }
 
 static int events_tostring(lua_State *L)
@@ -269,9 +337,9 @@ void tk_events_open_lib(lua_State *L)
 	luaL_newlib(L, methods);
 	lua_pushcclosure(L, events_index, 1);
 	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, events_close);
+	lua_pushcfunction(L, events_release);
 	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, events_close);
+	lua_pushcfunction(L, events_release);
 	lua_setfield(L, -2, "__close");
 	lua_pushcfunction(L, events_tostring);
 	lua_setfield(L, -2, "__tostring");

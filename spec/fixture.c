@@ -15,6 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/cn_proc.h>
+#include <linux/connector.h>
+#include <linux/netlink.h>
+#include <sys/socket.h>
+
 static long burn_ms;
 /* "ready" is printed only after every live thread has burned its share,
  * so specs read settled CPU times. */
@@ -59,6 +64,85 @@ static void *thread_exit(void *arg)
 	return NULL;
 }
 
+static void *thread_spin(void *arg)
+{
+	(void)arg;
+	for (;;)
+		;
+	return NULL;
+}
+
+/* --thread-storm N: N children one after another, each starting 4 spinning
+ * threads and then calling exit_group while they run, so several threads
+ * of one process exit at once (the bpf exit event must still come once). */
+static int thread_storm(long n)
+{
+	printf("ready %d\n", (int)getpid());
+	fflush(stdout);
+	for (long i = 0; i < n; i++) {
+		pid_t c = fork();
+		if (c == 0) {
+			pthread_t t;
+			for (int k = 0; k < 4; k++)
+				pthread_create(&t, NULL, thread_spin, NULL);
+			usleep(1000);
+			_exit(7);
+		}
+		if (c < 0)
+			return 1;
+		printf("child %d\n", (int)c);
+		waitpid(c, NULL, 0);
+	}
+	printf("done\n");
+	fflush(stdout);
+	return 0;
+}
+
+/* --cn-send PORTID MODE PID: one forged proc connector message, unicast from
+ * this (non-kernel) sender to PORTID. MODE: exit (of PID), seq (a jump of 2^31
+ * on cpu 0), cpu (cpu = 200,000,000). The stream must drop all three. */
+static int cn_send(unsigned portid, const char *mode, int pid)
+{
+	char buf[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(struct proc_event))]
+		__attribute__((aligned(8)));
+	struct nlmsghdr *nh = (void *)buf;
+	struct cn_msg *cn = NLMSG_DATA(nh);
+	struct proc_event *ev = (void *)cn->data;
+	struct sockaddr_nl dst = { .nl_family = AF_NETLINK, .nl_pid = portid };
+	struct timespec ts;
+	int fd = socket(PF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_CONNECTOR);
+
+	if (fd < 0)
+		return 1;
+	memset(buf, 0, sizeof buf);
+	nh->nlmsg_len = NLMSG_LENGTH(sizeof *cn + sizeof *ev);
+	nh->nlmsg_type = NLMSG_DONE;
+	cn->id.idx = CN_IDX_PROC;
+	cn->id.val = CN_VAL_PROC;
+	cn->len = sizeof *ev;
+	cn->seq = strcmp(mode, "seq") == 0 ? 0x7ffffff0u : 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ev->timestamp_ns = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+	if (strcmp(mode, "exit") == 0) {
+		ev->what = PROC_EVENT_EXIT;
+		ev->event_data.exit.process_pid = pid;
+		ev->event_data.exit.process_tgid = pid;
+		ev->event_data.exit.parent_pid = getppid();
+		ev->event_data.exit.parent_tgid = getppid();
+	} else {
+		ev->what = PROC_EVENT_FORK;
+		ev->cpu = strcmp(mode, "cpu") == 0 ? 200000000u : 0;
+		ev->event_data.fork.parent_pid = ev->event_data.fork.parent_tgid = 1;
+		ev->event_data.fork.child_pid = ev->event_data.fork.child_tgid = pid;
+	}
+	if (sendto(fd, buf, nh->nlmsg_len, 0, (struct sockaddr *)&dst, sizeof dst) < 0) {
+		fprintf(stderr, "fixture: cn-send: %s\n", strerror(errno));
+		return 1;
+	}
+	printf("sent %s\n", mode);
+	return 0;
+}
+
 static void die_with_parent(unsigned life)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -69,7 +153,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: fixture [--name N] [--threads N] [--exited-threads N] "
 	                "[--burn-ms MS] [--touch-mb MB] [--zombie] [--nice N] [--setsid] "
-	                "[--spin] [--tree] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS]\n");
+	                "[--spin] [--tree] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS] [--thread-storm N] [--cn-send PORTID exit|seq|cpu PID]\n");
 	exit(2);
 }
 
@@ -90,6 +174,12 @@ int main(int argc, char **argv)
 		if (strcmp(a, "--setsid") == 0) { do_setsid = 1; continue; }
 		if (strcmp(a, "--spin") == 0) { spin = 1; continue; }
 		if (strcmp(a, "--tree") == 0) { tree = 1; continue; }
+		if (strcmp(a, "--cn-send") == 0 && i + 3 < argc)
+			return cn_send((unsigned)strtoul(argv[i + 1], NULL, 10), argv[i + 2], atoi(argv[i + 3]));
+		if (strcmp(a, "--thread-storm") == 0 && v != NULL) {
+			die_with_parent(life);
+			return thread_storm(atol(v));
+		}
 		if (v == NULL)
 			usage();
 		i++;

@@ -169,7 +169,11 @@ local event_types = { fork = true, exec = true, exit = true, comm = true }
 -- types wanted (default all four); `backend` "auto" (default: bpf, then
 -- connector, then poll, the first that opens), "bpf", "connector" or
 -- "poll"; `interval` seconds between snapshots for poll (default 0.1);
--- `buffer` bytes of ring (bpf) or socket buffer (connector).
+-- `buffer` bytes of ring (bpf) or socket buffer (connector); `queue` events
+-- held in user space at most (default 16384): a read() moves no more from
+-- the kernel, whose buffer then overflows and is counted lost. poll sees
+-- fork, exit and comm only: asked for exec, it refuses; by default it
+-- delivers those three.
 -- @treturn[1] events a stream with `.backend`, `.skipped` (why better
 --   backends were not used), `:read()`, `:lost()`, `:stats()`, `:fileno()`,
 --   the cqueues pollable protocol, `:close()`
@@ -187,7 +191,7 @@ function M.events(t, ...)
       end
       mask = mask | core.event_bits[v]
       any = true
-    elseif k == "backend" or k == "interval" or k == "buffer" then
+    elseif k == "backend" or k == "interval" or k == "buffer" or k == "queue" then
       local want = k == "backend" and "string" or "number"
       if type(v) ~= want then
         argerror("events", 1, ("option '%s': %s expected, got %s"):format(k, want, type(v)))
@@ -209,14 +213,25 @@ function M.events(t, ...)
   if t.buffer and (math.type(t.buffer) ~= "integer" or t.buffer < 0 or t.buffer > 1 << 30) then
     argerror("events", 1, "buffer must be an integer number of bytes, 0..1 GiB")
   end
+  if t.queue and (math.type(t.queue) ~= "integer" or t.queue < 1 or t.queue > 1 << 24) then
+    argerror("events", 1, "queue must be an integer number of events, 1..16777216")
+  end
+  -- Without types asked for, poll delivers what it can see.
+  local function mask_for(name)
+    if name == "poll" and not any then return mask & ~core.event_bits.exec end
+    return mask
+  end
   if backend ~= "auto" then
-    return core.events_open(backend, mask, t.interval, t.buffer)
+    return core.events_open(backend, mask_for(backend), t.interval, t.buffer, nil, t.queue)
   end
   local skipped = {}
   for _, name in ipairs(event_backends) do
-    local ev, why, errno = core.events_open(name, mask, t.interval, t.buffer, skipped)
-    if ev or name == "poll" then return ev, why, errno end
+    local ev, why, errno = core.events_open(name, mask_for(name), t.interval, t.buffer, skipped, t.queue)
+    if ev then return ev end
     skipped[name] = (why:gsub("^events: %S+ backend unavailable: ", ""))
+    if name == "poll" then
+      return nil, ("%s (bpf: %s; connector: %s)"):format(why, skipped.bpf, skipped.connector), errno
+    end
   end
 end
 
