@@ -26,7 +26,7 @@ local function drain(ev, child, on_event)
   local quiet_since
   while true do
     local n = 0
-    for e in ev:read() do
+    for e in assert(ev:read()) do
       n = n + 1
       on_event(e)
     end

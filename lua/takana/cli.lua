@@ -379,11 +379,15 @@ function M.watch(args)
   local seen, deadline = 0, duration and (require("takana.core").monotime() + duration)
   local monotime = require("takana.core").monotime
   while true do
-    for e in ev:read() do
+    local events, rerr = ev:read()
+    if not events then fail(rerr) end
+    for e in events do
       if opts.json then
         io.write(json(e), "\n")
       elseif e.type == "lost" then
-        io.write(("%-15.6f %-5s %d events lost\n"):format(e.time_ns / 1e9, "LOST", e.count))
+        -- An overrun's size is not known yet (a later lost event carries it).
+        io.write(("%-15.6f %-5s %s events lost%s\n"):format(e.time_ns / 1e9, "LOST",
+          e.count and tostring(e.count) or "some", e.overrun and " (buffer overrun)" or ""))
       else
         io.write(("%-15.6f %-5s %7d %7s %-16s %s\n"):format(e.time_ns / 1e9, e.type, e.pid,
           e.ppid and tostring(e.ppid) or "-", e.comm and printable(e.comm) or "?", event_detail(e)))
