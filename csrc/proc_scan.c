@@ -199,10 +199,17 @@ int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache
 		tk_proc_scanner_drop_cache(s);
 	if (lseek(s->proc_fd, 0, SEEK_SET) < 0)
 		return -errno;
-	/* What the other scanners hold now is not ours to use. */
+	/* What the other scanners hold is not ours to use, and what we may
+	 * take is reserved now, in the shared total, so two scans that start
+	 * together cannot both take the whole budget; the reservation becomes
+	 * what we really kept when the scan ends. */
 	{
-		size_t others = atomic_load(&cached_fds_total) - s->cache_len;
-		budget = others < s->cache_limit ? s->cache_limit - others : 0;
+		size_t total = atomic_load(&cached_fds_total), others;
+
+		do {
+			others = total - s->cache_len;
+			budget = others < s->cache_limit ? s->cache_limit - others : 0;
+		} while (!atomic_compare_exchange_weak(&cached_fds_total, &total, others + budget));
 	}
 
 	for (;;) {
@@ -273,7 +280,7 @@ done:
 		s->cache = s->next;
 		s->next = t;
 		atomic_fetch_add(&cached_fds_total, next_len);
-		atomic_fetch_sub(&cached_fds_total, s->cache_len);
+		atomic_fetch_sub(&cached_fds_total, budget);
 		s->cache_len = next_len;
 	}
 	return err;
