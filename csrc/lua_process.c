@@ -184,9 +184,11 @@ static int pidfd_wait(lua_State *L)
 	if (!p->reaped) {
 		r = tk_pidfd_wait(p->fd, timeout, &p->status);
 		if (r == -ETIMEDOUT) {
+			char secs[32];
+			snprintf(secs, sizeof secs, "%g", (double)timeout / 1000.0);
 			lua_pushnil(L);
-			lua_pushfstring(L, "wait: process %d still running after %f s (wait again, "
-			                "or signal it)", (int)p->pid, (lua_Number)timeout / 1000.0);
+			lua_pushfstring(L, "wait: process %d still running after %s s (wait again, "
+			                "or signal it)", (int)p->pid, secs);
 			lua_pushinteger(L, ETIMEDOUT);
 			return 3;
 		}
@@ -609,7 +611,9 @@ static int l_spawn(lua_State *L)
 	if (st->argv == NULL)
 		return luaL_error(L, "spawn: out of memory");
 	for (lua_Integer i = 1; i <= argc; i++) {
-		lua_rawgeti(L, 1, i);
+		if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
+			luaL_error(L, "bad argument #1 to 'spawn' (t[%I]: string expected, got %s)", i,
+			           luaL_typename(L, -1));
 		st->argv[i - 1] = owned_string(L, -1, "argument");
 		st->argc++;
 		lua_pop(L, 1);

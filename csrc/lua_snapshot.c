@@ -591,6 +591,47 @@ static int l_stat_parse(lua_State *L)
 	return 1;
 }
 
+/* core.snapshot_from_stat({line, ...}): a snapshot (backend "stat") of
+ * the given /proc/<pid>/stat lines, parsed as the proc backend parses them
+ * (uid 0: it is not in the text). For tools reading saved /proc text, and
+ * for specs of what a non-atomic /proc scan can record. */
+static int l_snapshot_from_stat(lua_State *L)
+{
+	struct tk_units units;
+	struct lsnap *s;
+	lua_Integer n;
+
+	luaL_checktype(L, 1, LUA_TTABLE);
+	tk_check_nargs(L, 1);
+	n = (lua_Integer)lua_rawlen(L, 1);
+	tk_units_init(&units);
+	/* Created first: its __gc frees the records if a bad line raises. */
+	s = lua_newuserdatauv(L, sizeof *s, 0);
+	memset(s, 0, sizeof *s);
+	s->backend = "stat";
+	luaL_setmetatable(L, TK_SNAPSHOT_MT);
+	s->time_ns = tk_boottime_ns();
+	for (lua_Integer i = 1; i <= n; i++) {
+		struct tk_record rec, *slot;
+		size_t len;
+		const char *text;
+
+		if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
+			luaL_argerror(L, 1, lua_pushfstring(L, "line %I: string expected", i));
+		text = lua_tolstring(L, -1, &len);
+		if (tk_stat_parse(text, len, &units, &rec) < 0)
+			luaL_argerror(L, 1, lua_pushfstring(L, "line %I: not a /proc/<pid>/stat line", i));
+		lua_pop(L, 1);
+		slot = tk_recbuf_push(&s->rb);
+		if (slot == NULL)
+			return luaL_error(L, "snapshot_from_stat: out of memory");
+		*slot = rec;
+	}
+	tk_recbuf_sort(&s->rb);
+	gc_account(L, &s->rb);
+	return 1;
+}
+
 /*** Open descriptors of the /proc fd cache: this state's snapshots' (`fds`),
  * every /proc reader's in the process together, poll event streams
  * included (`process_fds`), and the budget they share (`limit`).
@@ -690,6 +731,8 @@ void tk_snapshot_open(lua_State *L)
 	lua_setfield(L, -2, "delta");
 	lua_pushcfunction(L, l_stat_parse);
 	lua_setfield(L, -2, "stat_parse");
+	lua_pushcfunction(L, l_snapshot_from_stat);
+	lua_setfield(L, -2, "snapshot_from_stat");
 	luaL_setfuncs(L, bpf_funcs, 0);
 #ifdef TK_NO_BPF
 	lua_pushboolean(L, 0);

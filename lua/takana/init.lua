@@ -125,7 +125,7 @@ function M.spawn(t, ...)
       local hint = errno == ENOENT and " (create it first, e.g. with cgroup:mkdir())" or ""
       return nil, "spawn " .. tostring(rawget(t, 1)) .. ": " .. err .. hint, errno
     end
-    local copy = table.move(t, 1, #t, 1, {})
+    local copy = table.move(t, 1, rawlen(t), 1, {})   -- argv has the raw length, as in core.spawn
     for k, v in pairs(t) do copy[k] = v end
     copy.cgroup = cg
     local child, e2, n2 = core.spawn(copy)
