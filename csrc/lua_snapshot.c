@@ -63,11 +63,15 @@ static void field_push(lua_State *L, const struct tk_record *r, int id)
 	}
 }
 
+/* Every allocation below may run a collection step, and with it any
+ * finalizer, which can reach a snapshot's __gc by hand: read from a copy. */
 static void record_table_push(lua_State *L, const struct tk_record *r)
 {
+	struct tk_record rec = *r;
+
 	lua_createtable(L, 0, FLD_COUNT);
 	for (int id = 0; id < FLD_COUNT; id++) {
-		field_push(L, r, id);
+		field_push(L, &rec, id);
 		lua_setfield(L, -2, field_names[id]);
 	}
 }
@@ -226,7 +230,9 @@ static int snap_totable(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	lua_createtable(L, (int)s->rb.len, 0);
-	for (size_t i = 0; i < s->rb.len; i++) {
+	/* Checked again on each turn: a finalizer run by an allocation can
+	 * call __gc by hand. */
+	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
 		record_table_push(L, &s->rb.recs[i]);
 		lua_rawseti(L, -2, (lua_Integer)i + 1);
 	}
@@ -257,7 +263,7 @@ static int snap_children(lua_State *L)
 	}
 	if (!recursive) {
 		lua_newtable(L);
-		for (size_t i = 0; i < s->rb.len; i++) {
+		for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
 			const struct tk_record *r = &s->rb.recs[i];
 			if (r->ppid == pid && r->pid != pid) {
 				lua_pushinteger(L, r->pid);
@@ -268,13 +274,15 @@ static int snap_children(lua_State *L)
 	}
 	{
 		/* Scratch in userdata: a raise while the table fills leaks nothing. */
-		size_t len = s->rb.len, nout;
+		size_t len = s->rb.len, at = (size_t)(root - s->rb.recs), nout;
 		void *scratch = lua_newuserdatauv(L, tk_descendants_scratch(len), 0);
 		uint32_t *out = lua_newuserdatauv(L, (len ? len : 1) * sizeof *out, 0);
 
-		nout = tk_recbuf_descendants(&s->rb, (size_t)(root - s->rb.recs), scratch, out);
+		/* The allocations may have run a finalizer that called __gc. */
+		snap_alive(L, s);
+		nout = tk_recbuf_descendants(&s->rb, at, scratch, out);
 		lua_createtable(L, nout > INT32_MAX ? INT32_MAX : (int)nout, 0);
-		for (size_t i = 0; i < nout; i++) {
+		for (size_t i = 0; snap_alive(L, s) && i < nout; i++) {
 			lua_pushinteger(L, s->rb.recs[out[i]].pid);
 			lua_rawseti(L, -2, (lua_Integer)i + 1);
 		}
@@ -400,7 +408,9 @@ static int l_delta(lua_State *L)
 	lua_newtable(L); /* t+5 started */
 	lua_newtable(L); /* t+6 exited */
 
-	while (i < a->rb.len || j < b->rb.len) {
+	/* Both checked on each turn (a finalizer can call __gc by hand), and
+	 * every value is read before the pushes of a turn. */
+	while (snap_alive(L, a) && snap_alive(L, b) && (i < a->rb.len || j < b->rb.len)) {
 		const struct tk_record *ra = i < a->rb.len ? &a->rb.recs[i] : NULL;
 		const struct tk_record *rb = j < b->rb.len ? &b->rb.recs[j] : NULL;
 
@@ -413,8 +423,9 @@ static int l_delta(lua_State *L)
 			pid_list_append(L, t + 5, &nstarted, rb->pid);
 			j++;
 		} else if (!same_process(ra, rb, units.ns_per_tick)) {
-			pid_list_append(L, t + 6, &nexited, ra->pid);
-			pid_list_append(L, t + 5, &nstarted, rb->pid);
+			uint32_t old_pid = ra->pid, new_pid = rb->pid;
+			pid_list_append(L, t + 6, &nexited, old_pid);
+			pid_list_append(L, t + 5, &nstarted, new_pid);
 			i++;
 			j++;
 		} else {

@@ -104,6 +104,41 @@ describe("audit item 2: use-after-free from plain Lua", function()
     assert.is_true(#other > 0, "another snapshot is untouched")
   end)
 
+  it("a finalizer that calls __gc by hand in the middle of a method makes it raise", function()
+    -- A collection step can run at any allocation of totable(), children()
+    -- or delta(), and a finalizer there can reach the snapshot's __gc.
+    local gc = getmetatable(assert(takana.snapshot { backend = "proc" })).__gc
+    local methods = {
+      totable = function(s) return s:totable() end,
+      children = function(s) return s:children(1, true) end,
+      delta = function(s, other) return takana.delta(other, s) end,
+      get = function(s) for pid = 1, 400 do s:get(pid) end end,
+    }
+    for name, call in pairs(methods) do
+      local other = assert(takana.snapshot { backend = "proc" })
+      local snap = assert(takana.snapshot { backend = "proc" })
+      local where
+      collectgarbage("collect")
+      -- Minor collections after 1% growth: one comes inside the method.
+      collectgarbage("generational", 1, 100)
+      for _ = 1, 10 do
+        setmetatable({}, { __gc = function()
+          if not where then where = debug.traceback() gc(snap) end
+        end })
+      end
+      local ok, err = pcall(function() for _ = 1, 500 do call(snap, other) end end)
+      collectgarbage("incremental")
+      collectgarbage("collect")
+      assert.is_string(where, name)
+      -- It ran inside the method's C code, and the method raised.
+      local frame = where:match("__gc'\n%s*([^\n]*)")
+      assert.matches("^%[C%]: in ", frame, nil, nil, name .. ": " .. where)
+      assert.is_nil(frame:find("collectgarbage", 1, true), name .. ": " .. where)
+      assert.is_false(ok, name)
+      assert.matches(COLLECTED, err, 1, true)
+    end
+  end)
+
   it("a view keeps its snapshot alive", function()
     local function view()
       local snap = assert(takana.snapshot { backend = "proc" })
