@@ -312,9 +312,14 @@ describe("waiting for many", function()
     assert.has_error(function() takana.poll({ slow }, -1) end)
   end)
 
-  it("waits on 1,000 children at once", function()
+  it("waits on 1,000 children at once (fewer when the descriptor limit is a login's 1,024)", function()
+    -- One pidfd per child: leave room for what busted and the other specs
+    -- hold, with the /proc cache given back first.
+    takana.proc_cache_close()
+    local limit = tonumber(assert(io.popen("ulimit -n")):read("l")) or 1024
+    local n = math.min(1000, limit - H.count_fds() - 64)
     local kids = {}
-    for i = 1, 1000 do kids[i] = spawn_ok { "sleep", "30" } end
+    for i = 1, n do kids[i] = spawn_ok { "sleep", "30" } end
     for _, k in ipairs(kids) do k:signal("TERM") end
     local pending_kids = kids
     local seen = 0
@@ -332,7 +337,7 @@ describe("waiting for many", function()
       for _, k in ipairs(pending_kids) do if not done[k] then rest[#rest + 1] = k end end
       pending_kids = rest
     end
-    assert.equal(1000, seen)
+    assert.equal(n, seen)
   end)
 
   it("works in a cqueues coroutine", function()
