@@ -93,7 +93,8 @@ M.delta = core.delta
 
 --- Opens a pidfd on a process: signals reach that process even after its
 -- pid is reused, and the descriptor turns readable when it exits.
--- Methods: `:signal(sig)`, `:alive()`, `:wait(timeout_s)` (children only),
+-- Methods: `:signal(sig)`, `:alive()`, `:wait(timeout_s)` (children only;
+-- 0..1 year, nil forever; running out is `nil, message, ETIMEDOUT`),
 -- `:fileno()`, `:pollfd()`/`:events()`/`:timeout()` (cqueues), `:close()`.
 -- @function pidfd
 -- @int pid
@@ -139,7 +140,8 @@ end
 --- Waits until at least one object is readable (a pidfd whose process
 -- exited, a pipe with data...). For scripts without an event loop.
 -- @tparam {object,...} objects anything with `:fileno()`
--- @number[opt] timeout seconds; nil waits forever
+-- @number[opt] timeout seconds, 0 to 1 year (longer raises; waits past
+--   epoll's 24.8 days go in slices); nil waits forever
 -- @treturn[1] {object,...} the ready ones, in the order given (empty on timeout)
 -- @treturn[2] nil, message, errno
 function M.poll(objects, timeout, ...)
