@@ -58,7 +58,7 @@ describe("audit item 2: use-after-free from plain Lua", function()
         seen.tostring = tostring(v)
       end })
       local snap = assert(takana.snapshot { backend = "proc" })
-      for p in snap:each() do keeper.view = p break end
+      keeper.view = snap:each()()
       assert.equal("number", math.type(keeper.view.pid) and "number")
     end
     make()
@@ -258,12 +258,10 @@ describe("audit: bad input through metamethods that run Lua and collect", functi
     assert.is_true(ok, err)
     local snap = assert(takana.snapshot { backend = "proc" })
     local key = collecting({})
-    for p in snap:each() do
-      assert.is_nil(p[key])
-      assert.is_nil(p[1])
-      assert.is_nil(p.nonexistent)
-      break
-    end
+    local p = snap:each()()
+    assert.is_nil(p[key])
+    assert.is_nil(p[1])
+    assert.is_nil(p.nonexistent)
     assert.is_nil(snap[key])
     assert.is_nil(snap[1])
     assert.has_error(function() snap:get(key) end)
@@ -757,9 +755,13 @@ describe("audit item 19: spawn, timeouts and arguments", function()
       assert.matches("expected", err, 1, true)
     end
     -- __close passes the error object as a second argument: still closes.
-    do
-      local d <close> = assert(takana.pidfd(c.pid))
-    end
+    local d
+    assert.has_error(function()
+      local held <close> = assert(takana.pidfd(c.pid))
+      d = held
+      error("leaving the scope with an error")
+    end, "leaving the scope with an error")
+    assert.matches("closed", tostring(d))
     c:signal("KILL")
     c:wait()
     c:close()
