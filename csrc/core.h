@@ -51,6 +51,15 @@ const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
  * result. */
 const uint64_t *tk_pid_keys_sort(uint64_t *keys, uint64_t *tmp, size_t n, uint32_t max_pid);
 
+/* Every descendant of rb->recs[root] (a sorted buffer), breadth-first,
+ * children in pid order, each once even when the records hold a parent
+ * cycle. Writes record indexes to out (room for rb->len) and returns their
+ * count. O(n); scratch holds tk_descendants_scratch(rb->len) bytes, 8-byte
+ * aligned. */
+size_t tk_descendants_scratch(size_t n);
+size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scratch,
+                             uint32_t *out);
+
 uint64_t tk_clock_ns(clockid_t clock);
 uint64_t tk_boottime_ns(void);
 

@@ -19,13 +19,6 @@
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
 
-/* execve takes char *const argv[] for historical reasons and never writes
- * through it; Lua strings are const. */
-static char *exec_string(const char *s)
-{
-	return (char *)(uintptr_t)s;
-}
-
 struct lpidfd {
 	int fd;           /* -1 once closed */
 	pid_t pid;
@@ -52,16 +45,17 @@ static struct lpidfd *pidfd_new(lua_State *L)
 	return p;
 }
 
-/* Converts seconds (nil = forever) to poll milliseconds, rounding up. */
-static int timeout_ms_check(lua_State *L, int idx)
+/* Converts seconds (nil = forever) to milliseconds, rounding up. A year
+ * is 3.2e10 ms, past an int: the waits below take it in slices. */
+static int64_t timeout_ms_check(lua_State *L, int idx)
 {
 	lua_Number s;
 
 	if (lua_isnoneornil(L, idx))
 		return -1;
 	s = luaL_checknumber(L, idx);
-	luaL_argcheck(L, s >= 0 && s <= 86400.0 * 365, idx, "timeout must be 0..1 year (seconds)");
-	return (int)ceil(s * 1000.0);
+	luaL_argcheck(L, s >= 0 && s <= TK_TIMEOUT_MAX_S, idx, "timeout must be 0..1 year (seconds)");
+	return (int64_t)ceil(s * 1000.0);
 }
 
 /* Signal by number or by name: "TERM", "SIGTERM", "term". */
@@ -174,25 +168,29 @@ static void exit_push(lua_State *L, const struct tk_exit *e)
 
 /*** Waits for a child to exit and reaps it.
  * @function pidfd:wait
- * @number[opt] timeout seconds; nil waits forever
+ * @number[opt] timeout seconds (0..1 year); nil waits forever
  * @treturn[1] table `{exited=true, code=n}` or `{signaled=true, signal=n, core=bool}`;
  *   the same table again on later calls
- * @treturn[2] nil, "timeout"
+ * @treturn[2] nil, "wait: process <pid> still running after <t> s", ETIMEDOUT
  * @treturn[3] nil, message, errno (ECHILD: not a child of this process)
  * @see waitid(2) */
 static int pidfd_wait(lua_State *L)
 {
 	struct lpidfd *p = pidfd_check(L, 1);
-	int timeout = timeout_ms_check(L, 2);
+	int64_t timeout = timeout_ms_check(L, 2);
 	int r;
 
 	tk_check_nargs(L, 2);
 	if (!p->reaped) {
 		r = tk_pidfd_wait(p->fd, timeout, &p->status);
 		if (r == -ETIMEDOUT) {
+			char secs[32];
+			snprintf(secs, sizeof secs, "%g", (double)timeout / 1000.0);
 			lua_pushnil(L);
-			lua_pushliteral(L, "timeout");
-			return 2;
+			lua_pushfstring(L, "wait: process %d still running after %s s (wait again, "
+			                "or signal it)", (int)p->pid, secs);
+			lua_pushinteger(L, ETIMEDOUT);
+			return 3;
 		}
 		if (r == -ECHILD) {
 			lua_pushnil(L);
@@ -213,6 +211,7 @@ static int pidfd_wait(lua_State *L)
 static int pidfd_fileno(lua_State *L)
 {
 	struct lpidfd *p = pidfd_check(L, 1);
+	tk_check_nargs(L, 1);
 	lua_pushinteger(L, p->fd);
 	return 1;
 }
@@ -221,6 +220,7 @@ static int pidfd_fileno(lua_State *L)
 static int pidfd_events(lua_State *L)
 {
 	pidfd_check(L, 1);
+	tk_check_nargs(L, 1);
 	lua_pushliteral(L, "r");
 	return 1;
 }
@@ -228,14 +228,14 @@ static int pidfd_events(lua_State *L)
 static int pidfd_timeout(lua_State *L)
 {
 	pidfd_check(L, 1);
+	tk_check_nargs(L, 1);
 	lua_pushnil(L);
 	return 1;
 }
 
-/*** Closes the pidfd; safe to call twice. Serves __gc and __close too.
- * Pipe ends of a spawned child are closed with it.
- * @function pidfd:close */
-static int pidfd_close(lua_State *L)
+/* __gc and __close (which Lua calls with the error object as a second
+ * argument): safe to call twice. */
+static int pidfd_release(lua_State *L)
 {
 	struct lpidfd *p = luaL_checkudata(L, 1, TK_PIDFD_MT);
 
@@ -244,6 +244,16 @@ static int pidfd_close(lua_State *L)
 		p->fd = -1;
 	}
 	return 0;
+}
+
+/*** Closes the pidfd; safe to call twice. __gc and __close do the same.
+ * Pipe ends of a spawned child are closed with it.
+ * @function pidfd:close */
+static int pidfd_close(lua_State *L)
+{
+	luaL_checkudata(L, 1, TK_PIDFD_MT);
+	tk_check_nargs(L, 1);
+	return pidfd_release(L);
 }
 
 static int pidfd_tostring(lua_State *L)
@@ -261,9 +271,9 @@ static int pidfd_tostring(lua_State *L)
 static int pidfd_index(lua_State *L)
 {
 	struct lpidfd *p = luaL_checkudata(L, 1, TK_PIDFD_MT);
-	const char *key = lua_tostring(L, 2);
 
 	if (lua_type(L, 2) == LUA_TSTRING) {
+		const char *key = lua_tostring(L, 2);
 		if (strcmp(key, "pid") == 0) {
 			lua_pushinteger(L, p->pid);
 			return 1;
@@ -310,14 +320,31 @@ static int stream_push(lua_State *L, int fd, const char *mode)
 	return 1;
 }
 
+/* Every string the child needs (argv, env, cwd) is copied here: options
+ * are read with lua_getfield, whose __index can run Lua code that drops the
+ * caller's strings and collects them, so no pointer into a Lua string may
+ * outlive the option read that produced it. */
 struct spawn_state {
 	struct tk_spawn_opts o;
-	char **argv;
-	char **envp;
+	char **argv;           /* owned strings, argc of them */
+	size_t argc;
+	char **envp;           /* owned strings, envc of them; NULL: environ */
+	size_t envc;
+	char *cwd;
+	char *cgroup_path;     /* for messages */
 	int owned[8];          /* fds opened here, closed after the spawn */
 	int nowned;
 	int parent_end[3];     /* our ends of "pipe" streams, -1 otherwise */
 };
+
+static void strings_free(char **v, size_t n)
+{
+	if (v == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
 
 static void spawn_state_free(struct spawn_state *st)
 {
@@ -332,9 +359,13 @@ static void spawn_state_free(struct spawn_state *st)
 	if (st->o.cgroup_fd >= 0)
 		close(st->o.cgroup_fd);
 	st->o.cgroup_fd = -1;
-	free(st->argv);
-	free(st->envp);
+	strings_free(st->argv, st->argc);
+	strings_free(st->envp, st->envc);
+	free(st->cwd);
+	free(st->cgroup_path);
 	st->argv = st->envp = NULL;
+	st->argc = st->envc = 0;
+	st->cwd = st->cgroup_path = NULL;
 }
 
 /* The state lives in a userdata whose __gc frees it, so a raised error
@@ -359,9 +390,28 @@ static const char *checked_string(lua_State *L, int idx, const char *what)
 	return s;
 }
 
+/* A malloc'ed copy of the string at idx, owned by the spawn state. */
+static char *owned_string(lua_State *L, int idx, const char *what)
+{
+	char *copy = strdup(checked_string(L, idx, what));
+	if (copy == NULL)
+		luaL_error(L, "spawn: out of memory");
+	return copy;
+}
+
+/* "bad argument #1 to 'spawn' (option 'x': <want> expected, got <type>)":
+ * the option's own type, not the table's. */
+static int option_type_error(lua_State *L, const char *name, const char *want, int idx)
+{
+	return luaL_error(L, "bad argument #1 to 'spawn' (option '%s': %s expected, got %s)",
+	                  name, want, luaL_typename(L, idx));
+}
+
 static const char *const stdio_names[3] = { "stdin", "stdout", "stderr" };
 
-static void stdio_option(lua_State *L, struct spawn_state *st, int i)
+/* Misuse raises; a descriptor that cannot be made returns -errno with the
+ * step in *step. */
+static int stdio_option(lua_State *L, struct spawn_state *st, int i, const char **step)
 {
 	int t = lua_getfield(L, 1, stdio_names[i]);
 
@@ -373,14 +423,18 @@ static void stdio_option(lua_State *L, struct spawn_state *st, int i)
 		if (strcmp(v, "inherit") == 0) {
 		} else if (strcmp(v, "null") == 0) {
 			int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-			if (fd < 0)
-				luaL_error(L, "spawn: open /dev/null: %s", strerror(errno));
+			if (fd < 0) {
+				*step = "open /dev/null";
+				return -errno;
+			}
 			st->owned[st->nowned++] = fd;
 			st->o.fds[i] = fd;
 		} else if (strcmp(v, "pipe") == 0) {
 			int p[2];
-			if (pipe2(p, O_CLOEXEC) < 0)
-				luaL_error(L, "spawn: pipe: %s", strerror(errno));
+			if (pipe2(p, O_CLOEXEC) < 0) {
+				*step = "pipe";
+				return -errno;
+			}
 			/* the child reads stdin's read end and writes the others */
 			st->o.fds[i] = i == 0 ? p[0] : p[1];
 			st->parent_end[i] = i == 0 ? p[1] : p[0];
@@ -405,6 +459,7 @@ static void stdio_option(lua_State *L, struct spawn_state *st, int i)
 		}
 	}
 	lua_pop(L, 1);
+	return 0;
 }
 
 /* Misuse raises; a path that cannot be opened returns -errno. */
@@ -419,15 +474,21 @@ static int cgroup_option(lua_State *L, struct spawn_state *st)
 		return 0;
 	}
 	if (t == LUA_TSTRING) {
-		const char *path = checked_string(L, -1, "cgroup");
-		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		st->cgroup_path = owned_string(L, -1, "cgroup");
+		fd = open(st->cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0)
 			return -errno;
 	} else {
 		/* A takana.cgroup handle: its directory fd. */
+		if (luaL_testudata(L, -1, TK_CGROUP_MT) == NULL)
+			luaL_error(L, "bad argument #1 to 'spawn' (cgroup: path or takana.cgroup handle expected)");
+		lua_getfield(L, -1, "path");
+		if (lua_type(L, -1) == LUA_TSTRING)
+			st->cgroup_path = owned_string(L, -1, "cgroup path");
+		lua_pop(L, 1);
 		fd = fcntl(tk_cgroup_dirfd(L, -1), F_DUPFD_CLOEXEC, 3);
 		if (fd < 0)
-			luaL_error(L, "spawn: cgroup handle: %s", strerror(errno));
+			return -errno;
 	}
 	st->o.cgroup_fd = fd;
 	if (fstatfs(fd, &sfs) < 0 || sfs.f_type != CGROUP2_SUPER_MAGIC)
@@ -436,17 +497,16 @@ static int cgroup_option(lua_State *L, struct spawn_state *st)
 	return 0;
 }
 
-/* Built NAME=value strings are kept alive in the table at stack index anchors. */
-static void env_option(lua_State *L, struct spawn_state *st, int anchors)
+static void env_option(lua_State *L, struct spawn_state *st)
 {
-	size_t n = 0, i = 0;
+	size_t n = 0;
 
 	if (lua_getfield(L, 1, "env") == LUA_TNIL) {
 		lua_pop(L, 1);
-		st->envp = NULL;
 		return;
 	}
-	luaL_argexpected(L, lua_istable(L, -1), 1, "env as a table");
+	if (!lua_istable(L, -1))
+		option_type_error(L, "env", "a table of NAME = value strings", -1);
 	lua_pushnil(L);
 	while (lua_next(L, -2)) {
 		n++;
@@ -455,9 +515,14 @@ static void env_option(lua_State *L, struct spawn_state *st, int anchors)
 	st->envp = calloc(n + 1, sizeof *st->envp);
 	if (st->envp == NULL)
 		luaL_error(L, "spawn: out of memory");
+	/* lua_next runs no Lua code: the table cannot change under it. */
 	lua_pushnil(L);
 	while (lua_next(L, -2)) {
-		const char *v = checked_string(L, -1, "env value");
+		const char *v;
+		/* A finalizer run by an allocation here could add entries. */
+		if (st->envc == n)
+			luaL_error(L, "bad argument #1 to 'spawn' (env changed while it was read)");
+		v = checked_string(L, -1, "env value");
 		if (lua_type(L, -2) == LUA_TSTRING) {
 			const char *k = checked_string(L, -2, "env name");
 			if (*k == '\0' || strchr(k, '=') != NULL)
@@ -468,11 +533,40 @@ static void env_option(lua_State *L, struct spawn_state *st, int anchors)
 				luaL_error(L, "bad argument #1 to 'spawn' (env entry '%s' is not NAME=value)", v);
 			lua_pushvalue(L, -1);
 		}
-		st->envp[i++] = exec_string(lua_tostring(L, -1));
-		lua_rawseti(L, anchors, (lua_Integer)i);
-		lua_pop(L, 1);
+		st->envp[st->envc] = owned_string(L, -1, "env entry");
+		st->envc++;
+		lua_pop(L, 2);
 	}
 	lua_pop(L, 1);
+}
+
+/* The message of a failed spawn: the object, the cause and what to do. */
+static void spawn_error_context(struct spawn_state *st, const struct tk_spawn_result *res,
+                                int r, char *ctx, size_t len)
+{
+	const char *prog = st->argv[0];
+	const char *cg = st->cgroup_path ? st->cgroup_path : "(handle)";
+
+	if (res->failed_step != NULL && strcmp(res->failed_step, "chdir") == 0)
+		snprintf(ctx, len, "spawn %s: chdir %s", prog, st->cwd);
+	else if (res->failed_step != NULL)
+		snprintf(ctx, len, "spawn %s: %s", prog, res->failed_step);
+	else if (st->o.cgroup_fd >= 0 && !res->exec_failed && (r == -ENOENT || r == -ENODEV))
+		snprintf(ctx, len, "spawn %s: cgroup %s was removed (recreate it or pick another)",
+		         prog, cg);
+	else if (st->o.cgroup_fd >= 0 && !res->exec_failed && (r == -EACCES || r == -EPERM))
+		snprintf(ctx, len, "spawn %s: entering cgroup %s needs write access to its "
+		         "cgroup.procs and to the common ancestor's (run as root or delegate the "
+		         "cgroup to this user)", prog, cg);
+	else if (st->o.cgroup_fd >= 0 && !res->exec_failed && r == -EBUSY)
+		snprintf(ctx, len, "spawn %s: cgroup %s has controllers enabled for its children "
+		         "(no internal processes: spawn into a leaf cgroup)", prog, cg);
+	else
+		snprintf(ctx, len, "spawn %s", prog);
+	if (r == -EOPNOTSUPP && st->o.cgroup_fd >= 0)
+		snprintf(ctx, len, "spawn %s: clone3 unavailable, a cgroup cannot be "
+		         "entered atomically (pass cgroup_fallback='attach' to move it after start)",
+		         prog);
 }
 
 /*** Starts a program: clone3 + CLONE_VFORK on a small stack, straight into
@@ -489,7 +583,7 @@ static int l_spawn(lua_State *L)
 	struct tk_spawn_result res;
 	struct lpidfd *p;
 	lua_Integer argc;
-	int r, anchors;
+	int r;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
 	tk_check_nargs(L, 1);
@@ -506,28 +600,31 @@ static int l_spawn(lua_State *L)
 	lua_pushcfunction(L, spawn_state_gc);
 	lua_setfield(L, -2, "__gc");
 	lua_setmetatable(L, -2);
-	lua_newtable(L);
-	anchors = lua_gettop(L);
 
 	st->argv = calloc((size_t)argc + 1, sizeof *st->argv);
 	if (st->argv == NULL)
 		return luaL_error(L, "spawn: out of memory");
 	for (lua_Integer i = 1; i <= argc; i++) {
-		lua_rawgeti(L, 1, i);
-		st->argv[i - 1] = exec_string(checked_string(L, -1, "argument"));
-		lua_pop(L, 1);   /* still referenced by t */
+		if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
+			luaL_error(L, "bad argument #1 to 'spawn' (t[%I]: string expected, got %s)", i,
+			           luaL_typename(L, -1));
+		st->argv[i - 1] = owned_string(L, -1, "argument");
+		st->argc++;
+		lua_pop(L, 1);
 	}
 	luaL_argcheck(L, st->argv[0][0] != '\0', 1, "program name is empty");
 
-	env_option(L, st, anchors);
+	env_option(L, st);
 	st->o.envp = st->envp ? st->envp : environ;
 	st->o.argv = st->argv;
 	st->o.search_path = getenv("PATH");
 	if (lua_getfield(L, 1, "cwd") != LUA_TNIL)
-		st->o.cwd = checked_string(L, -1, "cwd");
-	lua_pop(L, 1);   /* referenced by t */
+		st->cwd = owned_string(L, -1, "cwd");
+	st->o.cwd = st->cwd;
+	lua_pop(L, 1);
 	if (lua_getfield(L, 1, "setsid") != LUA_TNIL) {
-		luaL_argexpected(L, lua_isboolean(L, -1), 1, "setsid as a boolean");
+		if (!lua_isboolean(L, -1))
+			option_type_error(L, "setsid", "boolean", -1);
 		st->o.setsid = lua_toboolean(L, -1);
 	}
 	lua_pop(L, 1);
@@ -540,7 +637,7 @@ static int l_spawn(lua_State *L)
 		st->o.pgroup = (pid_t)g;
 		break;
 	}
-	default: luaL_argexpected(L, 0, 1, "pgroup as a boolean or a pgid");
+	default: option_type_error(L, "pgroup", "boolean or pgid", -1);
 	}
 	lua_pop(L, 1);
 	if (lua_getfield(L, 1, "cgroup_fallback") != LUA_TNIL) {
@@ -555,13 +652,27 @@ static int l_spawn(lua_State *L)
 	lua_pop(L, 1);
 	if (st->o.setsid && st->o.pgroup >= 0)
 		luaL_argerror(L, 1, "setsid and pgroup are exclusive");
-	for (int i = 0; i < 3; i++)
-		stdio_option(L, st, i);
+	for (int i = 0; i < 3; i++) {
+		const char *step = NULL;
+		r = stdio_option(L, st, i, &step);
+		if (r < 0) {
+			char ctx[256];
+			snprintf(ctx, sizeof ctx, "spawn %s: %s for %s", st->argv[0], step, stdio_names[i]);
+			spawn_state_free(st);
+			return tk_push_error(L, ctx, r);
+		}
+	}
 	r = cgroup_option(L, st);
 	if (r < 0) {
-		char ctx[256];
-		lua_getfield(L, 1, "cgroup");
-		snprintf(ctx, sizeof ctx, "spawn %s: cgroup %s", st->argv[0], lua_tostring(L, -1));
+		char ctx[512];
+		if (st->cgroup_path == NULL)
+			snprintf(ctx, sizeof ctx, "spawn %s: cgroup handle: duplicate its descriptor",
+			         st->argv[0]);
+		else if (r == -ENOENT)
+			snprintf(ctx, sizeof ctx, "spawn %s: cgroup %s does not exist (create it first, "
+			         "e.g. with cgroup:mkdir())", st->argv[0], st->cgroup_path);
+		else
+			snprintf(ctx, sizeof ctx, "spawn %s: cgroup %s", st->argv[0], st->cgroup_path);
 		spawn_state_free(st);
 		return tk_push_error(L, ctx, r);
 	}
@@ -569,17 +680,8 @@ static int l_spawn(lua_State *L)
 	p = pidfd_new(L);
 	r = tk_spawn(&st->o, &res);
 	if (r < 0) {
-		char ctx[256];
-		if (res.failed_step != NULL && strcmp(res.failed_step, "chdir") == 0)
-			snprintf(ctx, sizeof ctx, "spawn %s: chdir %s", st->argv[0], st->o.cwd);
-		else if (res.failed_step != NULL)
-			snprintf(ctx, sizeof ctx, "spawn %s: %s", st->argv[0], res.failed_step);
-		else
-			snprintf(ctx, sizeof ctx, "spawn %s", st->argv[0]);
-		if (r == -EOPNOTSUPP && st->o.cgroup_fd >= 0)
-			snprintf(ctx, sizeof ctx, "spawn %s: clone3 unavailable, a cgroup cannot be "
-			         "entered atomically (pass cgroup_fallback='attach' to move it after start)",
-			         st->argv[0]);
+		char ctx[512];
+		spawn_error_context(st, &res, r, ctx, sizeof ctx);
 		spawn_state_free(st);
 		return tk_push_error(L, ctx, r);
 	}
@@ -607,7 +709,8 @@ static int l_spawn(lua_State *L)
 static int l_poll_fds(lua_State *L)
 {
 	lua_Integer n;
-	int timeout, ep, ready, nready = 0;
+	int64_t timeout, deadline = 0;
+	int ep, ready, nready = 0;
 	struct epoll_event *evs;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
@@ -638,9 +741,17 @@ static int l_poll_fds(lua_State *L)
 			return tk_push_error(L, "poll: epoll_ctl", -e);
 		}
 	}
-	do
-		ready = epoll_wait(ep, evs, n > 0 ? (int)n : 1, timeout);
-	while (ready < 0 && errno == EINTR);
+	if (timeout > 0)
+		deadline = tk_monotonic_ms() + timeout;
+	for (;;) {
+		ready = epoll_wait(ep, evs, n > 0 ? (int)n : 1, tk_timeout_slice(timeout, deadline));
+		if (ready < 0 && errno != EINTR)
+			break;
+		if (ready > 0 || timeout == 0 || (timeout > 0 && tk_monotonic_ms() >= deadline))
+			break;
+	}
+	if (ready < 0 && errno == EINTR)
+		ready = 0;
 	close(ep);
 	if (ready < 0)
 		return tk_push_error(L, "poll: epoll_wait", -errno);
@@ -685,9 +796,9 @@ void tk_process_open(lua_State *L)
 	luaL_newlib(L, methods);
 	lua_pushcclosure(L, pidfd_index, 1);
 	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, pidfd_close);
+	lua_pushcfunction(L, pidfd_release);
 	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, pidfd_close);
+	lua_pushcfunction(L, pidfd_release);
 	lua_setfield(L, -2, "__close");
 	lua_pushcfunction(L, pidfd_tostring);
 	lua_setfield(L, -2, "__tostring");

@@ -11,11 +11,15 @@ struct lsnap {
 	struct tk_recbuf rb;
 	uint64_t time_ns;
 	const char *backend;   /* static string */
+	int collected;         /* __gc ran: the records are freed */
 };
 
-/* A movable view of one record; its user value keeps the snapshot alive. */
+/* A movable view of one record. Its user value keeps the snapshot alive;
+ * it holds an index, not a pointer, and every access checks the snapshot,
+ * because a finalizer can resurrect a view after its snapshot's __gc ran
+ * (both unreachable in one cycle, the other object finalized later). */
 struct lrecord {
-	const struct tk_record *rec;
+	size_t idx;            /* record shown: next - 1; none while next == 0 */
 	size_t next;           /* iteration position when used by snap:each() */
 };
 
@@ -59,18 +63,31 @@ static void field_push(lua_State *L, const struct tk_record *r, int id)
 	}
 }
 
+/* Every allocation below may run a collection step, and with it any
+ * finalizer, which can reach a snapshot's __gc by hand: read from a copy. */
 static void record_table_push(lua_State *L, const struct tk_record *r)
 {
+	struct tk_record rec = *r;
+
 	lua_createtable(L, 0, FLD_COUNT);
 	for (int id = 0; id < FLD_COUNT; id++) {
-		field_push(L, r, id);
+		field_push(L, &rec, id);
 		lua_setfield(L, -2, field_names[id]);
 	}
 }
 
+static struct lsnap *snap_alive(lua_State *L, struct lsnap *s)
+{
+	if (s->collected)
+		luaL_error(L, "snapshot used after its __gc ran (it was collected or finalized "
+		              "by hand): keep the snapshot referenced while you use it or its records");
+	return s;
+}
+
+/* Every method but __gc and __tostring: a collected snapshot raises. */
 static struct lsnap *snap_check(lua_State *L, int idx)
 {
-	return luaL_checkudata(L, idx, TK_SNAPSHOT_MT);
+	return snap_alive(L, luaL_checkudata(L, idx, TK_SNAPSHOT_MT));
 }
 
 static uint32_t pid_check(lua_State *L, int idx)
@@ -82,22 +99,41 @@ static uint32_t pid_check(lua_State *L, int idx)
 
 /* ---- record views -------------------------------------------------------- */
 
-static struct lrecord *record_check(lua_State *L, int idx)
+/* The snapshot a view belongs to (its user value), or NULL. */
+static struct lsnap *record_snap(lua_State *L, int idx)
+{
+	struct lsnap *s;
+
+	lua_getiuservalue(L, idx, 1);
+	s = luaL_testudata(L, -1, TK_SNAPSHOT_MT);
+	lua_pop(L, 1);   /* still referenced by the view's user value */
+	return s;
+}
+
+/* The record the view shows, checked against its snapshot on every use. */
+static const struct tk_record *record_check(lua_State *L, int idx)
 {
 	struct lrecord *r = luaL_checkudata(L, idx, TK_RECORD_MT);
-	if (r->rec == NULL)
+	struct lsnap *s = record_snap(L, idx);
+
+	if (s == NULL)
+		luaL_error(L, "record view without a snapshot");
+	snap_alive(L, s);
+	if (r->next == 0)
 		luaL_error(L, "record view used before its iteration started");
-	return r;
+	if (r->idx >= s->rb.len)
+		luaL_error(L, "record view past the end of its snapshot");
+	return &s->rb.recs[r->idx];
 }
 
 /* upvalue 1: field name -> id; upvalue 2: methods */
 static int record_index(lua_State *L)
 {
-	struct lrecord *r = record_check(L, 1);
+	const struct tk_record *r = record_check(L, 1);
 
 	lua_pushvalue(L, 2);
 	if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TNUMBER) {
-		field_push(L, r->rec, (int)lua_tointeger(L, -1));
+		field_push(L, r, (int)lua_tointeger(L, -1));
 		return 1;
 	}
 	lua_pushvalue(L, 2);
@@ -110,31 +146,35 @@ static int record_index(lua_State *L)
  * @treturn table the record's fields */
 static int record_totable(lua_State *L)
 {
-	struct lrecord *r = record_check(L, 1);
+	const struct tk_record *r = record_check(L, 1);
 	tk_check_nargs(L, 1);
-	record_table_push(L, r->rec);
+	record_table_push(L, r);
 	return 1;
 }
 
 static int record_tostring(lua_State *L)
 {
 	struct lrecord *r = luaL_checkudata(L, 1, TK_RECORD_MT);
-	if (r->rec == NULL)
+	struct lsnap *s = record_snap(L, 1);
+
+	if (s == NULL || s->collected)
+		lua_pushliteral(L, "takana.Record (snapshot collected)");
+	else if (r->next == 0 || r->idx >= s->rb.len)
 		lua_pushliteral(L, "takana.Record (unset)");
 	else
-		lua_pushfstring(L, "takana.Record (pid %d, %s)", (int)r->rec->pid,
-		                r->rec->comm);
+		lua_pushfstring(L, "takana.Record (pid %d, %s)", (int)s->rb.recs[r->idx].pid,
+		                s->rb.recs[r->idx].comm);
 	return 1;
 }
 
 static int each_next(lua_State *L)
 {
-	struct lsnap *s = lua_touserdata(L, lua_upvalueindex(1));
+	struct lsnap *s = snap_alive(L, lua_touserdata(L, lua_upvalueindex(1)));
 	struct lrecord *r = lua_touserdata(L, lua_upvalueindex(2));
 
 	if (r->next >= s->rb.len)
 		return 0;
-	r->rec = &s->rb.recs[r->next++];
+	r->idx = r->next++;
 	lua_pushvalue(L, lua_upvalueindex(2));
 	return 1;
 }
@@ -152,7 +192,7 @@ static int snap_each(lua_State *L)
 	tk_check_nargs(L, 1);
 	lua_pushvalue(L, 1);
 	r = lua_newuserdatauv(L, sizeof *r, 1);
-	r->rec = NULL;
+	r->idx = 0;
 	r->next = 0;
 	luaL_setmetatable(L, TK_RECORD_MT);
 	lua_pushvalue(L, 1);
@@ -190,7 +230,9 @@ static int snap_totable(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	lua_createtable(L, (int)s->rb.len, 0);
-	for (size_t i = 0; i < s->rb.len; i++) {
+	/* Checked again on each turn: a finalizer run by an allocation can
+	 * call __gc by hand. */
+	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
 		record_table_push(L, &s->rb.recs[i]);
 		lua_rawseti(L, -2, (lua_Integer)i + 1);
 	}
@@ -208,31 +250,42 @@ static int snap_children(lua_State *L)
 	struct lsnap *s = snap_check(L, 1);
 	uint32_t pid = pid_check(L, 2);
 	int recursive = lua_toboolean(L, 3);
-	lua_Integer n = 0, head = 1;
+	const struct tk_record *root;
+	lua_Integer n = 0;
 
 	tk_check_nargs(L, 3);
 	if (!lua_isnoneornil(L, 3))
 		luaL_checktype(L, 3, LUA_TBOOLEAN);
-	if (tk_recbuf_find(&s->rb, pid) == NULL) {
+	root = tk_recbuf_find(&s->rb, pid);
+	if (root == NULL) {
 		lua_pushnil(L);
 		return 1;
 	}
-	lua_newtable(L);
-	/* Breadth-first over the result array itself: each pass appends the
-	 * children of the next pid in it. pid 0's "children" are never asked. */
-	for (;;) {
-		for (size_t i = 0; i < s->rb.len; i++) {
+	if (!recursive) {
+		lua_newtable(L);
+		for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
 			const struct tk_record *r = &s->rb.recs[i];
 			if (r->ppid == pid && r->pid != pid) {
 				lua_pushinteger(L, r->pid);
 				lua_rawseti(L, -2, ++n);
 			}
 		}
-		if (!recursive || head > n)
-			break;
-		lua_rawgeti(L, -1, head++);
-		pid = (uint32_t)lua_tointeger(L, -1);
-		lua_pop(L, 1);
+		return 1;
+	}
+	{
+		/* Scratch in userdata: a raise while the table fills leaks nothing. */
+		size_t len = s->rb.len, at = (size_t)(root - s->rb.recs), nout;
+		void *scratch = lua_newuserdatauv(L, tk_descendants_scratch(len), 0);
+		uint32_t *out = lua_newuserdatauv(L, (len ? len : 1) * sizeof *out, 0);
+
+		/* The allocations may have run a finalizer that called __gc. */
+		snap_alive(L, s);
+		nout = tk_recbuf_descendants(&s->rb, at, scratch, out);
+		lua_createtable(L, nout > INT32_MAX ? INT32_MAX : (int)nout, 0);
+		for (size_t i = 0; snap_alive(L, s) && i < nout; i++) {
+			lua_pushinteger(L, s->rb.recs[out[i]].pid);
+			lua_rawseti(L, -2, (lua_Integer)i + 1);
+		}
 	}
 	return 1;
 }
@@ -244,18 +297,23 @@ static int snap_len(lua_State *L)
 	return 1;
 }
 
+/* Safe to call twice (a script can reach it through getmetatable). */
 static int snap_gc(lua_State *L)
 {
-	struct lsnap *s = snap_check(L, 1);
+	struct lsnap *s = luaL_checkudata(L, 1, TK_SNAPSHOT_MT);
 	tk_recbuf_free(&s->rb);
+	s->collected = 1;
 	return 0;
 }
 
 static int snap_tostring(lua_State *L)
 {
-	struct lsnap *s = snap_check(L, 1);
-	lua_pushfstring(L, "takana.Snapshot (%s, %d processes)", s->backend,
-	                (int)s->rb.len);
+	struct lsnap *s = luaL_checkudata(L, 1, TK_SNAPSHOT_MT);
+	if (s->collected)
+		lua_pushfstring(L, "takana.Snapshot (%s, collected)", s->backend);
+	else
+		lua_pushfstring(L, "takana.Snapshot (%s, %d processes)", s->backend,
+		                (int)s->rb.len);
 	return 1;
 }
 
@@ -263,9 +321,10 @@ static int snap_tostring(lua_State *L)
 static int snap_index(lua_State *L)
 {
 	struct lsnap *s = snap_check(L, 1);
-	const char *key = lua_tostring(L, 2);
+	/* lua_tostring would turn a number key into a string in place. */
+	const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
 
-	if (key != NULL && lua_type(L, 2) == LUA_TSTRING) {
+	if (key != NULL) {
 		if (strcmp(key, "backend") == 0) {
 			lua_pushstring(L, s->backend);
 			return 1;
@@ -349,7 +408,9 @@ static int l_delta(lua_State *L)
 	lua_newtable(L); /* t+5 started */
 	lua_newtable(L); /* t+6 exited */
 
-	while (i < a->rb.len || j < b->rb.len) {
+	/* Both checked on each turn (a finalizer can call __gc by hand), and
+	 * every value is read before the pushes of a turn. */
+	while (snap_alive(L, a) && snap_alive(L, b) && (i < a->rb.len || j < b->rb.len)) {
 		const struct tk_record *ra = i < a->rb.len ? &a->rb.recs[i] : NULL;
 		const struct tk_record *rb = j < b->rb.len ? &b->rb.recs[j] : NULL;
 
@@ -362,8 +423,9 @@ static int l_delta(lua_State *L)
 			pid_list_append(L, t + 5, &nstarted, rb->pid);
 			j++;
 		} else if (!same_process(ra, rb, units.ns_per_tick)) {
-			pid_list_append(L, t + 6, &nexited, ra->pid);
-			pid_list_append(L, t + 5, &nstarted, rb->pid);
+			uint32_t old_pid = ra->pid, new_pid = rb->pid;
+			pid_list_append(L, t + 6, &nexited, old_pid);
+			pid_list_append(L, t + 5, &nstarted, new_pid);
 			i++;
 			j++;
 		} else {
@@ -540,6 +602,47 @@ static int l_stat_parse(lua_State *L)
 	return 1;
 }
 
+/* core.snapshot_from_stat({line, ...}): a snapshot (backend "stat") of
+ * the given /proc/<pid>/stat lines, parsed as the proc backend parses them
+ * (uid 0: it is not in the text). For tools reading saved /proc text, and
+ * for specs of what a non-atomic /proc scan can record. */
+static int l_snapshot_from_stat(lua_State *L)
+{
+	struct tk_units units;
+	struct lsnap *s;
+	lua_Integer n;
+
+	luaL_checktype(L, 1, LUA_TTABLE);
+	tk_check_nargs(L, 1);
+	n = (lua_Integer)lua_rawlen(L, 1);
+	tk_units_init(&units);
+	/* Created first: its __gc frees the records if a bad line raises. */
+	s = lua_newuserdatauv(L, sizeof *s, 0);
+	memset(s, 0, sizeof *s);
+	s->backend = "stat";
+	luaL_setmetatable(L, TK_SNAPSHOT_MT);
+	s->time_ns = tk_boottime_ns();
+	for (lua_Integer i = 1; i <= n; i++) {
+		struct tk_record rec, *slot;
+		size_t len;
+		const char *text;
+
+		if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
+			luaL_argerror(L, 1, lua_pushfstring(L, "line %I: string expected", i));
+		text = lua_tolstring(L, -1, &len);
+		if (tk_stat_parse(text, len, &units, &rec) < 0)
+			luaL_argerror(L, 1, lua_pushfstring(L, "line %I: not a /proc/<pid>/stat line", i));
+		lua_pop(L, 1);
+		slot = tk_recbuf_push(&s->rb);
+		if (slot == NULL)
+			return luaL_error(L, "snapshot_from_stat: out of memory");
+		*slot = rec;
+	}
+	tk_recbuf_sort(&s->rb);
+	gc_account(L, &s->rb);
+	return 1;
+}
+
 /*** Open descriptors of the /proc fd cache: this state's snapshots' (`fds`),
  * every /proc reader's in the process together, poll event streams
  * included (`process_fds`), and the budget they share (`limit`).
@@ -639,6 +742,8 @@ void tk_snapshot_open(lua_State *L)
 	lua_setfield(L, -2, "delta");
 	lua_pushcfunction(L, l_stat_parse);
 	lua_setfield(L, -2, "stat_parse");
+	lua_pushcfunction(L, l_snapshot_from_stat);
+	lua_setfield(L, -2, "snapshot_from_stat");
 	luaL_setfuncs(L, bpf_funcs, 0);
 #ifdef TK_NO_BPF
 	lua_pushboolean(L, 0);

@@ -114,6 +114,26 @@ static int vanished(int err)
 	return err == ENOENT || err == ESRCH;
 }
 
+/* A process whose mm is gone (a zombie, or one in exit; stat then shows
+ * vsize 0) has its <pid>/stat owned by root, whoever it belongs to. The
+ * owner of the <pid> directory is still its euid, which is what uid means
+ * for every backend. The directory is looked up by number, so read the
+ * stat fd again afterwards: if it still reads, the process was not reaped,
+ * and its pid could not have been reused in between. */
+static int mmless_owner(struct tk_proc_scanner *s, uint32_t pid, int fd, struct tk_record *rec)
+{
+	char path[16], buf[64];
+	struct stat st;
+
+	snprintf(path, sizeof path, "%u", pid);
+	if (fstatat(s->proc_fd, path, &st, 0) < 0)
+		return vanished(errno) ? -ESRCH : -errno;
+	if (pread(fd, buf, sizeof buf, 0) <= 0)
+		return -ESRCH;
+	rec->uid = (uint32_t)st.st_uid;
+	return 0;
+}
+
 /* Reads <pid>/stat through *fd (reopening when the cached fd is stale) and
  * fills rec. Returns 0, -ESRCH when the process is gone, or another -errno. */
 static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
@@ -157,6 +177,8 @@ static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
 	if (rec->pid != pid)
 		return -ESRCH;
 	rec->uid = (uint32_t)st.st_uid;
+	if (st.st_uid == 0 && !(rec->flags & TK_REC_KTHREAD) && rec->vsize_bytes == 0)
+		return mmless_owner(s, pid, *fd, rec);
 	return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/sched.h>
 
@@ -25,6 +26,28 @@
 #ifndef P_PIDFD
 #define P_PIDFD 3
 #endif
+
+int64_t tk_monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int tk_timeout_slice(int64_t timeout_ms, int64_t deadline_ms)
+{
+	int64_t left;
+
+	if (timeout_ms < 0)
+		return -1;
+	if (timeout_ms == 0)
+		return 0;
+	left = deadline_ms - tk_monotonic_ms();
+	if (left <= 0)
+		return 0;
+	return left > INT32_MAX ? INT32_MAX : (int)left;
+}
 
 int tk_pidfd_open(pid_t pid)
 {
@@ -59,26 +82,29 @@ static int waitid_pidfd(int pidfd, int flags, siginfo_t *info)
 	}
 }
 
-int tk_pidfd_wait(int pidfd, int timeout_ms, struct tk_exit *out)
+int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out)
 {
 	siginfo_t info;
 	int r;
 
 	if (timeout_ms >= 0) {
 		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		int64_t deadline = tk_monotonic_ms() + timeout_ms;
 		/* WNOHANG first: a non-child fails with ECHILD now, not after the timeout. */
 		r = waitid_pidfd(pidfd, WNOHANG, &info);
 		if (r < 0)
 			return r;
 		if (info.si_pid != 0)
 			goto done;
-		do
-			r = poll(&p, 1, timeout_ms);
-		while (r < 0 && errno == EINTR);
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ETIMEDOUT;
+		for (;;) {
+			r = poll(&p, 1, tk_timeout_slice(timeout_ms, deadline));
+			if (r > 0)
+				break;
+			if (r < 0 && errno != EINTR)
+				return -errno;
+			if (timeout_ms == 0 || tk_monotonic_ms() >= deadline)
+				return -ETIMEDOUT;
+		}
 	}
 	r = waitid_pidfd(pidfd, 0, &info);
 	if (r < 0)
@@ -178,6 +204,20 @@ static int child_main(void *arg)
 	 * this catches the caller's inherited ones. */
 	if (syscall(SYS_close_range, 3, ~0u, 0) < 0 && errno != ENOSYS)
 		goto fail;
+	/* CLONE_CLEAR_SIGHAND resets handled signals only; an ignored one
+	 * (SIGPIPE, SIGHUP under nohup or an event loop) would survive exec.
+	 * Reset those too, as posix_spawn with POSIX_SPAWN_SETSIGDEF of every
+	 * signal does on the fallback path: one behaviour on both. */
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		if (sig == SIGKILL || sig == SIGSTOP)
+			continue;
+		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) {
+			sa.sa_handler = SIG_DFL;
+			sa.sa_flags = 0;
+			sigaction(sig, &sa, NULL);
+		}
+	}
 	sigprocmask(SIG_SETMASK, &c->mask, NULL);
 	c->step = NULL;
 	child_exec_path(c);

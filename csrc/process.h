@@ -2,7 +2,17 @@
 #ifndef TAKANA_PROCESS_H
 #define TAKANA_PROCESS_H
 
+#include <stdint.h>
 #include <sys/types.h>
+
+/* Timeouts are accepted up to a year. poll and epoll_wait take an int of
+ * milliseconds (24.8 days at most), so longer waits go in slices towards a
+ * CLOCK_MONOTONIC deadline instead of wrapping to a negative, endless one. */
+#define TK_TIMEOUT_MAX_S (86400.0 * 365)
+int64_t tk_monotonic_ms(void);
+/* The next poll timeout: -1 for forever (timeout_ms < 0), else the time left
+ * to deadline_ms (0 once past it), at most INT32_MAX. */
+int tk_timeout_slice(int64_t timeout_ms, int64_t deadline_ms);
 
 struct tk_exit {
 	int signaled;   /* killed by a signal (code is the signal) */
@@ -15,7 +25,7 @@ int tk_pidfd_signal(int pidfd, int sig);         /* 0 or -errno */
 int tk_pidfd_alive(int pidfd);                   /* 1, 0 or -errno */
 /* Reaps a child through its pidfd. timeout_ms < 0 waits forever;
  * -ETIMEDOUT when it ran out, -ECHILD for a process that is not our child. */
-int tk_pidfd_wait(int pidfd, int timeout_ms, struct tk_exit *out);
+int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out);
 
 struct tk_spawn_opts {
 	char *const *argv;          /* argv[0] is the program: a path, or a name searched in search_path */

@@ -169,3 +169,61 @@ uint64_t tk_boottime_ns(void)
 {
 	return tk_clock_ns(CLOCK_BOOTTIME);
 }
+
+/* Scratch layout: two key arrays for the radix sort, each record's child
+ * range, a visited flag per record. */
+size_t tk_descendants_scratch(size_t n)
+{
+	return n * (2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + 1) + 1;
+}
+
+size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scratch,
+                             uint32_t *out)
+{
+	size_t n = rb->len, m = 0, head = 0, nout = 0, j = 0;
+	uint64_t *keys = scratch, *tmp = keys + n;
+	uint32_t *start = (uint32_t *)(tmp + n), *end = start + n;
+	unsigned char *seen = (unsigned char *)(end + n);
+	const uint64_t *by_ppid;
+	uint32_t max_ppid = 0;
+
+	/* Group the records by parent: a stable sort of (ppid, index) keys
+	 * keeps each group in pid order. */
+	for (size_t i = 0; i < n; i++) {
+		const struct tk_record *r = &rb->recs[i];
+		if (r->ppid == r->pid)
+			continue;
+		keys[m++] = (uint64_t)r->ppid << 32 | i;
+		if (r->ppid > max_ppid)
+			max_ppid = r->ppid;
+	}
+	by_ppid = tk_pid_keys_sort(keys, tmp, m, max_ppid);
+	/* Both lists ascend: one merge gives every record its children. */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t pid = rb->recs[i].pid;
+		while (j < m && (uint32_t)(by_ppid[j] >> 32) < pid)
+			j++;
+		start[i] = (uint32_t)j;
+		while (j < m && (uint32_t)(by_ppid[j] >> 32) == pid)
+			j++;
+		end[i] = (uint32_t)j;
+	}
+	memset(seen, 0, n);
+	/* Breadth-first over out itself; a record is visited once, so a parent
+	 * cycle (a /proc scan straddling pid reuse can record A.ppid = B and
+	 * B.ppid = A) ends instead of looping. */
+	seen[root] = 1;
+	for (size_t at = root;;) {
+		for (uint32_t k = start[at]; k < end[at]; k++) {
+			uint32_t c = (uint32_t)by_ppid[k];
+			if (!seen[c]) {
+				seen[c] = 1;
+				out[nout++] = c;
+			}
+		}
+		if (head == nout)
+			break;
+		at = out[head++];
+	}
+	return nout;
+}

@@ -87,9 +87,10 @@ describe("takana.pidfd", function()
     assert.same({ exited = true, code = 3 }, c:wait(), "the status stays")
     assert.is_false(c:alive())
     local s = spawn_ok { "sleep", "30" }
-    local r, msg = s:wait(0.05)
+    local r, msg, timeout_errno = s:wait(0.05)
     assert.is_nil(r)
-    assert.equal("timeout", msg)
+    assert.equal(("wait: process %d still running after 0.05 s (wait again, or signal it)"):format(s.pid), msg)
+    assert.equal(110, timeout_errno)   -- ETIMEDOUT
     assert.is_true(s:alive())
     s:signal("KILL")
     assert.same({ signaled = true, signal = 9, core = false }, s:wait(5))
@@ -288,7 +289,8 @@ describe("takana.spawn", function()
       assert.has_error(function() takana.spawn { "true", cgroup = "/tmp" } end)
       local c, err = takana.spawn { "true", cgroup = "/nonexistent-cgroup" }
       assert.is_nil(c)
-      assert.equal("spawn true: cgroup /nonexistent-cgroup: No such file or directory", err)
+      assert.equal("spawn true: cgroup /nonexistent-cgroup does not exist (create it first, "
+        .. "e.g. with cgroup:mkdir()): No such file or directory", err)
     end)
   end)
 end)

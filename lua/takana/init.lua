@@ -14,6 +14,8 @@ local M = {
   _VERSION = core._VERSION,
 }
 
+local ENOENT = 2
+
 local function argerror(fname, n, msg)
   error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
 end
@@ -73,7 +75,9 @@ function M.snapshot(opts, ...)
   end
   for _, name in ipairs(snapshot_backends) do
     local snap, err, errno = tiers[name](opts)
-    if snap or name == "proc" then return snap, err, errno end
+    -- exactly one value on success: takana.delta(old, takana.snapshot())
+    if snap then return snap end
+    if name == "proc" then return nil, err, errno end
   end
 end
 
@@ -89,7 +93,8 @@ M.delta = core.delta
 
 --- Opens a pidfd on a process: signals reach that process even after its
 -- pid is reused, and the descriptor turns readable when it exits.
--- Methods: `:signal(sig)`, `:alive()`, `:wait(timeout_s)` (children only),
+-- Methods: `:signal(sig)`, `:alive()`, `:wait(timeout_s)` (children only;
+-- 0..1 year, nil forever; running out is `nil, message, ETIMEDOUT`),
 -- `:fileno()`, `:pollfd()`/`:events()`/`:timeout()` (cqueues), `:close()`.
 -- @function pidfd
 -- @int pid
@@ -106,8 +111,9 @@ M.pidfd = core.pidfd
 -- @treturn[1] pidfd the child, with `.pid`, `.mechanism` ("clone3" or
 --   "posix_spawn"), and `.stdin`/`.stdout`/`.stderr` files for "pipe"
 -- @treturn[2] nil, "spawn prog: message", errno (exec errors included)
-function M.spawn(t)
+function M.spawn(t, ...)
   if type(t) ~= "table" then argerror("spawn", 1, "table expected, got " .. type(t)) end
+  if select("#", ...) > 0 then argerror("spawn", 2, "no more than 1 argument expected") end
   for k in pairs(t) do
     if math.type(k) ~= "integer" and not ({ env = 1, cwd = 1, cgroup = 1, stdin = 1, stdout = 1,
         stderr = 1, setsid = 1, pgroup = 1, cgroup_fallback = 1 })[k] then
@@ -116,13 +122,17 @@ function M.spawn(t)
   end
   if type(t.cgroup) == "string" and t.cgroup:sub(1, 1) ~= "/" and M.cgroup then
     local cg, err, errno = M.cgroup(t.cgroup)
-    if not cg then return nil, "spawn " .. tostring(t[1]) .. ": " .. err, errno end
-    local copy = table.move(t, 1, #t, 1, {})
+    if not cg then
+      local hint = errno == ENOENT and " (create it first, e.g. with cgroup:mkdir())" or ""
+      return nil, "spawn " .. tostring(rawget(t, 1)) .. ": " .. err .. hint, errno
+    end
+    local copy = table.move(t, 1, rawlen(t), 1, {})   -- argv has the raw length, as in core.spawn
     for k, v in pairs(t) do copy[k] = v end
     copy.cgroup = cg
     local child, e2, n2 = core.spawn(copy)
     cg:close()
-    return child, e2, n2
+    if child then return child end
+    return nil, e2, n2
   end
   return core.spawn(t)
 end
@@ -130,16 +140,18 @@ end
 --- Waits until at least one object is readable (a pidfd whose process
 -- exited, a pipe with data...). For scripts without an event loop.
 -- @tparam {object,...} objects anything with `:fileno()`
--- @number[opt] timeout seconds; nil waits forever
+-- @number[opt] timeout seconds, 0 to 1 year (longer raises; waits past
+--   epoll's 24.8 days go in slices); nil waits forever
 -- @treturn[1] {object,...} the ready ones, in the order given (empty on timeout)
 -- @treturn[2] nil, message, errno
-function M.poll(objects, timeout)
+function M.poll(objects, timeout, ...)
   if type(objects) ~= "table" then argerror("poll", 1, "table expected, got " .. type(objects)) end
+  if select("#", ...) > 0 then argerror("poll", 3, "no more than 2 arguments expected") end
   if timeout ~= nil and type(timeout) ~= "number" then
     argerror("poll", 2, "number expected, got " .. type(timeout))
   end
-  if timeout ~= nil and (timeout < 0 or timeout ~= timeout) then
-    argerror("poll", 2, "timeout must be >= 0 seconds")
+  if timeout ~= nil and not (timeout >= 0 and timeout <= 86400 * 365) then
+    argerror("poll", 2, "timeout must be 0..1 year (seconds), or nil to wait forever")
   end
   local fds, pri = {}, {}
   for i, o in ipairs(objects) do
@@ -222,7 +234,9 @@ function M.events(t, ...)
     return mask
   end
   if backend ~= "auto" then
-    return core.events_open(backend, mask_for(backend), t.interval, t.buffer, nil, t.queue)
+    local ev, why, errno = core.events_open(backend, mask_for(backend), t.interval, t.buffer, nil, t.queue)
+    if ev then return ev end
+    return nil, why, errno
   end
   local skipped = {}
   for _, name in ipairs(event_backends) do
