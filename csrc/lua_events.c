@@ -164,13 +164,17 @@ static int events_iter(lua_State *L)
 {
 	struct levents *e = luaL_checkudata(L, lua_upvalueindex(1), TK_EVENTS_MT);
 	const struct tk_event *ev;
+	struct tk_event copy;
 
 	if (!e->open)
 		return 0;
 	ev = tk_events_next(&e->ev);
 	if (ev == NULL)
 		return 0;
-	event_push(L, ev);
+	/* event_push allocates, and a finalizer run by the collector there
+	 * may close or read this stream, freeing the queue ev points into. */
+	copy = *ev;
+	event_push(L, &copy);
 	return 1;
 }
 
