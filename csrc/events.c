@@ -847,10 +847,13 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
 	skel->rodata->reader_pidns = pidns;
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring);
-	/* An LRU map keeps free nodes per CPU: room enough on every one. */
+	/* Each CPU has its own LRU list of max_entries / ncpu claims: 4096
+	 * on each (a claim is needed only until the group's last thread has
+	 * passed the tracepoint), at most 65,536 in all. */
 	ncpu = libbpf_num_possible_cpus();
-	if (ncpu > 32)
-		bpf_map__set_max_entries(skel->maps.exit_claims, (uint32_t)ncpu * 256);
+	if (ncpu > 0)
+		bpf_map__set_max_entries(skel->maps.exit_claims,
+		                         (uint32_t)(ncpu < 16 ? ncpu * 4096 : 65536));
 	for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
 		struct bpf_program *p = bpf_object__find_program_by_name(skel->obj, progs[i].name);
 		if (p != NULL && !(ev->mask & TK_EV_BIT(progs[i].type)))
