@@ -354,7 +354,7 @@ describe("audit 2: an event stream closed by a finalizer during read()", functio
     -- inside an iteration and its finalizer closed the stream there.
     collectgarbage("generational", 1, 100)
     for _ = 1, 50 do
-      for _ = 1, 40 do assert(takana.spawn { "true" }):wait() end
+      for _ = 1, 40 do local c = assert(takana.spawn { "true" }) c:wait() c:close() end
       takana.poll({ ev }, 1)
       local iterating = false
       for _ = 1, 10 do
