@@ -94,13 +94,13 @@ static int stream_cost_kib(const struct tk_events *ev, size_t buffer)
 
 	switch (ev->backend) {
 	case TK_EVB_BPF:
-		kib += ev->ring_bytes / 1024 + 24 * 64;
+		kib += ev->ring_bytes / 1024 + (size_t)24 * 64;
 		break;
 	case TK_EVB_CONNECTOR:
 		kib += (buffer ? buffer : 16u << 20) / 1024 / 4 + 64;
 		break;
 	default:
-		kib += 2 * 64;
+		kib += (size_t)2 * 64;
 		break;
 	}
 	return kib > INT32_MAX ? INT32_MAX : (int)kib;
