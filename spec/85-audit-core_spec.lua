@@ -107,6 +107,11 @@ describe("audit item 2: use-after-free from plain Lua", function()
   it("a finalizer that calls __gc by hand in the middle of a method makes it raise", function()
     -- A collection step can run at any allocation of totable(), children()
     -- or delta(), and a finalizer there can reach the snapshot's __gc.
+    -- make test-gc's hook would collect between instructions, outside the
+    -- methods: this spec stages its own collections.
+    local hook = { debug.gethook() }
+    debug.sethook()
+    finally(function() debug.sethook(table.unpack(hook)) end)
     local gc = getmetatable(assert(takana.snapshot { backend = "proc" })).__gc
     local methods = {
       totable = function(s) return s:totable() end,
