@@ -49,6 +49,7 @@ struct tk_event {
 	__u64 maxrss_bytes;
 	__u64 cgroup_id;      /* cgroup v2 id (the inode number of its directory) */
 	__u64 lost;           /* TK_EV_LOST: how many (0 with TK_EVF_OVERRUN) */
+	__u64 start_ns;       /* exit, bpf only: the process's start (CLOCK_BOOTTIME) */
 	char comm[TK_EV_COMM_LEN];
 	char filename[TK_EV_FILENAME_LEN];   /* exec, bpf only; empty otherwise */
 };

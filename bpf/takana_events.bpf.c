@@ -235,6 +235,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	e->runtime_ns = sig->sum_sched_runtime + p->se.sum_exec_runtime;
 	e->maxrss_bytes = exit_maxrss_pages(p, sig) * page_size;
 	e->cgroup_id = BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+	e->start_ns = key.start_ns;
 	e->flags |= TK_EVF_ACCT;
 	event_comm(e, p->comm);
 	bpf_ringbuf_submit(e, 0);

@@ -180,6 +180,7 @@ struct tk_events {
 	uint64_t overruns;           /* connector: ENOBUFS seen */
 	uint64_t malformed;          /* messages that did not parse */
 	uint64_t spoofed;            /* connector: messages not sent by the kernel */
+	uint64_t duplicates;         /* bpf: second exits of one process, dropped */
 	uint64_t overrun_credit;     /* connector: overruns reported lost as 1 each,
 	                              * not yet matched by a sequence gap */
 	/* bpf */
@@ -188,6 +189,7 @@ struct tk_events {
 	uint64_t bpf_lost_seen[TK_EV_TYPES];
 	size_t ring_bytes;
 	int ring_full;               /* the ring callback stopped at qmax */
+	struct tk_exit_seen *exit_seen;  /* the last exits, by (pid, start) */
 	/* connector */
 	struct tk_cn_seq *cn_seq;    /* one per possible CPU, sized at open */
 	size_t cn_ncpu;

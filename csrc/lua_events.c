@@ -75,6 +75,7 @@ static void event_push(lua_State *L, const struct tk_event *e)
 		set_u64(L, "stime_ns", e->stime_ns);
 		set_u64(L, "maxrss_bytes", e->maxrss_bytes);
 		set_u64(L, "cgroup_id", e->cgroup_id);
+		set_u64(L, "start_ns", e->start_ns);
 	}
 	if (e->flags & TK_EVF_OBSERVED) {
 		lua_pushboolean(L, 1);
@@ -233,6 +234,7 @@ static int events_stats(lua_State *L)
 	set_u64(L, "overruns", e->ev.overruns);
 	set_u64(L, "malformed", e->ev.malformed);
 	set_u64(L, "spoofed", e->ev.spoofed);
+	set_u64(L, "duplicates", e->ev.duplicates);
 	set_u64(L, "queued", tk_events_queued(&e->ev));
 	set_u64(L, "queue", e->ev.qmax);
 	if (e->ev.backend == TK_EVB_BPF) {

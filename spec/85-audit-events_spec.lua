@@ -215,7 +215,16 @@ describe("audit 9: one bpf exit per process", function()
     local mine = {}
     for _, pid in ipairs(kids) do
       mine[pid] = true
-      assert(counts[pid] == 1, ("pid %d: %d exit events"):format(pid, counts[pid] or 0))
+      if counts[pid] ~= 1 then
+        local seen = {}
+        for _, e in ipairs(exits) do
+          if e.pid == pid then
+            seen[#seen + 1] = ("tid %d at %d ns, code %s, signal %s"):format(e.tid, e.time_ns,
+              tostring(e.code), tostring(e.signal))
+          end
+        end
+        error(("pid %d: %d exit events: %s"):format(pid, counts[pid] or 0, table.concat(seen, "; ")))
+      end
     end
     for i = #exits, 1, -1 do if not mine[exits[i].pid] then table.remove(exits, i) end end
     assert.equal(400, #exits)
