@@ -74,6 +74,8 @@ struct tier {
 	pthread_mutex_t lock;
 	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
 	unsigned shortages;           /* loads failed for want of descriptors or memory */
+	int shortage_err;             /* the last such failure, and when */
+	uint64_t shortage_ns;
 	char why[WHY_LEN];
 	uint64_t load_ns;             /* the first load, verification included */
 	uint64_t runs;
@@ -302,6 +304,7 @@ static size_t with_headroom(size_t n)
 }
 
 #define LOAD_SHORTAGE_RETRIES 16
+#define LOAD_SHORTAGE_PAUSE_NS 1000000000ull
 
 static bool load_failure_transient(int err)
 {
@@ -320,6 +323,11 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 		return t->state;
 	if (t->state > 0 && !(tier == TK_TIER_KFUNC && t->capacity_wanted))
 		return 0;
+	/* After a run of shortages, one attempt a second at most: a load costs
+	 * tens of ms, and a supervisor under descriptor pressure snapshots often. */
+	if (t->shortages >= LOAD_SHORTAGE_RETRIES &&
+	    tk_clock_ns(CLOCK_MONOTONIC) - t->shortage_ns < LOAD_SHORTAGE_PAUSE_NS)
+		return t->shortage_err;
 	tk_bpf_load_begin();
 	start = tk_clock_ns(CLOCK_MONOTONIC);
 	if (tier == TK_TIER_KFUNC) {
@@ -338,16 +346,17 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 			tk_bpf_explain("bpf_iter_task_new", BTF_KIND_FUNC, "6.7", err, t->why, WHY_LEN);
 		else
 			tk_bpf_explain("bpf_iter_task", BTF_KIND_FUNC, "5.8", err, t->why, WHY_LEN);
-		/* A shortage of descriptors or memory passes: the next snapshot
-		 * tries again, a bounded number of times. Anything else (no
-		 * BTF, EPERM, a kernel too old, the verifier's refusal) will not
-		 * change while this process runs, and is remembered. */
-		if (load_failure_transient(err) && ++t->shortages < LOAD_SHORTAGE_RETRIES) {
+		/* A shortage of descriptors or memory passes: a later snapshot
+		 * tries again (at once for the first few, then once a second).
+		 * Anything else (no BTF, EPERM, a kernel too old, the
+		 * verifier's refusal) will not change while this process runs,
+		 * and is remembered. */
+		if (load_failure_transient(err)) {
+			t->shortages++;
+			t->shortage_err = err;
+			t->shortage_ns = tk_clock_ns(CLOCK_MONOTONIC);
 			t->state = 0;
 		} else {
-			if (load_failure_transient(err))
-				snprintf(t->why + strlen(t->why), WHY_LEN - strlen(t->why),
-				         " (given up after %u attempts)", t->shortages);
 			t->state = err;
 		}
 	} else {

@@ -810,6 +810,10 @@ static int explain_fds(int err, char *why, size_t why_len)
 {
 	long limit = 0, free_fds = fd_headroom(&limit);
 
+	/* Short of descriptors, the kernel may say EINVAL; a refusal of
+	 * privilege stays what it is, however few are free. */
+	if (err == -EPERM || err == -EACCES)
+		return err;
 	if (err != -EMFILE && err != -ENFILE && (free_fds < 0 || free_fds >= BPF_STREAM_FDS))
 		return err;
 	if (err == -ENFILE) {

@@ -307,8 +307,10 @@ static int cg_get(lua_State *L)
 	file_name_check(L, 2);
 	tk_check_nargs(L, 2);
 	fd = openat(cg->dirfd, file, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return tk_push_error(L, lua_pushfstring(L, "get %s", file), -errno);
+	if (fd < 0) {
+		int saved = errno; /* the message allocates */
+		return tk_push_error(L, lua_pushfstring(L, "get %s", file), -saved);
+	}
 	luaL_buffinit(L, &b);
 	for (;;) {
 		buf = luaL_prepbuffsize(&b, READ_BUF);
@@ -359,8 +361,10 @@ static int l_cgroup_mkdir(lua_State *L)
 
 	file_name_check(L, 2);
 	tk_check_nargs(L, 2);
-	if (mkdirat(cg->dirfd, name, 0755) < 0)
-		return tk_push_error(L, lua_pushfstring(L, "mkdir %s", name), -errno);
+	if (mkdirat(cg->dirfd, name, 0755) < 0) {
+		int saved = errno; /* the message allocates */
+		return tk_push_error(L, lua_pushfstring(L, "mkdir %s", name), -saved);
+	}
 	lua_pushboolean(L, 1);
 	return 1;
 }
@@ -461,8 +465,10 @@ static int l_cgroup_find(lua_State *L)
 	luaL_argcheck(L, max > 0 && max <= 1 << 20, 6, "directory bound out of range");
 	out = lua_newuserdatauv(L, 4096, 0);
 	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (mfd < 0)
-		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -errno);
+	if (mfd < 0) {
+		int saved = errno; /* the message allocates */
+		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -saved);
+	}
 	r = tk_cg_find(mfd, (int)depth, suffix, (int)pid, (uint64_t)id, (int)max, out, 4096);
 	close(mfd);
 	if (r < 0)
@@ -649,8 +655,10 @@ static int l_cgroup_open(lua_State *L)
 		cg->fds[i] = -1;
 	luaL_setmetatable(L, TK_CGROUP_MT);
 	cg->mountfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (cg->mountfd < 0)
-		return tk_push_error(L, lua_pushfstring(L, "cgroup: open %s", mount), -errno);
+	if (cg->mountfd < 0) {
+		int saved = errno; /* the message allocates */
+		return tk_push_error(L, lua_pushfstring(L, "cgroup: open %s", mount), -saved);
+	}
 	err = tk_cg_open(cg->mountfd, *rel ? rel : ".", &cg->dirfd);
 	if (err < 0) {
 		close(cg->mountfd);

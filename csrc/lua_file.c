@@ -96,8 +96,10 @@ static int l_textfile_write(lua_State *L)
 	              "a plain file name expected (no '/', NUL, '.' or '..', at most 240 bytes)");
 
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0)
-		return tk_push_error(L, lua_pushfstring(L, "textfile directory %s", dir), errno);
+	if (dirfd < 0) {
+		int saved = errno; /* the message allocates */
+		return tk_push_error(L, lua_pushfstring(L, "textfile directory %s", dir), saved);
+	}
 	err = dir_check(dirfd, &mode, &owner);
 	if (err == -EPERM) {
 		close(dirfd);
