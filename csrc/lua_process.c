@@ -411,6 +411,21 @@ static const char *const stdio_names[3] = { "stdin", "stdout", "stderr" };
 
 /* Misuse raises; a descriptor that cannot be made returns -errno with the
  * step in *step. */
+/* The caller's descriptor, duplicated: a later option's __index may close
+ * the file and open another in its number before the child starts. */
+static int stdio_own(struct spawn_state *st, int i, int fd, const char **step)
+{
+	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+
+	if (dup < 0) {
+		*step = stdio_names[i];
+		return -errno;
+	}
+	st->owned[st->nowned++] = dup;
+	st->o.fds[i] = dup;
+	return 0;
+}
+
 static int stdio_option(lua_State *L, struct spawn_state *st, int i, const char **step)
 {
 	int t = lua_getfield(L, 1, stdio_names[i]);
@@ -447,7 +462,7 @@ static int stdio_option(lua_State *L, struct spawn_state *st, int i, const char 
 		lua_Integer fd = lua_tointeger(L, -1);
 		if (!lua_isinteger(L, -1) || fd < 0 || fd > INT32_MAX || fcntl((int)fd, F_GETFD) < 0)
 			luaL_error(L, "bad argument #1 to 'spawn' (%s: not an open descriptor)", stdio_names[i]);
-		st->o.fds[i] = (int)fd;
+		return stdio_own(st, i, (int)fd, step);
 	} else {
 		luaL_Stream *s = luaL_testudata(L, -1, LUA_FILEHANDLE);
 		if (s == NULL || s->closef == NULL) {
@@ -455,7 +470,8 @@ static int stdio_option(lua_State *L, struct spawn_state *st, int i, const char 
 			              "an fd or an open file expected)", stdio_names[i]);
 		} else {
 			fflush(s->f);
-			st->o.fds[i] = fileno(s->f);
+			lua_pop(L, 1);
+			return stdio_own(st, i, fileno(s->f), step);
 		}
 	}
 	lua_pop(L, 1);

@@ -774,3 +774,26 @@ describe("audit item 19: spawn, timeouts and arguments", function()
     c:close()
   end)
 end)
+
+describe("audit item 2 (descriptors): spawn's stdio file", function()
+  it("is the one given, even if a later option's __index closes it and reuses its number", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    local dir = select(2, H.run("mktemp -d")):match("%S+")
+    finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
+    local f = assert(io.open(dir .. "/intended", "w"))
+    local victim
+    local t = setmetatable({ "sh", "-c", "echo written-by-child", stdout = f }, {
+      __index = function(_, k)
+        if k == "stderr" and not victim then
+          f:close()
+          victim = assert(io.open(dir .. "/victim", "w"))   -- takes the number f had
+        end
+      end })
+    local child = assert(takana.spawn(t))
+    assert.same({ exited = true, code = 0 }, child:wait(10))
+    child:close()
+    victim:close()
+    assert.equal("written-by-child\n", H.read(dir .. "/intended"))
+    assert.equal("", H.read(dir .. "/victim"))
+  end)
+end)
