@@ -75,8 +75,8 @@ static int queue_event(struct tk_events *ev, const struct tk_event *e)
 	if (e->type != TK_EV_LOST && !(ev->mask & TK_EV_BIT(e->type)))
 		return 0;
 	if (e->type != TK_EV_LOST && !queue_has_room(ev)) {
-		/* Only poll gets here (the others stop reading first): its
-		 * diff has no kernel buffer to stay in. */
+		/* poll's diff, or what the connector read while subscribing:
+		 * no kernel buffer to stay in; the next fill reports it. */
 		ev->qdropped++;
 		return 0;
 	}
@@ -96,20 +96,27 @@ static int queue_event(struct tk_events *ev, const struct tk_event *e)
  * not grow the queue with them. */
 static int queue_lost_marker(struct tk_events *ev, uint64_t count, int overrun, uint64_t time_ns)
 {
-	uint64_t add = overrun ? 1 : count;
 	struct tk_event e;
 
-	ev->lost += add;
-	ev->lost_total += add;
 	if (tk_events_queued(ev) > 0) {
 		struct tk_event *tail = &ev->queue[ev->qlen - 1];
 
 		if (tail->type == TK_EV_LOST && !!(tail->flags & TK_EVF_OVERRUN) == !!overrun) {
+			/* An overrun merged into one not yet read is the same
+			 * "some": the reader is told of it once, counted once. */
 			tail->lost += overrun ? 0 : count;
 			tail->time_ns = time_ns;
+			ev->lost += overrun ? 0 : count;
+			ev->lost_total += overrun ? 0 : count;
 			return 0;
 		}
 	}
+	if (overrun) {
+		count = 1;
+		ev->overrun_credit++;   /* to be taken off the sequence gap that sizes it */
+	}
+	ev->lost += count;
+	ev->lost_total += count;
 	memset(&e, 0, sizeof e);
 	e.type = TK_EV_LOST;
 	e.lost = overrun ? 0 : count;
@@ -321,7 +328,6 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 static int cn_overrun(struct tk_events *ev)
 {
 	ev->overruns++;
-	ev->overrun_credit++;
 	return queue_lost_marker(ev, 0, 1, tk_boottime_ns());
 }
 
@@ -660,10 +666,6 @@ static int poll_fill(struct tk_events *ev)
 	tmp = ev->prev;
 	ev->prev = ev->next;
 	ev->next = tmp;
-	if (err == 0 && ev->qdropped > 0) {
-		err = queue_lost(ev, ev->qdropped, tk_boottime_ns());
-		ev->qdropped = 0;
-	}
 	return err;
 }
 
@@ -978,16 +980,29 @@ int tk_events_open(struct tk_events *ev, enum tk_event_backend backend, uint32_t
 
 int tk_events_fill(struct tk_events *ev, size_t max)
 {
+	int err;
+
 	if (ev->closed)
 		return -EBADF;
 	switch (ev->backend) {
 	case TK_EVB_BPF:
-		return bpf_fill(ev, max);
+		err = bpf_fill(ev, max);
+		break;
 	case TK_EVB_CONNECTOR:
-		return cn_fill(ev, max);
+		err = cn_fill(ev, max);
+		break;
 	default:
-		return poll_fill(ev);
+		err = poll_fill(ev);
+		break;
 	}
+	/* Events with no room in the queue and no kernel buffer to stay in
+	 * (poll's diff, what the connector read while subscribing): lost,
+	 * and said so. */
+	if (err == 0 && ev->qdropped > 0) {
+		err = queue_lost(ev, ev->qdropped, tk_boottime_ns());
+		ev->qdropped = 0;
+	}
+	return err;
 }
 
 void tk_events_close(struct tk_events *ev)
