@@ -15,9 +15,10 @@ char LICENSE[] SEC("license") = "GPL";
 #define BPF_NOEXIST       1u          /* bpf_map_update_elem: create only */
 #define EEXIST            17
 #define MAP_TYPE_LRU_HASH 9           /* BPF_MAP_TYPE_LRU_HASH, not in vmlinux_min.h */
-/* Each CPU evicts only from its own list: the common LRU takes free nodes
- * from a shared pool in batches and shrinks lists early, and on Debian's 6.1
- * it dropped claims still needed (a storm's processes got two exits). */
+/* Each CPU evicts only from its own list, so a claim is never taken from
+ * under a CPU by another's batch. On Debian's 6.1 a storm still showed two
+ * exits for one process now and then, cause not found; the reader drops
+ * the second by (pid, start) (events.c, exit_seen_before). */
 #define BPF_F_NO_COMMON_LRU (1u << 1)
 
 /* max_entries (the ring's bytes, a power of two) is set by the loader. */
