@@ -102,6 +102,24 @@ M.delta = core.delta
 -- @treturn[2] nil, message, errno (ESRCH when the process is gone)
 M.pidfd = core.pidfd
 
+--- One process, held by a pidfd and read lazily through its /proc
+-- directory fd: a reused pid never answers for it. Opened as systemd's
+-- pidref: pidfd, then /proc/<pid>, then a check that the pidfd's process
+-- still runs. Every method reads on call; once the process has exited each
+-- returns `nil, message, ESRCH`. Methods: `:cmdline()`, `:exe()`, `:cwd()`,
+-- `:environ()`, `:status()`, `:io()`, `:fds([{list=true}])`,
+-- `:memory_full()`, `:limits()`, `:setlimit(name, soft[, hard])`,
+-- `:oom_score()`, `:oom_score_adj([n])`, `:affinity([cpus])`, `:cgroup()`,
+-- `:signal(sig)`, `:alive()`, `:wait([timeout])`, `:close()`, `:fileno()`
+-- (readable once it exits) and the cqueues protocol; field `pid`.
+-- `snap:process(pid)` opens the process of a snapshot's record and refuses
+-- (ESRCH) when the live process with that pid started at another time.
+-- @function process
+-- @tparam int|pidfd who
+-- @treturn[1] process
+-- @treturn[2] nil, message, errno (ESRCH when the process is gone)
+M.process = core.process
+
 --- Starts a program; see README "pidfd + spawn".
 -- `t = {prog, args..., env=, cwd=, cgroup=, stdin=, stdout=, stderr=,
 -- setsid=, pgroup=, cgroup_fallback=}`. `prog` without '/' is searched in PATH.
