@@ -121,9 +121,9 @@ static int open_error(lua_State *L, lua_Integer pid, int r)
 		lua_pushfstring(L, "process: the pidfd's process is outside this pid namespace");
 	else if (r == -EBADF)
 		lua_pushfstring(L, "process: the descriptor is not a pidfd");
-	else if (r == -EINVAL)
-		lua_pushfstring(L, "process %d: not a process (a thread id? pass its process id)",
-		                (int)pid);
+	else if (r == -EINVAL || r == -ENOENT)
+		lua_pushfstring(L, "process %d: %s (a thread id? pass its process id; or /proc "
+		                "shows another pid namespace)", (int)pid, strerror(-r));
 	else
 		lua_pushfstring(L, "process %d: %s", (int)pid, strerror(-r));
 	lua_pushinteger(L, r == -EXDEV ? ESRCH : -r);
@@ -509,10 +509,11 @@ static uint64_t limit_check(lua_State *L, int idx)
 
 static int limit_index(lua_State *L, int idx)
 {
-	const char *name = luaL_checkstring(L, idx);
+	size_t len;
+	const char *name = luaL_checklstring(L, idx, &len);
 
 	for (int i = 0; i < TK_NLIMITS; i++)
-		if (strcmp(name, tk_limit_names[i]) == 0)
+		if (strlen(tk_limit_names[i]) == len && strcmp(name, tk_limit_names[i]) == 0)
 			return i;
 	return luaL_argerror(L, idx, lua_pushfstring(L, "unknown limit '%s' (cpu, fsize, data, "
 	                     "stack, core, rss, nproc, nofile, memlock, as, locks, sigpending, "
@@ -554,6 +555,14 @@ static int proc_setlimit(lua_State *L)
 	r = tk_pref_prlimit(&pr, res, &set, NULL);
 	if (r == 0)
 		r = tk_pref_prlimit(&pr, res, NULL, &now);
+	if (r == -EPERM) {
+		lua_pushnil(L);
+		lua_pushfstring(L, "process %d: setlimit %s: %s (raising a hard limit needs "
+		                "CAP_SYS_RESOURCE; so does another user's process)", (int)p->pid,
+		                tk_limit_names[res], strerror(EPERM));
+		lua_pushinteger(L, EPERM);
+		return 3;
+	}
 	if (r < 0) {
 		char what[64];
 		snprintf(what, sizeof what, "setlimit %s", tk_limit_names[res]);
