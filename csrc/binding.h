@@ -25,6 +25,8 @@ int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *re
 /* takana.process (lua_procinfo.c), and snap:process for lua_snapshot.c. */
 void tk_procinfo_open(lua_State *L);
 int tk_snapshot_process(lua_State *L);
+/* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
+void tk_cgroup_path_open(lua_State *L);
 
 #endif
 
@@ -96,5 +98,7 @@ int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *re
 /* takana.process (lua_procinfo.c), and snap:process for lua_snapshot.c. */
 void tk_procinfo_open(lua_State *L);
 int tk_snapshot_process(lua_State *L);
+/* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
+void tk_cgroup_path_open(lua_State *L);
 
 #endif

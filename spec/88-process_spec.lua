@@ -444,3 +444,66 @@ describe("takana.process on odd targets", function()
     t:kill()
   end)
 end)
+
+describe("takana.cgroup.path(id)", function()
+  local function v2() return takana.cgroup.probe().v2_mount end
+
+  it("maps this process's cgroup id to its path, and takana.cgroup(id) opens it", function()
+    if not v2() then pending("no cgroup2 hierarchy mounted") return end
+    local me = assert(takana.cgroup.self())
+    local id = assert(core.cgroup_id(me))
+    assert.equal(me.relpath, takana.cgroup.path(id))
+    local cg = assert(takana.cgroup(id))
+    assert.equal(me.path, cg.path)
+    assert.equal(id, core.cgroup_id(cg))
+    cg:close()
+    me:close()
+  end)
+
+  it("finds nested cgroups (names with spaces) by open_by_handle_at and by the walk alike", function()
+    local path, name = H.test_cgroup_path()
+    if not path then pending("needs root and a cgroup2 mount") return end
+    finally(function() H.cgroup_cleanup(path) end)
+    assert(os.execute("mkdir -p " .. H.shell_quote(path .. "/a b/c")))
+    local cg = assert(takana.cgroup(name .. "/a b/c"))
+    local id = core.cgroup_id(cg)
+    cg:close()
+    assert.equal(name .. "/a b/c", takana.cgroup.path(id))
+    assert.equal(name .. "/a b/c", assert(core.cgroup_ids(v2(), 100000))[id])
+    local rel, err, errno = core.cgroup_path_by_handle(v2(), id)
+    if rel then
+      assert.equal(name .. "/a b/c", rel)
+    else
+      assert.is_true(errno == 1 or errno == 13, err)   -- no CAP_DAC_READ_SEARCH
+    end
+    -- Removed: no cgroup has that id any more (ids are never reused).
+    assert(os.execute("rmdir " .. H.shell_quote(path .. "/a b/c")))
+    local v
+    v, err, errno = takana.cgroup.path(id)
+    assert.is_nil(v)
+    assert.equal(2, errno, err)
+    v, err, errno = takana.cgroup(id)
+    assert.is_nil(v)
+    assert.equal(2, errno, err)
+  end)
+
+  it("answers ENOENT for an id no cgroup has", function()
+    if not v2() then pending("no cgroup2 hierarchy mounted") return end
+    for _, id in ipairs { math.maxinteger, 0x7fffffff } do
+      local v, err, errno = takana.cgroup.path(id)
+      assert.is_nil(v)
+      assert.equal(2, errno, err)
+    end
+  end)
+
+  it("raises on a caller's mistake", function()
+    for _, bad in ipairs { 0, -1, 1.5, "1", "../x", {}, true } do
+      assert.has_error(function() takana.cgroup.path(bad) end)
+    end
+    assert.has_error(function() takana.cgroup.path() end)
+    assert.has_error(function() takana.cgroup.path(1, 2) end)
+    assert.has_error(function() takana.cgroup(1.5) end)
+    assert.has_error(function() core.cgroup_ids(v2() or "/", 0) end)
+    assert.has_error(function() core.cgroup_path_by_handle(v2() or "/", -5) end)
+  end)
+end)
