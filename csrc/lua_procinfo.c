@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -828,6 +829,35 @@ int tk_snapshot_process(lua_State *L)
 	return 1;
 }
 
+/* core.user_name(uid) -> the passwd name, or nil when there is none
+ * (getpwuid_r: no static buffer shared with other callers). */
+static int l_user_name(lua_State *L)
+{
+	lua_Integer uid = luaL_checkinteger(L, 1);
+	struct passwd pw, *res = NULL;
+	long max = sysconf(_SC_GETPW_R_SIZE_MAX);
+	size_t cap = max > 0 ? (size_t)max : 4096;
+	char *buf;
+	int r;
+
+	tk_check_nargs(L, 1);
+	luaL_argcheck(L, uid >= 0 && uid <= UINT32_MAX, 1, "uid out of range");
+	for (;;) {
+		buf = lua_newuserdatauv(L, cap, 0);
+		r = getpwuid_r((uid_t)uid, &pw, buf, cap, &res);
+		if (r != ERANGE || cap >= ((size_t)1 << 20))
+			break;
+		lua_pop(L, 1);
+		cap *= 4;
+	}
+	if (r != 0 || res == NULL) {
+		lua_pushnil(L);
+		return 1;
+	}
+	lua_pushstring(L, pw.pw_name);
+	return 1;
+}
+
 void tk_procinfo_open(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
@@ -855,4 +885,6 @@ void tk_procinfo_open(lua_State *L)
 	lua_pop(L, 1);
 	lua_pushcfunction(L, l_process);
 	lua_setfield(L, -2, "process");
+	lua_pushcfunction(L, l_user_name);
+	lua_setfield(L, -2, "user_name");
 }

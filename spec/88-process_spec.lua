@@ -2,7 +2,7 @@
 -- directory fd. psutil (Debian's python3-psutil) is the oracle: a fixture
 -- with known argv, environment, cwd, limits, oom_score_adj and open files
 -- is read by both, on the same live pid.
-local H = require "spec.helpers"
+local H = require "helpers"
 local takana = require "takana"
 local core = require "takana.core"
 
@@ -505,5 +505,68 @@ describe("takana.cgroup.path(id)", function()
     assert.has_error(function() takana.cgroup(1.5) end)
     assert.has_error(function() core.cgroup_ids(v2() or "/", 0) end)
     assert.has_error(function() core.cgroup_path_by_handle(v2() or "/", -5) end)
+  end)
+end)
+
+describe("bin/takana and takana.process", function()
+  local function takana_cmd(args)
+    return H.run("LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " .. H.lua ..
+      " bin/takana " .. args)
+  end
+  local cli = require "takana.cli"
+
+  it("ps -o pid,user,cgroup,cmd prints user names, the cgroup and argv shell-quoted", function()
+    local fx = start()
+    local code, out = takana_cmd("ps -o pid,user,cgroup,cmd")
+    local want_cg = H.read("/proc/" .. fx.pid .. "/cgroup"):match("0::([^\n]*)") or "?"
+    fx:stop()
+    assert.equal(0, code, out)
+    assert.matches("^%s+PID USER%s+CGROUP%s+CMD\n", out)
+    local line = out:match("\n(%s*" .. fx.pid .. " [^\n]*)")
+    assert.truthy(line, out)
+    local user = core.user_name(H.uid()) or tostring(H.uid())
+    assert.equal(user, line:match("^%s*%d+ (%S+)"))
+    assert.truthy(line:find(" " .. want_cg .. " ", 1, true), line)
+    assert.truthy(line:find("-- 'a b' '' c '' '  ' '--x=y z'", 1, true), line)
+  end)
+
+  it("ps --cgroup and cgroup PATH --procs list the cgroup's processes", function()
+    local path, name = H.test_cgroup_path()
+    if not path then pending("needs root and a cgroup2 mount") return end
+    finally(function() H.cgroup_cleanup(path) end)
+    assert(os.execute("mkdir " .. H.shell_quote(path .. "/sub")))
+    local fx = start()
+    local cg = assert(takana.cgroup(name .. "/sub"))
+    assert(cg:attach(fx.pid))
+    cg:close()
+    local code, out = takana_cmd("ps -o pid,cmd --cgroup " .. name)
+    local pcode, procs = takana_cmd("cgroup " .. name .. " --procs")
+    local jcode, js = takana_cmd("cgroup " .. name .. " --procs --json")
+    fx:stop()
+    assert.equal(0, code, out)
+    assert.same({ fx.pid }, (function()
+      local t = {}
+      for pid in out:gmatch("\n%s*(%d+)") do t[#t + 1] = tonumber(pid) end
+      return t
+    end)())
+    assert.equal(0, pcode, procs)
+    assert.truthy(procs:find(("%7d "):format(fx.pid), 1, true), procs)
+    assert.truthy(procs:find("/" .. name .. "/sub", 1, true), procs)
+    assert.truthy(procs:find("'a b' ''", 1, true), procs)
+    assert.equal(0, jcode, js)
+    assert.truthy(js:find('"argv":["' .. H.fixture_path, 1, true), js)
+    local c2, err = takana_cmd("ps --cgroup " .. name .. "-nonexistent")
+    assert.equal(1, c2)
+    assert.matches("No such file", err)
+    assert.equal(2, (takana_cmd("ps --cgroup ../etc")))
+    assert.equal(2, (takana_cmd("cgroup / --procs --watch 1")))
+  end)
+
+  it("watch prints an exec event's argv shell-quoted, else its filename or comm", function()
+    assert.equal("/bin/echo 'a b' '' 'it'\\''s' '\\x0a' ...",
+      cli.event_detail { type = "exec", argv = { "/bin/echo", "a b", "", "it's", "\n" }, argv_truncated = true })
+    assert.equal("/bin/true", cli.event_detail { type = "exec", argv = { "/bin/true" } })
+    assert.equal("/usr/bin/x", cli.event_detail { type = "exec", filename = "/usr/bin/x" })
+    assert.equal("sh", cli.event_detail { type = "exec", comm = "sh" })
   end)
 end)
