@@ -867,18 +867,18 @@ end
 help.bench = [[
 usage: takana bench [PHASE...]
   The `make bench` tables, from a takana source tree (the current
-  directory): snapshot, spawn, cgroup, events. A progress line per phase
+  directory): snapshot, spawn, cgroup, events, psutil. A progress line per phase
   goes to stderr.
 ]]
 
 function M.bench(args)
   local opts, phases = parse_args(args, { help = "bool" }, "bench")
   if opts.help then io.write(help.bench) return 0 end
-  local all = { "snapshot", "spawn", "cgroup", "events" }
+  local all = { "snapshot", "spawn", "cgroup", "events", "psutil" }
   if #phases == 0 then phases = all end
   for _, ph in ipairs(phases) do
-    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1 })[ph] then
-      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events)")
+    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1, psutil = 1 })[ph] then
+      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events, psutil)")
     end
   end
   if not io.open("bench/lib.lua") then fail("bench: run from a takana source tree (bench/lib.lua not found)") end
