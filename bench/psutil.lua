@@ -49,7 +49,7 @@ local function takana_pass(backend)
     local snap = assert(takana.snapshot { backend = backend })
     local n = 0
     for r in snap:each() do
-      local _ = r.ppid, r.comm, r.rss_bytes, r.utime_ns, r.stime_ns
+      local _, _, _, _, _ = r.ppid, r.comm, r.rss_bytes, r.utime_ns, r.stime_ns
       local p = takana.process(r.pid)
       if p then
         if p:cmdline() then n = n + 1 end

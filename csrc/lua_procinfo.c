@@ -301,6 +301,7 @@ static int proc_status(lua_State *L)
 	tk_check_nargs(L, 1);
 	if (read_or_push(L, p, "status", &buf, &len))
 		return 3;
+	memset(&st, 0, sizeof st);
 	r = tk_status_parse(buf, len, &st);
 	if (r < 0)
 		return proc_error(L, p, "status", r);
@@ -345,6 +346,7 @@ static int proc_io(lua_State *L)
 	tk_check_nargs(L, 1);
 	if (read_or_push(L, p, "io", &buf, &len))
 		return 3;
+	memset(&io, 0, sizeof io);
 	r = tk_io_parse(buf, len, &io);
 	if (r < 0)
 		return proc_error(L, p, "io", r);
@@ -436,6 +438,7 @@ static int proc_memory_full(lua_State *L)
 	tk_check_nargs(L, 1);
 	if (read_or_push(L, p, "smaps_rollup", &buf, &len))
 		return 3;
+	memset(&m, 0, sizeof m);
 	r = tk_smaps_rollup_parse(buf, len, &m);
 	if (r < 0)
 		return proc_error(L, p, "smaps_rollup", r);
@@ -538,7 +541,7 @@ static int proc_setlimit(lua_State *L)
 	struct lproc *p = proc_check(L, 1);
 	int res = limit_index(L, 2);
 	struct tk_pref pr = pref_of(p);
-	struct tk_rlim set, now;
+	struct tk_rlim set, now = { 0, 0 };
 	int r;
 
 	tk_check_nargs(L, 4);

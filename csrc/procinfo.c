@@ -57,7 +57,7 @@ void tk_pref_close(struct tk_pref *p)
 int tk_pref_open(pid_t pid, int pidfd, struct tk_pref *out)
 {
 	char path[32];
-	int r;
+	int r, r2;
 
 	out->pidfd = out->dirfd = -1;
 	out->pid = pid;
@@ -78,7 +78,14 @@ int tk_pref_open(pid_t pid, int pidfd, struct tk_pref *out)
 	snprintf(path, sizeof path, "/proc/%d", (int)out->pid);
 	out->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	r = out->dirfd < 0 ? -errno : 0;
-	r = tk_pref_after(out, r);
+	/* Not reaped yet (a zombie counts: its /proc directory is still its
+	 * own, and it can still be waited for): signal 0 through the pidfd says
+	 * so, EPERM included (it exists, it is another user's). */
+	r2 = tk_pidfd_signal(pidfd, 0);
+	if (r2 == -ESRCH)
+		r = -ESRCH;
+	else if (r2 < 0 && r2 != -EPERM && r == 0)
+		r = r2;
 	if (r < 0)
 		tk_pref_close(out);
 	return r;

@@ -18,7 +18,8 @@ struct tk_pref {
 
 /* Opens pid (pidfd < 0) or adopts pidfd (owned by the reference from here
  * on, closed on failure; pid is then read from its fdinfo). -ESRCH when the
- * process has exited (a zombie too), before or while the directory opened. */
+ * process was reaped before or while the directory opened; a zombie opens
+ * (its reads then say -ESRCH, but it can be waited for). */
 int tk_pref_open(pid_t pid, int pidfd, struct tk_pref *out);
 void tk_pref_close(struct tk_pref *p);
 /* 0 while the process runs, -ESRCH once it has exited (zombie or reaped). */

@@ -21,7 +21,8 @@ def lua(v):
     if isinstance(v, int): return str(v)
     if isinstance(v, float): return repr(v)
     if isinstance(v, str):
-        return '"' + "".join(c if (c.isascii() and c.isprintable() and c not in '"\\') else "\\%03d" % ord(c) for c in v if ord(c) < 256) + '"'
+        ok = lambda c: c.isascii() and c.isprintable() and c not in '"\\'
+        return '"' + "".join(c if ok(c) else "\\%03d" % ord(c) for c in v if ord(c) < 256) + '"'
     if isinstance(v, (list, tuple)): return "{" + ",".join(lua(x) for x in v) + "}"
     if isinstance(v, dict): return "{" + ",".join("[%s]=%s" % (lua(k), lua(x)) for k, x in v.items()) + "}"
     return lua(str(v))
@@ -44,7 +45,8 @@ get("open_files", lambda: [[f.fd, f.path] for f in p.open_files()])
 get("mem", lambda: p.memory_full_info()._asdict())
 get("rss", lambda: p.memory_info().rss)
 lim = {}
-for n in ["cpu","fsize","data","stack","core","rss","nproc","nofile","memlock","as","locks","sigpending","msgqueue","nice","rtprio","rttime"]:
+for n in ["cpu", "fsize", "data", "stack", "core", "rss", "nproc", "nofile", "memlock", "as",
+          "locks", "sigpending", "msgqueue", "nice", "rtprio", "rttime"]:
     try: lim[n] = list(p.rlimit(getattr(psutil, "RLIMIT_" + n.upper())))
     except psutil.AccessDenied: lim[n] = "EACCES"
 r["limits"] = lim
@@ -264,12 +266,22 @@ describe("takana.process", function()
   end)
 
   it("waits for its own child", function()
-    local child = assert(takana.spawn { "/bin/sh", "-c", "exit 3" })
+    local child = assert(takana.spawn { "/bin/sh", "-c", "read x; exit 3", stdin = "pipe" })
     local q = assert(takana.process(child))
+    child.stdin:close()
     child:close()
-    local st = q:wait(10)
-    -- The child may have exited before the open: then the open said ESRCH.
-    assert.same({ exited = true, code = 3 }, st)
+    assert.same({ exited = true, code = 3 }, q:wait(10))
+    q:close()
+    -- An exited, unreaped child (a zombie) still opens, to be waited for;
+    -- its reads say ESRCH.
+    child = assert(takana.spawn { "/bin/sh", "-c", "exit 4" })
+    H.poll_until({ child }, function() return not child:alive() end)
+    q = assert(takana.process(child.pid))
+    child:close()
+    local v, err, errno = q:cmdline()
+    assert.is_nil(v)
+    assert.equal(ESRCH, errno, err)
+    assert.same({ exited = true, code = 4 }, q:wait(10))
     q:close()
   end)
 
