@@ -211,6 +211,7 @@ local C = setmetatable({}, {
     if select("#", ...) > 0 then argerror("cgroup", 2, "no more than 1 argument expected") end
     -- An integer is a cgroup id (records' and events' cgroup_id).
     if math.type(path) == "integer" then
+      if path <= 0 then argerror("cgroup", 1, "cgroup id must be positive") end
       local rel, err, errno = C.path(path)
       if not rel then return nil, err, errno end
       return open(rel)
