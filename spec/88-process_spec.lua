@@ -325,6 +325,52 @@ describe("takana.process", function()
     other:stop()
   end)
 
+  it("never reads a process that reused the pid (needs root: pid namespace)", function()
+    if not H.is_root() then
+      pending("needs root to create a pid namespace and set ns_last_pid")
+      return
+    end
+    -- As in the pidfd spec: in a new pid namespace, ns_last_pid makes the
+    -- next child take the reaped one's pid.
+    local script = [[
+      package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+      package.cpath = "./?.so;" .. package.cpath
+      local takana = require "takana"
+      local child = assert(takana.spawn { "sleep", "30" })
+      local old = assert(takana.process(child))
+      child:close()
+      local snap = assert(takana.snapshot { backend = "proc" })
+      assert(old:signal("KILL")); old:wait()
+      os.execute("sleep 0.05")   -- a clock tick apart: start times differ
+      local f = assert(io.open("/proc/sys/kernel/ns_last_pid", "w"))
+      f:write(tostring(old.pid - 1)); f:close()
+      local new = assert(takana.spawn { "sleep", "31" })
+      local argv, err, errno = old:cmdline()
+      local again, _, errno2 = snap:process(old.pid)
+      -- spawn returns when the child's exec has replaced its memory, a
+      -- moment before the kernel fills the new argument area: read until
+      -- it is there (bounded).
+      local newp, fresh = assert(takana.process(new.pid)), {}
+      for _ = 1, 200 do
+        fresh = newp:cmdline()
+        if #fresh > 0 then break end
+        takana.poll({}, 0.01)
+      end
+      print(old.pid, new.pid, tostring(argv), errno, tostring(again), errno2, fresh[2])
+      new:signal("KILL"); new:wait()
+    ]]
+    local code, out = H.run("unshare --pid --fork --mount-proc " .. H.lua .. " -e " .. H.shell_quote(script))
+    assert.equal(0, code, out)
+    local oldpid, newpid, argv, errno, again, errno2, fresh =
+      out:match("^(%d+)\t(%d+)\t(%S+)\t(%d+)\t(%S+)\t(%d+)\t(%S+)")
+    assert.equal(oldpid, newpid, out)
+    assert.equal("nil", argv)
+    assert.equal(tostring(ESRCH), errno)
+    assert.equal("nil", again)
+    assert.equal(tostring(ESRCH), errno2)
+    assert.equal("31", fresh)
+  end)
+
   it("snap:process refuses a pid whose start time differs from the record's", function()
     local snap = takana.snapshot { backend = "proc" }
     local q = assert(snap:process(fx.pid))
