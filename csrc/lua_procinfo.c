@@ -2,6 +2,10 @@
  * through its /proc directory fd (procinfo.c). Every method reads on call;
  * once the process has exited each returns nil, message, ESRCH, never
  * another process's data. */
+/***
+ * takana.process, from C.
+ * @module takana
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
