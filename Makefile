@@ -143,8 +143,9 @@ run: deps all
 # libFuzzer harnesses for every parser and the pid-order sort; `make fuzz FUZZ_SECONDS=600` runs
 # each that long from the committed seed corpus (fuzz/corpus/<name>).
 FUZZ_SECONDS ?= 60
-FUZZ_NAMES := stat kv cn order
-FUZZ_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/cgroup.c csrc/events.c
+FUZZ_NAMES := stat kv cn order procinfo
+FUZZ_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/cgroup.c csrc/events.c \
+	csrc/procinfo.c csrc/process.c
 fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DTK_NO_BPF \
 		-Icsrc -o $@ $< $(FUZZ_SRC)
