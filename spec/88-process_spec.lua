@@ -482,6 +482,20 @@ describe("takana.process on odd targets", function()
     me:close()
   end)
 
+  it("leaks no descriptor: closed, collected or failed (1,000 opens)", function()
+    collectgarbage()
+    local before = H.count_fds()
+    for i = 1, 1000 do
+      local q = assert(takana.process(H.pid))
+      assert(q:cmdline())
+      if i % 2 == 0 then q:close() end
+      assert.is_nil(takana.process(0x7ffffffe))
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.equal(before, H.count_fds())
+  end)
+
   it("refuses a pid that does not exist", function()
     local v, err, errno = takana.process(0x7ffffffe)
     assert.is_nil(v)
