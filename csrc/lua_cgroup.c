@@ -187,6 +187,29 @@ static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf, struct s
 	return 1;
 }
 
+/* Pushes the handle's cgroup.events as {populated=bool, frozen=bool}
+ * (every key the kernel gives; the two known ones as booleans), or
+ * nothing and returns the error. */
+static int events_push(lua_State *L, struct lcgroup *cg, char *buf)
+{
+	int err = kv_file_push(L, cg, CGF_EVENTS, buf);
+
+	if (err < 0)
+		return err;
+	for (int i = 0; i < 2; i++) {
+		const char *k = i ? "frozen" : "populated";
+		if (lua_getfield(L, -1, k) == LUA_TNUMBER) {
+			int b = lua_tointeger(L, -1) != 0;
+			lua_pop(L, 1);
+			lua_pushboolean(L, b);
+			lua_setfield(L, -2, k);
+		} else {
+			lua_pop(L, 1);
+		}
+	}
+	return 0;
+}
+
 /*** Reads the unit's accounting: sections `cpu`, `memory`, `pids`,
  * `pressure`, `events`. A section whose files are absent is absent;
  * `cg:why(section)` says why.
@@ -247,21 +270,8 @@ static int cg_stat(lua_State *L)
 	else
 		lua_pop(L, 1);
 
-	if (stat_note(&se, CGF_EVENTS, kv_file_push(L, cg, CGF_EVENTS, buf)) == 0) {
-		/* populated/frozen as booleans */
-		for (int i = 0; i < 2; i++) {
-			const char *k = i ? "frozen" : "populated";
-			if (lua_getfield(L, -1, k) == LUA_TNUMBER) {
-				int b = lua_tointeger(L, -1) != 0;
-				lua_pop(L, 1);
-				lua_pushboolean(L, b);
-				lua_setfield(L, -2, k);
-			} else {
-				lua_pop(L, 1);
-			}
-		}
+	if (stat_note(&se, CGF_EVENTS, events_push(L, cg, buf)) == 0)
 		lua_setfield(L, -2, "events");
-	}
 	if (se.err < 0)
 		return tk_push_error(L, lua_pushfstring(L, "stat %s", cg_files[se.file]), se.err);
 	/* Every cgroup, the root included, has cgroup.controllers: a handle
@@ -275,6 +285,36 @@ static int cg_stat(lua_State *L)
 		                "open it again once it is recreated", lua_tostring(L, -2));
 		lua_pushinteger(L, ENOENT);
 		return 3;
+	}
+	return 1;
+}
+
+/*** Reads cgroup.events alone, through the descriptor `fileno()` polls:
+ * reading it is what re-arms that descriptor's POLLPRI, so a loop that
+ * polls and then calls `state()` never misses a change. (`events()` is
+ * taken: it is cqueues' pollable protocol and answers "p".)
+ * @function cgroup:state
+ * @treturn[1] table `{populated = bool, frozen = bool}`
+ * @treturn[2] nil, "state /path: message", errno (ENOENT for the root
+ *   cgroup, which has no cgroup.events, and for a removed cgroup) */
+static int cg_state(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	char *buf;
+	int err;
+
+	tk_check_nargs(L, 1);
+	buf = lua_newuserdatauv(L, READ_BUF, 0);
+	err = events_push(L, cg, buf);
+	if (err < 0) {
+		lua_getiuservalue(L, 1, 1);
+		if (*lua_tostring(L, -1) == '\0' && err == -ENOENT)
+			return tk_push_error(L, "state /: the root cgroup has no cgroup.events", err);
+		if (err == -ENOENT)
+			return tk_push_error(L, lua_pushfstring(L, "state /%s: the cgroup was removed "
+			                     "(cgroup.events is gone)", lua_tostring(L, -1)), err);
+		return tk_push_error(L, lua_pushfstring(L, "state /%s: cgroup.events",
+		                                        lua_tostring(L, -1)), err);
 	}
 	return 1;
 }
@@ -474,6 +514,86 @@ static int l_cgroup_find(lua_State *L)
 	if (r < 0)
 		return tk_push_error(L, "search", r);
 	lua_pushstring(L, out);
+	return 1;
+}
+
+/* core.signum(sig) -> the signal number of a name or number; raises on
+ * anything else (the Lua side words the error for its own function). */
+static int l_signum(lua_State *L)
+{
+	int sig = tk_signal_check(L, 1);
+
+	tk_check_nargs(L, 1);
+	lua_pushinteger(L, sig);
+	return 1;
+}
+
+/* core.cgroup_signal(cg, sig, skip_pid, max_rounds, timeout_s) ->
+ * {signalled=, rounds=, listed=, errno=?, failed_pid=?, failed_errno=?}:
+ * errno/error are set when the rounds stopped early (EBUSY: the bound),
+ * the failed_ fields when the kernel refused a signal to some process. */
+static int l_cgroup_signal(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	lua_Integer sig = luaL_checkinteger(L, 2);
+	lua_Integer skip = luaL_checkinteger(L, 3);
+	lua_Integer rounds = luaL_checkinteger(L, 4);
+	lua_Number timeout = luaL_checknumber(L, 5);
+	struct tk_cg_signal_result res;
+	int r;
+
+	tk_check_nargs(L, 5);
+	luaL_argcheck(L, sig >= 0 && sig < 65, 2, "signal number out of range");
+	luaL_argcheck(L, skip >= 0 && skip <= 0x7fffffff, 3, "pid out of range");
+	luaL_argcheck(L, rounds > 0 && rounds <= 1 << 20, 4, "round bound out of range");
+	luaL_argcheck(L, timeout >= 0 && timeout <= 86400, 5, "timeout out of range");
+	r = tk_cg_signal(cg->dirfd, (int)sig, (int)skip, 100000, (int)rounds,
+	                 (int64_t)(timeout * 1000.0), &res);
+	lua_createtable(L, 0, 6);
+	lua_pushinteger(L, res.signalled);
+	lua_setfield(L, -2, "signalled");
+	lua_pushinteger(L, res.rounds);
+	lua_setfield(L, -2, "rounds");
+	lua_pushinteger(L, res.listed);
+	lua_setfield(L, -2, "listed");
+	if (r < 0) {
+		lua_pushinteger(L, -r);
+		lua_setfield(L, -2, "errno");
+		lua_pushstring(L, strerror(-r));
+		lua_setfield(L, -2, "error");
+	}
+	if (res.failed_err < 0) {
+		lua_pushinteger(L, res.failed_pid);
+		lua_setfield(L, -2, "failed_pid");
+		lua_pushinteger(L, -res.failed_err);
+		lua_setfield(L, -2, "failed_errno");
+		lua_pushstring(L, strerror(-res.failed_err));
+		lua_setfield(L, -2, "failed_error");
+	}
+	return 1;
+}
+
+static int child_append(void *ctx, const char *name)
+{
+	lua_State *L = ctx;
+
+	lua_pushstring(L, name);
+	lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+	return 0;
+}
+
+/* core.cgroup_children(cg) -> {name...} in directory order | nil, msg,
+ * errno */
+static int l_cgroup_children(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	int r;
+
+	tk_check_nargs(L, 1);
+	lua_newtable(L);
+	r = tk_cg_children(cg->dirfd, child_append, L);
+	if (r < 0)
+		return tk_push_error(L, "children", r);
 	return 1;
 }
 
@@ -718,6 +838,7 @@ void tk_cgroup_open(lua_State *L)
 	static const luaL_Reg methods[] = {
 		{ "stat", cg_stat },
 		{ "get", cg_get },
+		{ "state", cg_state },
 		{ "fileno", cg_fileno },
 		{ "pollfd", cg_fileno },
 		{ "events", cg_events },
@@ -739,6 +860,9 @@ void tk_cgroup_open(lua_State *L)
 		{ "is_pidfd", l_is_pidfd },
 		{ "pidfd_cgroup_id", l_pidfd_cgroup_id },
 		{ "kv_parse", l_kv_parse },
+		{ "signum", l_signum },
+		{ "cgroup_signal", l_cgroup_signal },
+		{ "cgroup_children", l_cgroup_children },
 		{ "psi_parse", l_psi_parse },
 		{ NULL, NULL },
 	};
