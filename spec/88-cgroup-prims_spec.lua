@@ -368,5 +368,38 @@ describe("cgroup primitives", function()
       assert.is_true(woke)
       assert.is_true(unit:remove())
     end)
+
+    it("closing a handle cqueues has polled leaves the loop working when its descriptor number is reused", function()
+      local why = why_not()
+      if why then pending(why) return end
+      local has, cqueues = pcall(require, "cqueues")
+      if not has then pending("cqueues is not installed") return end
+      local unit, p = populated_unit()
+      local cq = cqueues.new()
+      local result
+      cq:wrap(function()
+        cqueues.poll(unit, 0.01)
+        local fd = unit:fileno()
+        unit:close()
+        -- A new descriptor with the polled one's number (the handle held
+        -- a few): cqueues must not hold the old one.
+        local spare, q = {}, nil
+        for _ = 1, 10 do
+          q = assert(takana.spawn { "true" })
+          if q:fileno() == fd then break end
+          spare[#spare + 1] = q
+        end
+        assert.equal(fd, q:fileno())
+        cqueues.poll(q, 5)
+        result = q:wait()
+        q:close()
+        for _, o in ipairs(spare) do o:wait() o:close() end
+      end)
+      local ok, err = cq:loop()
+      assert.is_true(ok, err)
+      assert.same({ exited = true, code = 0 }, result)
+      p:signal("KILL")
+      p:wait()
+    end)
   end)
 end)

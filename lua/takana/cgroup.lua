@@ -10,9 +10,11 @@
 local core = require "takana.core"
 
 local methods = core.cgroup_methods
-local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = 3, 16, 22, 2, 110, 5
-local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = 1, 13, 11, 35, 18, 95
-local EEXIST, ENOTDIR = 17, 20
+local E = core.errno
+local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = E.ESRCH, E.EBUSY, E.EINVAL, E.ENOENT, E.ETIMEDOUT, E.EIO
+local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = E.EPERM, E.EACCES, E.EAGAIN, E.EDEADLK, E.EXDEV,
+  E.EOPNOTSUPP
+local EEXIST, ENOTDIR, ENODEV = E.EEXIST, E.ENOTDIR, E.ENODEV
 
 -- Directories a search or a subtree walk may visit: far more than any
 -- real hierarchy, small enough to bound the time.
@@ -755,7 +757,7 @@ end
 -- same thing.)
 local function removed(self, fname)
   local _, _, errno = core.cgroup_has_pid(self, core.getpid())
-  if errno == ENOENT or errno == 19 then -- ENODEV
+  if errno == ENOENT or errno == ENODEV then
     return ("%s %s: the cgroup was removed (its directory is gone); open it again once it is recreated")
       :format(fname, self.path), ENOENT
   end

@@ -14,7 +14,7 @@ local M = {
   _VERSION = core._VERSION,
 }
 
-local ENOENT = 2
+local ENOENT = core.errno.ENOENT
 
 local function argerror(fname, n, msg)
   error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
@@ -89,6 +89,10 @@ end
 --   `stime_ns[pid]`, `share[pid]` (1.0 = one CPU busy for the whole interval);
 --   `started` and `exited`: pid lists in pid order. A pid reused between the
 --   two snapshots is in both lists.
+--- errno constants by name (`takana.errno.ESRCH`): what the third value
+-- of a runtime failure is compared with.
+M.errno = core.errno
+
 M.delta = core.delta
 
 --- Opens a pidfd on a process: signals reach that process even after its
