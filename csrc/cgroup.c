@@ -296,7 +296,7 @@ struct pidset {
 
 static size_t pid_hash(int pid, size_t cap)
 {
-	return ((uint32_t)pid * 2654435761u) & (cap - 1);
+	return (size_t)((uint32_t)pid * 2654435761u) & (cap - 1);
 }
 
 static int pidset_has(const struct pidset *s, int pid)
@@ -483,7 +483,6 @@ int tk_cg_signal(int dirfd, int sig, int skip_pid, int max_dirs, int max_rounds,
 		}
 		if (r < 0)
 			break;
-		r = 0;
 	}
 	free(list.v);
 	free(seen.slot);

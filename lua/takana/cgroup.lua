@@ -6,6 +6,16 @@
 -- A handle's methods are exactly the documented ones; the raw writes,
 -- mkdir and rmdir behind them are takana.core functions that keep to the
 -- same path rules (plain names inside the handle's own directory).
+--
+-- Polling a handle: `cg:fileno()` (and `pollfd()`) is the cgroup's
+-- cgroup.events descriptor, which the kernel marks POLLPRI when `populated`
+-- or `frozen` changes; `cg:events()` is "p". `takana.poll{cg}` and
+-- `cqueues.poll(cg)` use POLLPRI by themselves; under luv poll it with
+-- `uv.new_poll(cg:fileno()):start("p", cb)`, never "r" (a regular file is
+-- always readable: "r" fires at once, forever). After a wake, `cg:state()`
+-- reads the new state and re-arms the descriptor. Closing a handle tells
+-- cqueues to forget the descriptor; a luv poll handle is stopped by its
+-- owner before the cgroup handle is closed.
 -- @module takana.cgroup
 local core = require "takana.core"
 
