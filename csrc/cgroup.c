@@ -287,6 +287,8 @@ int tk_cg_children(int dirfd, tk_name_cb cb, void *ctx)
 /* pidfds open at once while a listing is checked: far below a login's
  * 1,024 descriptors. */
 #define SIGNAL_BATCH 128
+/* Descriptors a listing of a shallow subtree opens at once. */
+#define SIGNAL_SPARE 4
 
 /* A set of pids (> 0): open addressing, grown at half load. */
 struct pidset {
@@ -384,33 +386,48 @@ static void pause_ms(long ms)
 		;
 }
 
-/* Signals pids[0..n) (at most SIGNAL_BATCH): each is opened as a
- * pidfd, the subtree is listed once more, and only the pidfds whose pid is
- * still listed get the signal. Returns how many of the pids were handled
- * (and marked seen): fewer than n when the descriptor limit was hit, the
- * rest waiting for the next round. A negative errno on failure. */
+/* Closes up to k of the pidfds fds[1..*n) from the end, keeping the first:
+ * the listing that follows needs a few descriptors too. Those pids wait
+ * for the next round. */
+static void give_back(const int *fds, size_t *n, int k)
+{
+	while (k-- > 0 && *n > 1) {
+		(*n)--;
+		if (fds[*n] >= 0)
+			close(fds[*n]);
+	}
+}
+
+/* Signals pids[0..n) (at most SIGNAL_BATCH): each is opened as a pidfd,
+ * the subtree is listed once more, and only the pidfds whose pid is still
+ * listed get the signal. Returns how many of the pids were handled (and
+ * marked seen): fewer than n at the descriptor limit, the rest waiting for
+ * the next round. A negative errno on failure. */
 static int signal_batch(int dirfd, int sig, int max_dirs, const int *pids, size_t n,
                         struct pidset *seen, struct pidset *still,
                         struct tk_cg_signal_result *res)
 {
 	int fds[SIGNAL_BATCH];
-	size_t opened = 0;
 	int r = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		int fd = tk_pidfd_open(pids[i]);
 		if (fd == -EMFILE || fd == -ENFILE) {
-			if (opened == 0)
+			if (i == 0)
 				return fd;
-			n = i;      /* the rest waits for the next round */
+			n = i;
+			give_back(fds, &n, SIGNAL_SPARE);
 			break;
 		}
 		fds[i] = fd;
-		if (fd >= 0)
-			opened++;
 	}
-	pidset_clear(still);
-	r = tk_cg_walk_procs(dirfd, max_dirs, pidset_add_cb, still);
+	for (;;) {
+		pidset_clear(still);
+		r = tk_cg_walk_procs(dirfd, max_dirs, pidset_add_cb, still);
+		if ((r != -EMFILE && r != -ENFILE) || n == 1)
+			break;
+		give_back(fds, &n, SIGNAL_SPARE);
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (fds[i] < 0) {
 			/* ESRCH: gone before it could be opened. */

@@ -98,6 +98,26 @@ describe("cgroup primitives", function()
     assert.same({ signaled = true, signal = 9, core = false }, p:wait())
   end)
 
+  it("signal reaches every process with two descriptors to spare (a pidfd at a time)", function()
+    local why = why_not()
+    if why then pending(why) return end
+    local unit = assert(cg:mkdir("unit"))
+    local p = assert(takana.spawn { "sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 30 & done; echo ready; wait",
+      cgroup = unit, stdout = "pipe" })
+    assert.equal("ready", p.stdout:read("l"))
+    assert.truthy(until_procs(unit, 11))
+    unit:state() -- cgroup.events open before the limit drops
+    local soft, hard = H.nofile()
+    local limit = H.count_fds() + 2
+    assert(os.execute(("prlimit --pid %d --nofile=%d:%d"):format(H.pid, limit, hard)))
+    local r = { unit:signal("TERM") }
+    assert(os.execute(("prlimit --pid %d --nofile=%d:%d"):format(H.pid, soft, hard)))
+    assert.same({ 11 }, r)
+    assert.is_true(unit:wait_empty(30))
+    assert.same({ signaled = true, signal = 15, core = false }, p:wait())
+    assert.is_true(unit:remove())
+  end)
+
   it("kill{wait} without cgroup.kill (as before 5.14) goes through signal's rounds, and waits", function()
     local why = why_not()
     if why then pending(why) return end
