@@ -1008,6 +1008,14 @@ end
 -- `wait_empty`), so `remove()` can follow at once; a cgroup still
 -- populated then fails with ETIMEDOUT (the processes were signalled; a
 -- process in uninterruptible sleep dies only when it wakes).
+--
+-- Spawning into the cgroup again after a kill: some kernels (6.18.44 here;
+-- spec/88 names it where it happens) SIGKILL a child born into a cgroup by
+-- CLONE_INTO_CGROUP when that cgroup was killed more often than the
+-- spawner's own (the fork-race fix of cgroup.kill compares kill_seq of the
+-- target with the one it read from the parent's cgroup). Remove the cgroup
+-- and make it again (`cg:remove()`, `parent:mkdir(name)`) before spawning
+-- into it; a fresh cgroup always works.
 -- @tparam[opt] table opts `{root = bool, include_self = bool, wait = seconds}`
 -- @treturn[1] true (cgroup.kill written, or the fallback saw the cgroup empty;
 --   with `wait`, the cgroup is empty)
