@@ -150,7 +150,8 @@ describe("cgroup primitives", function()
     assert.is_true(unit:remove())
   end)
 
-  it("after kill{wait}, a process spawned into the cgroup runs (or the kernel's kill_seq defect is named), and a fresh cgroup of the same name always works", function()
+  it("after kill{wait}, a process spawned into the cgroup runs (or the kernel's kill_seq defect is named), "
+    .. "and a fresh cgroup of the same name always works", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("unit"))
