@@ -888,7 +888,7 @@ local function wait_empty(self, fname, timeout)
     local populated, n
     if fd then
       local st, err, errno = self:state()
-      if not st then return nil, ("%s: %s"):format(fname, err:gsub("^state ", "")), errno end
+      if not st then return nil, ("%s %s"):format(fname, (err:gsub("^state ", ""))), errno end
       populated = st.populated
     else
       local procs, err, errno = core.cgroup_subtree_procs(self, MAX_DIRS)
