@@ -14,20 +14,6 @@
 __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define luaL_error(...) (luaL_error(__VA_ARGS__), tk_analyzer_noreturn())
 #define luaL_argerror(L, arg, msg) (luaL_argerror(L, arg, msg), tk_analyzer_noreturn())
-/* Shared by pidfds and process objects (lua_process.c): a signal by number
- * or name, a timeout in seconds (nil: -1, forever) as ms, and wait. */
-#include <sys/types.h>
-#include "process.h"
-int tk_signal_check(lua_State *L, int idx);
-int64_t tk_timeout_check(lua_State *L, int idx);
-int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *reaped,
-                       struct tk_exit *status);
-/* takana.process (lua_procinfo.c), and snap:process for lua_snapshot.c. */
-void tk_procinfo_open(lua_State *L);
-int tk_snapshot_process(lua_State *L);
-/* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
-void tk_cgroup_path_open(lua_State *L);
-
 #endif
 
 /* Metatable names: one constant each, checked in every method. */
@@ -86,12 +72,14 @@ void tk_events_open_lib(lua_State *L);
  * it is none or closed. */
 int tk_cgroup_dirfd(lua_State *L, int idx);
 void tk_file_open(lua_State *L);
+/* A signal by number or name ("TERM", "SIGTERM", "term") at idx
+ * (lua_process.c); raises on anything else. */
+int tk_signal_check(lua_State *L, int idx);
 
-/* Shared by pidfds and process objects (lua_process.c): a signal by number
- * or name, a timeout in seconds (nil: -1, forever) as ms, and wait. */
+/* Shared by pidfds and process objects (lua_process.c): a timeout in
+ * seconds (nil: -1, forever) as ms, and wait. */
 #include <sys/types.h>
 #include "process.h"
-int tk_signal_check(lua_State *L, int idx);
 int64_t tk_timeout_check(lua_State *L, int idx);
 int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *reaped,
                        struct tk_exit *status);
