@@ -8,7 +8,8 @@
 
 #include "binding.h"
 
-extern char **environ;
+/* environ: declared by unistd.h under _GNU_SOURCE. */
+
 
 /*** Makes this process the reaper of its orphaned descendants
  * (PR_SET_CHILD_SUBREAPER), or says whether it is.

@@ -267,6 +267,21 @@ static int l_signals(lua_State *L)
 		lua_pop(L, 1);
 		set |= TK_SIGBIT(sig);
 	}
+	{
+		pid_t tid;
+		int sig;
+		if (tk_signals_check_threads(set, &tid, &sig)) {
+			lua_pushnil(L);
+			tk_signal_push_name(L, sig);
+			lua_pushfstring(L, "signals: thread %d of this process has %s unblocked, and a %s sent "
+			                "to the process may go to it instead: subscribe before other threads "
+			                "start (they inherit the mask), or block it in them",
+			                (int)tid, lua_tostring(L, -1), lua_tostring(L, -1));
+			lua_remove(L, -2);
+			lua_pushinteger(L, EBUSY);
+			return 3;
+		}
+	}
 	s = lua_newuserdatauv(L, sizeof *s, 0);
 	memset(s, 0, sizeof *s);
 	tk_handle_init(&s->h, "signals object", "r", signals_release);

@@ -5,8 +5,13 @@
  * thread that has it unblocked, and reaches the signalfd only when none
  * has; so the counts below are per thread, like the mask they track. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -49,6 +54,56 @@ static void bits_to_set(tk_sigbits bits, sigset_t *set)
 	for (int s = 1; s <= TK_SIG_MAX; s++)
 		if (bits & TK_SIGBIT(s))
 			sigaddset(set, s);
+}
+
+/* The SigBlk line of /proc/self/task/<tid>/status; -1 when unreadable. */
+static int task_blocked(int taskdir, const char *tid, tk_sigbits *out)
+{
+	char path[64], buf[2048];
+	const char *line;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "%s/status", tid);
+	fd = openat(taskdir, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	line = strstr(buf, "\nSigBlk:");
+	if (line == NULL)
+		return -1;
+	*out = (tk_sigbits)strtoull(line + 8, NULL, 16);
+	return 0;
+}
+
+int tk_signals_check_threads(tk_sigbits set, pid_t *tid, int *sig)
+{
+	pid_t self = gettid();
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int found = 0;
+
+	if (d == NULL)
+		return 0;   /* no /proc: nothing to tell */
+	while (!found && (e = readdir(d)) != NULL) {
+		tk_sigbits blocked, open;
+		pid_t t = (pid_t)atoi(e->d_name);
+
+		if (t <= 0 || t == self || task_blocked(dirfd(d), e->d_name, &blocked) < 0)
+			continue;
+		open = set & ~blocked;
+		if (open != 0) {
+			*tid = t;
+			*sig = __builtin_ctzll(open) + 1;
+			found = 1;
+		}
+	}
+	closedir(d);
+	return found;
 }
 
 int tk_signals_open(tk_sigbits set)

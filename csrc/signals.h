@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/signalfd.h>
+#include <sys/types.h>
 
 /* A set of signals 1..64 as bits (sig - 1): what a signalfd subscription
  * holds. */
@@ -17,6 +18,10 @@ typedef uint64_t tk_sigbits;
  * the C library's threads). */
 const char *tk_signal_refused(int sig);
 
+/* 1 with *tid and *sig set when another thread of this process has one of
+ * set unblocked: a process-directed signal may then go to it and never
+ * reach a signalfd. 0 otherwise, or when /proc cannot tell. */
+int tk_signals_check_threads(tk_sigbits set, pid_t *tid, int *sig);
 /* Blocks the signals in this thread and opens a non-blocking, close-on-exec
  * signalfd on them: the fd, or -errno with the mask unchanged. Each signal
  * is counted per thread: the first hold remembers whether it was blocked
