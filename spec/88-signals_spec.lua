@@ -39,16 +39,6 @@ local function subscribe(t)
   return assert(s, err)
 end
 
--- Reads until one arrives, waiting through takana.poll (bounded tries).
-local function next_signal(s)
-  local got
-  H.poll_until({ s }, function()
-    got = got or s:read()
-    return got
-  end, 100)
-  return got
-end
-
 describe("takana.signals", function()
   if H.no_spawn then return pending(H.no_spawn) end
 
@@ -274,7 +264,8 @@ describe("takana.signals", function()
       { nil }, { "TERM" }, { 15 }, { {} }, { { "TERM" }, 1 },
       { { "BOGUS" } }, { { "KILL" } }, { { "SIGKILL" } }, { { 9 } }, { { "STOP" } }, { { 19 } },
       { { "SEGV" } }, { { "bus" } }, { { 0 } }, { { -1 } }, { { 65 } }, { { 2 ^ 53 } },
-      { { 1e300 } }, { { 0 / 0 } }, { { 15.5 } }, { { "TERM\0" } }, { { "TE\0RM" } },
+      { { 1e300 } }, { { math.maxinteger } }, { { math.mininteger } }, { { 0 / 0 } }, { { 15.5 } },
+      { { "TERM\0" } }, { { "TE\0RM" } },
       { { "../TERM" } }, { { ("A"):rep(4096) } }, { { 32 } }, { { 33 } }, { { true } },
       { { "TERM", x = 1 } }, { { [2] = "TERM" } }, { { "TERM", nil, "HUP" } },
     }

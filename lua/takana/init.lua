@@ -138,7 +138,8 @@ function M.spawn(t, ...)
 end
 
 --- Waits until at least one object is readable (a pidfd whose process
--- exited, a pipe with data...). For scripts without an event loop.
+-- exited, a pipe with data, a signals object with a signal pending, a timer
+-- that expired...). For scripts without an event loop.
 -- @tparam {object,...} objects anything with `:fileno()`
 -- @number[opt] timeout seconds, 0 to 1 year (longer raises; waits past
 --   epoll's 24.8 days go in slices); nil waits forever
