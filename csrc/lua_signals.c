@@ -267,6 +267,20 @@ static int l_signals(lua_State *L)
 		lua_pop(L, 1);
 		set |= TK_SIGBIT(sig);
 	}
+	if (set & TK_SIGBIT(SIGCHLD)) {
+		struct sigaction sa;
+		/* Ignored, CHLD is never sent: the kernel reaps each child itself
+		 * (and pidfd waits fail with ECHILD). Not ours to change silently. */
+		if (sigaction(SIGCHLD, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) {
+			lua_pushnil(L);
+			lua_pushliteral(L, "signals: CHLD is ignored in this process (SIG_IGN, kept across "
+			                "exec from the parent), so the kernel reaps children itself and "
+			                "sends no CHLD: start it with the default disposition (e.g. "
+			                "`env --default-signal=CHLD`)");
+			lua_pushinteger(L, EINVAL);
+			return 3;
+		}
+	}
 	{
 		pid_t tid;
 		int sig;

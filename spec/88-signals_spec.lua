@@ -224,6 +224,35 @@ describe("takana.signals", function()
     assert.equal("TERM survived\n", out)
   end)
 
+  it("refuses CHLD while it is ignored (children are then reaped by the kernel)", function()
+    local code = H.run("env --ignore-signal=CHLD true")
+    if code ~= 0 then return pending("env has no --ignore-signal (coreutils < 8.31)") end
+    local argv = { "env", "--ignore-signal=CHLD" }
+    for _, a in ipairs(H.lua_argv) do argv[#argv + 1] = a end
+    argv[#argv + 1] = "-e"
+    argv[#argv + 1] = [[
+      package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+      package.cpath = "./?.so;" .. package.cpath
+      local t = require "takana"
+      local s, err, errno = t.signals { "HUP", "CHLD" }
+      io.write(tostring(s), "|", err, "|", errno, "|")
+      s = assert(t.signals { "HUP" })  -- the others are fine
+      s:close()
+      io.write("ok")
+    ]]
+    argv.stdout = "pipe"
+    local c = assert(takana.spawn(argv))
+    local out = c.stdout:read("a")
+    assert(c:wait())
+    c:close()
+    local s, err, errno, ok = out:match("^([^|]*)|([^|]*)|([^|]*)|(.*)$")
+    assert.equal("nil", s)
+    assert.matches("CHLD is ignored in this process", err, 1, true)
+    assert.matches("--default-signal=CHLD", err, 1, true)
+    assert.equal("22", errno) -- EINVAL
+    assert.equal("ok", ok)
+  end)
+
   it("refuses another thread's unblocked signals with the reason", function()
     local ok_luv, uv = pcall(require, "luv")
     if not ok_luv then return pending("luv is not installed") end

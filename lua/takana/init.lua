@@ -368,7 +368,12 @@ end
 -- disposition (TERM's default ends the process): drain with `:each()`
 -- first. A spawned child gets the mask it would have had without takana.
 -- The mask is per thread: subscribe before starting other threads (they
--- inherit it); a thread that has a signal unblocked takes it instead.
+-- inherit it); while another thread has one of the signals unblocked (it
+-- would take them), signals() returns `nil, message, EBUSY`. CHLD while
+-- SIGCHLD is ignored (SIG_IGN from the parent: the kernel then reaps
+-- children and sends nothing) returns `nil, message, EINVAL`. CHLD wakes a
+-- loop; it reaps nothing and merges (one CHLD for several exits): wait on
+-- each child's pidfd.
 -- @function signals
 -- @tparam {string|int,...} t
 -- @treturn[1] signals `:read([timeout])` (one table `{signo=, name=, code=,
