@@ -1,5 +1,10 @@
 /* Lua binding of pidfds, spawn and poll. A spawned child is a pidfd object
  * whose user value holds its pipe ends. */
+
+/***
+ * pidfds and spawn, from C.
+ * @module takana
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -55,7 +60,7 @@ static int64_t timeout_ms_check(lua_State *L, int idx)
 	return (int64_t)ceil(s * 1000.0);
 }
 
-/*** Opens a pidfd on a process.
+/* Opens a pidfd on a process.
  * @function pidfd
  * @int pid
  * @treturn[1] pidfd
