@@ -11,7 +11,7 @@
 /* environ: declared by unistd.h under _GNU_SOURCE. */
 
 
-/*** Makes this process the reaper of its orphaned descendants
+/** Makes this process the reaper of its orphaned descendants
  * (PR_SET_CHILD_SUBREAPER), or says whether it is.
  * A process whose parent exits is re-parented to the nearest living
  * subreaper ancestor instead of init, so a supervisor sees (and must reap)
@@ -40,7 +40,7 @@ static int l_subreaper(lua_State *L)
 	return 1;
 }
 
-/*** This process's environment as a table, read from `environ` (so what a
+/** This process's environment as a table, read from `environ` (so what a
  * C library's setenv changed is seen; /proc/self/environ shows only what
  * exec received). An entry without '=' is skipped; a name set twice keeps
  * its first value, as getenv does.

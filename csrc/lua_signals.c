@@ -1,6 +1,11 @@
 /* Lua binding of takana.signals: signals delivered through a signalfd, so a
  * script without a signal handler (Lua has none) can catch TERM, HUP or
  * CHLD and poll for them next to its other descriptors. */
+
+/***
+ * Signals through a signalfd, from C.
+ * @module takana
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -216,7 +221,7 @@ static int signals_tostring(lua_State *L)
 	return 1;
 }
 
-/*** Subscribes to signals through a signalfd; see README "Signals".
+/** Subscribes to signals through a signalfd; see README "Signals".
  * @function signals
  * @tparam {string|int,...} t names ("TERM", "SIGHUP", "chld") or numbers
  * @treturn[1] signals a pollable object: `:read([timeout])`, `:each()`,

@@ -1,6 +1,11 @@
 /* Lua binding of takana.timer (a timerfd on CLOCK_MONOTONIC) and of the
  * clocks: now() for intervals, boottime_ns() for comparing with snapshot and
  * event times, realtime() for wall-clock stamps. */
+
+/***
+ * Timers and clocks, from C.
+ * @module takana
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -145,7 +150,7 @@ static int timer_remaining(lua_State *L)
 	return 2;
 }
 
-/*** A timer on CLOCK_MONOTONIC, pollable: readable once it has expired.
+/** A timer on CLOCK_MONOTONIC, pollable: readable once it has expired.
  * @function timer
  * @number[opt] after seconds until the first expiration, 0..1 year (0: at
  *   once); nil: created disarmed, for a later `:set`
@@ -180,7 +185,7 @@ static int l_timer(lua_State *L)
 	return 1;
 }
 
-/*** CLOCK_MONOTONIC in seconds: for intervals and deadlines; never jumps.
+/** CLOCK_MONOTONIC in seconds: for intervals and deadlines; never jumps.
  * @function now */
 static int l_now(lua_State *L)
 {
@@ -189,7 +194,7 @@ static int l_now(lua_State *L)
 	return 1;
 }
 
-/*** CLOCK_BOOTTIME in ns: the clock of snapshot `time_ns`, record
+/** CLOCK_BOOTTIME in ns: the clock of snapshot `time_ns`, record
  * `start_ns` and event `time_ns`. It counts suspend, which now() does not.
  * @function boottime_ns */
 static int l_boottime_ns(lua_State *L)
@@ -199,7 +204,7 @@ static int l_boottime_ns(lua_State *L)
 	return 1;
 }
 
-/*** CLOCK_REALTIME in seconds since the epoch, with the fraction os.time()
+/** CLOCK_REALTIME in seconds since the epoch, with the fraction os.time()
  * lacks: for log stamps. It jumps when the clock is set.
  * @function realtime */
 static int l_realtime(lua_State *L)
