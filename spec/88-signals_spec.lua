@@ -491,6 +491,40 @@ describe("clocks", function()
     assert.is_true(takana.boottime_ns() >= snap.time_ns)
   end)
 
+  it("boottime_ns() is the clock of every event backend's time_ns", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    local checked = 0
+    for _, backend in ipairs { "bpf", "connector", "poll" } do
+      local ev = takana.events { "exit", backend = backend, interval = 0.05 }
+      if ev then
+        local b0 = takana.boottime_ns()
+        -- Read while it runs: poll's snapshots must see it alive.
+        local c = assert(takana.spawn { "sleep", "0.3" })
+        local got, tail, reaped = nil, 0, false
+        -- Bounded by the child's life, then by 100 waits: a busy host's
+        -- other exits may wake every poll. Reaped as soon as it exits: to
+        -- poll's snapshots a zombie is still there.
+        while not got and tail < 100 do
+          takana.poll(reaped and { ev } or { ev, c }, 0.1)
+          if not reaped and not c:alive() then reaped = assert(c:wait()) end
+          for e in assert(ev:read()) do
+            if e.type == "exit" and e.pid == c.pid then got = e end
+          end
+          if reaped then tail = tail + 1 end
+        end
+        if not reaped then assert(c:wait()) end
+        c:close()
+        ev:close()
+        local b1 = takana.boottime_ns()
+        assert.is_table(got, "no exit event from the " .. backend .. " backend")
+        assert.is_true(got.time_ns >= b0 and got.time_ns <= b1,
+          ("%s: %d not in [%d, %d]"):format(backend, got.time_ns, b0, b1))
+        checked = checked + 1
+      end
+    end
+    assert.is_true(checked >= 1) -- poll always opens
+  end)
+
   it("realtime() is the wall clock with a fraction", function()
     local r = takana.realtime()
     assert.equal("float", math.type(r))
