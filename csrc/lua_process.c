@@ -60,32 +60,6 @@ int64_t tk_timeout_check(lua_State *L, int idx)
 	return (int64_t)ceil(s * 1000.0);
 }
 
-/* Signal by number or by name: "TERM", "SIGTERM", "term". */
-int tk_signal_check(lua_State *L, int idx)
-{
-	if (lua_type(L, idx) == LUA_TNUMBER) {
-		lua_Integer n = luaL_checkinteger(L, idx);
-		luaL_argcheck(L, n >= 0 && n < NSIG, idx, "signal number out of range");
-		return (int)n;
-	} else {
-		size_t len;
-		const char *name = luaL_checklstring(L, idx, &len);
-		char up[16];
-		const char *base;
-
-		luaL_argcheck(L, len < sizeof up && strlen(name) == len, idx, "unknown signal name");
-		for (size_t i = 0; i <= len; i++)
-			up[i] = (char)((name[i] >= 'a' && name[i] <= 'z') ? name[i] - 32 : name[i]);
-		base = strncmp(up, "SIG", 3) == 0 ? up + 3 : up;
-		for (int s = 1; s < SIGRTMIN; s++) {
-			const char *abbrev = sigabbrev_np(s);
-			if (abbrev != NULL && strcmp(abbrev, base) == 0)
-				return s;
-		}
-		return luaL_argerror(L, idx, lua_pushfstring(L, "unknown signal name '%s'", name));
-	}
-}
-
 /* Opens a pidfd on a process.
  * @function pidfd
  * @int pid
