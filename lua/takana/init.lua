@@ -44,17 +44,43 @@ local snapshot_backends = { "kfunc", "iter", "proc" }
 -- Best first. A BPF tier loads on first use (once per process) and says why
 -- when it cannot run; /proc always can.
 local tiers = {
-  kfunc = function() return core.snapshot_bpf("kfunc") end,
-  iter = function() return core.snapshot_bpf("iter") end,
-  proc = function(opts) return core.snapshot_proc(opts.cache ~= false) end,
+  kfunc = function(_, fields) return core.snapshot_bpf("kfunc", fields) end,
+  iter = function(_, fields) return core.snapshot_bpf("iter", fields) end,
+  proc = function(opts, fields) return core.snapshot_proc(opts.cache ~= false, fields) end,
 }
+
+local field_bit = {}
+for i, name in ipairs(core.record_fields) do field_bit[name] = 1 << (i - 1) end
+
+-- fields = {"pid", "comm", ...} as the bits the core takes.
+local function fields_mask(list)
+  if #list == 0 or next(list, #list) ~= nil then
+    return nil, "option 'fields': a non-empty array of field names expected"
+  end
+  local mask = 0
+  for _, name in ipairs(list) do
+    local bit = field_bit[name]
+    if not bit then
+      return nil, (("option 'fields': unknown field %s (known: %s)"):format(
+        type(name) == "string" and ("'" .. name .. "'") or type(name), table.concat(core.record_fields, ", ")))
+    end
+    mask = mask | bit
+  end
+  return mask
+end
 
 --- Takes a snapshot of every live process.
 -- @tparam[opt] table opts
 --   `backend`: `"auto"` (default: the best tier that works), `"kfunc"`,
 --   `"iter"` or `"proc"`;
 --   `cache`: for the proc backend, keep `/proc/<pid>/stat` descriptors open
---   between snapshots (default true).
+--   between snapshots (default true);
+--   `fields`: the record fields to fill, e.g. `{"pid", "ppid", "comm"}`
+--   (default: all, but the proc backend leaves out `cgroup_id`, which costs
+--   it a second file per process); the others read nil. BPF tiers then skip the kernel
+--   structures no field needs, and /proc reads `<pid>/cgroup` only for
+--   `cgroup_id`. pid, start_ns and state are read whatever the selection
+--   (a delta and the reaping check need them) but read nil unless selected.
 -- @treturn[1] snapshot one userdata holding every record; `#snap`,
 --   `snap.backend`, `snap.time_ns` (CLOCK_BOOTTIME), `snap.vanished`
 --   (processes that exited mid-scan and were skipped), `snap.denied`
@@ -65,16 +91,21 @@ local tiers = {
 -- @treturn[2] int errno
 function M.snapshot(opts, ...)
   if select("#", ...) > 0 then argerror("snapshot", 2, "no more than 1 argument expected") end
-  opts = check_options("snapshot", 1, opts, { backend = "string", cache = "boolean" })
+  opts = check_options("snapshot", 1, opts, { backend = "string", cache = "boolean", fields = "table" })
   local backend = opts.backend or "auto"
   if backend ~= "auto" and not tiers[backend] then
     argerror("snapshot", 1, "unknown backend '" .. backend .. "' (auto, kfunc, iter or proc)")
   end
+  local fields, why
+  if opts.fields then
+    fields, why = fields_mask(opts.fields)
+    if not fields then argerror("snapshot", 1, why) end
+  end
   if backend ~= "auto" then
-    return tiers[backend](opts)
+    return tiers[backend](opts, fields)
   end
   for _, name in ipairs(snapshot_backends) do
-    local snap, err, errno = tiers[name](opts)
+    local snap, err, errno = tiers[name](opts, fields)
     -- exactly one value on success: takana.delta(old, takana.snapshot())
     if snap then return snap end
     if name == "proc" then return nil, err, errno end
