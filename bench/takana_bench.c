@@ -252,6 +252,32 @@ static int l_kfunc_raw(lua_State *L)
 	return 2;
 }
 
+/* D6: the same program told to fill six fields (kfunc_raw_fields(mask):
+ * pid, ppid, comm, state, utime, stime), then one pass reading those six
+ * in place: what a C program walking those fields costs. */
+static int l_kfunc_raw_fields(lua_State *L)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts);
+	uint32_t mask = (uint32_t)luaL_checkinteger(L, 1);
+	uint64_t t0 = now_ns(), acc = 0;
+	uint32_t n, i;
+
+	raw_kfunc->data->want_fields = mask;
+	if (bpf_prog_test_run_opts(bpf_program__fd(raw_kfunc->progs.snapshot_kfunc), &opts) != 0)
+		return luaL_error(L, "test run: %s", strerror(errno));
+	n = raw_kfunc->bss->total;
+	raw_kfunc->data->want_fields = TK_F_ALL;
+	if (n > RAW_CAPACITY)
+		return luaL_error(L, "more than %d processes", RAW_CAPACITY);
+	for (i = 0; i < n; i++) {
+		const struct tk_record *r = &raw_records[i].rec;
+		acc += r->pid + r->ppid + (unsigned char)r->comm[0] + r->state + r->utime_ns + r->stime_ns;
+	}
+	lua_pushinteger(L, (lua_Integer)n + (lua_Integer)(acc & 0));
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
 /* B: bpf_iter_create + read() to the end, counting thread-group leaders. */
 static int l_iter_raw(lua_State *L)
 {
@@ -312,6 +338,8 @@ int luaopen_takana_bench(lua_State *L)
 	lua_setfield(L, -2, "bpf_raw_load");
 	lua_pushcfunction(L, l_kfunc_raw);
 	lua_setfield(L, -2, "kfunc_raw");
+	lua_pushcfunction(L, l_kfunc_raw_fields);
+	lua_setfield(L, -2, "kfunc_raw_fields");
 	lua_pushcfunction(L, l_iter_raw);
 	lua_setfield(L, -2, "iter_raw");
 #endif
