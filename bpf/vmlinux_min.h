@@ -103,6 +103,8 @@ struct percpu_counter {
 };
 
 struct mm_struct {
+	unsigned long arg_start;
+	unsigned long arg_end;
 	unsigned long hiwater_rss;
 	unsigned long total_vm;
 	unsigned long flags;          /* before 6.18: a plain word */

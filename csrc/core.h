@@ -230,6 +230,9 @@ struct tk_events {
 	struct tk_cn_seq *cn_seq;    /* one per possible CPU, sized at open */
 	size_t cn_ncpu;
 	int cn_listening;
+	uint32_t *cn_pid;            /* exec streams: pid -> ppid from forks seen, */
+	uint32_t *cn_ppid;           /* seeded from /proc at open (open addressing) */
+	size_t cn_pcap, cn_plen;
 	/* poll */
 	struct tk_proc_scanner scanner;
 	int scanner_open;
