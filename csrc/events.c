@@ -645,7 +645,7 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 			ev->cn_listening = 1;
 			err = cn_track_seq(ev, &m, 0);
 			/* Subscribed first: no fork falls between the two. */
-			if (err == 0 && (ev->mask & TK_EV_BIT(TK_EV_EXEC))) {
+			if (err >= 0 && (ev->mask & TK_EV_BIT(TK_EV_EXEC))) {
 				err = ppid_seed(ev);
 				if (err < 0)
 					snprintf(why, why_len, "the parents of the processes running now, "
