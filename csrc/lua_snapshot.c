@@ -421,12 +421,12 @@ static int snap_filter(lua_State *L)
 			snprintf(ctx, sizeof ctx, "filter: cgroup /%.60s%s", rel, strlen(rel) > 60 ? "..." : "");
 			return tk_push_error(L, ctx, err);
 		}
-		/* Held by Lua, so a raise below leaks nothing. */
+		/* Held by Lua (slot 4), so a raise below leaks nothing. The
+		 * criteria table stays in slot 2: it holds the pattern. */
 		ids = lua_newuserdatauv(L, nids * sizeof *ids + 1, 0);
 		memcpy(ids, heap, nids * sizeof *ids);
 		free(heap);
 		qsort(ids, nids, sizeof *ids, u64_cmp);
-		lua_replace(L, 2);   /* the criteria table is read */
 	}
 	lua_newtable(L);
 	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
