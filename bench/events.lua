@@ -192,7 +192,8 @@ local function exec_storm(backend, rate)
   local secs = (cb.now_ns() - t0) / 1e9
   local lost = ev:lost()
   ev:close()
-  print(("  %-10s asked %6d/s  ran %7d execs (%6.0f/s)  events %7d  complete argv %7d (%5.1f%% of execs)  argv_lost %6d  lost events %d"):format(
+  print(("  %-10s asked %6d/s  ran %7d execs (%6.0f/s)  events %7d  complete argv %7d (%5.1f%% of execs)"
+    .. "  argv_lost %6d  lost events %d"):format(
     backend, rate, truth, truth / EXEC_S, got, complete, truth > 0 and 100 * complete / truth or 0, lost_argv, lost))
   return secs
 end

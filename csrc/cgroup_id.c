@@ -69,15 +69,17 @@ static int mount_scan(char *out, size_t cap)
 	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char root[TK_CG_PATH_MAX], mnt[TK_CG_PATH_MAX], fstype[64];
 		const char *dash = strstr(line, " - ");
+		size_t mlen;
 
 		if (dash == NULL || sscanf(dash + 3, "%63s", fstype) != 1 || strcmp(fstype, "cgroup2") != 0)
 			continue;
 		if (sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) != 2)
 			continue;
 		unescape(mnt);
-		if (strlen(mnt) >= cap || (found && strcmp(root, "/") != 0))
+		mlen = strlen(mnt);
+		if (mlen >= cap || (found && strcmp(root, "/") != 0))
 			continue;
-		strcpy(out, mnt);
+		memcpy(out, mnt, mlen + 1);
 		found = 1;
 		if (strcmp(root, "/") == 0)
 			break;
@@ -101,10 +103,14 @@ int tk_cgroup2_mount(char *out, size_t cap)
 		if (err < 0)
 			mount_cached[0] = '\0';
 	}
-	if (err == 0 && strlen(mount_cached) >= cap)
-		err = -ENAMETOOLONG;
-	if (err == 0)
-		strcpy(out, mount_cached);
+	if (err == 0) {
+		size_t len = strlen(mount_cached);
+
+		if (len < cap)
+			memcpy(out, mount_cached, len + 1);
+		else
+			err = -ENAMETOOLONG;
+	}
 	pthread_mutex_unlock(&mount_lock);
 	return err;
 }
@@ -412,9 +418,11 @@ int tk_cgroup_id_path(uint64_t id, char *out, size_t cap)
 	for (unsigned i = 0; i < PATH_CACHE; i++) {
 		if (path_cache[i].path != NULL && path_cache[i].id == id &&
 		    path_stat_id(mount_fd, path_cache[i].path) == id) {
-			err = strlen(path_cache[i].path) < cap ? 0 : -ENAMETOOLONG;
+			size_t len = strlen(path_cache[i].path);
+
+			err = len < cap ? 0 : -ENAMETOOLONG;
 			if (err == 0)
-				strcpy(out, path_cache[i].path);
+				memcpy(out, path_cache[i].path, len + 1);
 			pthread_mutex_unlock(&mount_lock);
 			close(mount_fd);
 			return err;
@@ -425,7 +433,7 @@ int tk_cgroup_id_path(uint64_t id, char *out, size_t cap)
 		close(mount_fd);
 		if (cap < 2)
 			return -ENAMETOOLONG;
-		strcpy(out, "/");
+		memcpy(out, "/", 2);
 		return 0;
 	}
 	memset(&w, 0, sizeof w);
@@ -447,4 +455,14 @@ int tk_cgroup_id_path(uint64_t id, char *out, size_t cap)
 	path_cache_next = (path_cache_next + 1) % PATH_CACHE;
 	pthread_mutex_unlock(&mount_lock);
 	return 0;
+}
+
+/* The kept paths, freed when the module is unloaded (Lua closes it at
+ * exit), so nothing outlives it. */
+__attribute__((destructor)) static void path_cache_free(void)
+{
+	for (unsigned i = 0; i < PATH_CACHE; i++) {
+		free(path_cache[i].path);
+		path_cache[i].path = NULL;
+	}
 }

@@ -302,7 +302,7 @@ static void exec_from_proc(struct tk_event *e)
 
 static size_t ppid_slot(const struct tk_events *ev, uint32_t pid)
 {
-	size_t i = (pid * 2654435761u) & (ev->cn_pcap - 1);
+	size_t i = (size_t)(uint32_t)(pid * 2654435761u) & (ev->cn_pcap - 1);
 
 	while (ev->cn_pid[i] != 0 && ev->cn_pid[i] != pid)
 		i = (i + 1) & (ev->cn_pcap - 1);
@@ -369,7 +369,7 @@ static void ppid_del(struct tk_events *ev, uint32_t pid)
 	ev->cn_pid[i] = 0;
 	ev->cn_plen--;
 	for (j = (i + 1) & mask; ev->cn_pid[j] != 0; j = (j + 1) & mask) {
-		size_t home = (ev->cn_pid[j] * 2654435761u) & mask;
+		size_t home = (size_t)(uint32_t)(ev->cn_pid[j] * 2654435761u) & mask;
 
 		/* Moves back unless its home lies cyclically in (i, j]. */
 		if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
