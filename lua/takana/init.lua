@@ -114,7 +114,7 @@ end
 
 --- One process in a snapshot: what `snap:get(pid)`, `rec:totable()` and
 -- the views `snap:each()` yields hold. Every backend fills every field with
--- the same meaning and unit.
+-- the same meaning and unit; a field left out of `fields = {...}` reads nil.
 -- @table record
 -- @field pid the process id (tgid)
 -- @field ppid the parent's pid
@@ -133,6 +133,10 @@ end
 -- @field minflt minor faults
 -- @field majflt major faults
 -- @field kthread true for a kernel thread
+-- @field cgroup_id the cgroup2 id of its cgroup (the inode number of the
+--   cgroup's directory under the cgroup2 mount); nil when no cgroup2
+--   hierarchy is mounted, or the cgroup is outside this cgroup namespace's
+--   view; proc backend: only when named in `fields`
 
 --- An event, as `events:read()` yields it. Fields a backend cannot know
 -- are absent, never zero.
@@ -141,16 +145,25 @@ end
 -- @field time_ns when it happened, CLOCK_BOOTTIME ns
 -- @field pid the process (tgid)
 -- @field tid the thread that did it
--- @field ppid the parent (fork; exec and exit where known)
+-- @field ppid the parent (fork; exec and exit where known; on the
+--   connector, exec's comes from the stream's own fork tracking, seeded from
+--   /proc when it opened: a process reparented since shows its first parent)
 -- @field comm the command name
--- @field filename the program executed (exec, bpf)
+-- @field filename the program executed (exec): bpf as execve was given it,
+--   connector the `/proc/<pid>/exe` link read at receipt
+-- @field argv the arguments (exec), an array: bpf reads them at the exec
+--   tracepoint, the connector from `/proc/<pid>/cmdline` at receipt; at most
+--   512 bytes (the last argument may be cut)
+-- @field argv_truncated true when the arguments went on past those 512 bytes
+-- @field argv_lost true (connector) when the process was gone, or had no
+--   arguments left to read, by the time its exec event was received
 -- @field code the exit code (exit, when it exited)
 -- @field signal the signal that killed it (exit, when it was killed)
 -- @field core true when it dumped core (exit)
 -- @field utime_ns user CPU of the whole process at exit (bpf)
 -- @field stime_ns system CPU at exit (bpf)
 -- @field maxrss_bytes peak resident memory at exit (bpf)
--- @field cgroup_id the cgroup2 id of the process (bpf)
+-- @field cgroup_id the cgroup2 id of the process (bpf: fork, exec and exit)
 -- @field start_ns the exiting process's start time, ns since boot (bpf)
 -- @field observed true when the poll backend only saw the change between
 --   two snapshots (no status, time approximate)
