@@ -501,9 +501,11 @@ static int snap_cgroup(lua_State *L)
 	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
 	if (lua_getfield(L, -1, "takana.cgroup") == LUA_TTABLE &&
 	    lua_getfield(L, -1, "path") == LUA_TFUNCTION) {
+		/* Stack: snap, pid, loaded, module, path, id: the results take
+		 * the place of path. */
 		lua_pushinteger(L, tk_u64_int(id));
 		lua_call(L, 1, LUA_MULTRET);
-		return lua_gettop(L) - 5;
+		return lua_gettop(L) - 4;
 	}
 	err = tk_cgroup_id_path(id, path, sizeof path);
 	if (err < 0) {

@@ -271,6 +271,22 @@ describe("snap:cgroup", function()
     assert.has_error(function() bare:cgroup(H.pid) end)
   end)
 
+  it("asks takana.cgroup.path when the module offers it, passing its answers through", function()
+    if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted here") end
+    local cg = require "takana.cgroup"
+    local saved = rawget(cg, "path")
+    local snap = assert(takana.snapshot { fields = { "pid", "cgroup_id" } })
+    local asked
+    rawset(cg, "path", function(id) asked = id return nil, "path: stand-in", 2 end)
+    local ok, r, err, errno = pcall(snap.cgroup, snap, H.pid)
+    rawset(cg, "path", saved)
+    assert.truthy(ok, r)
+    assert.equal(snap:get(H.pid).cgroup_id, asked)
+    assert.is_nil(r)
+    assert.equal("path: stand-in", err)
+    assert.equal(2, errno)
+  end)
+
   it("answers for a process that exited since the snapshot, from its record", function()
     if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted here") end
     local fx = H.fixture {}
