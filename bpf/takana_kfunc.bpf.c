@@ -51,6 +51,16 @@ static __always_inline void add_other_threads(struct task_struct *t, struct tk_w
 	bpf_task_release(leader);
 }
 
+/* thread_group_empty() (6.6+, as is this tier): the leader is the last
+ * on its thread list. An address, not a load of signal_struct's line
+ * holding nr_threads. */
+static __always_inline bool has_other_threads(struct task_struct *t)
+{
+	__u64 head = (__u64)t->signal + bpf_core_field_offset(struct signal_struct, thread_head);
+
+	return (__u64)t->thread_node.next != head;
+}
+
 static __always_inline void record_task(struct task_struct *t, __u32 idx, volatile __u32 *want)
 {
 	struct tk_wire_record *w = bpf_map_lookup_elem(&records, &idx);
@@ -58,7 +68,7 @@ static __always_inline void record_task(struct task_struct *t, __u32 idx, volati
 	if (!w)
 		return;
 	record_fill(t, w, want);
-	if (WANTS(want, TK_F_THREADS) && w->rec.nthreads > 1)
+	if (WANTS(want, TK_F_THREADS) && has_other_threads(t))
 		add_other_threads(t, w);
 }
 

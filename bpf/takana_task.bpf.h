@@ -210,9 +210,10 @@ static __always_inline void record_fill(struct task_struct *t, struct tk_wire_re
 	if (WANTS(want, TK_F_SIGNAL)) {
 		struct signal_struct *sig = t->signal;
 
-		/* Always with the signal group: the reader drops a process
-		 * with no thread left (being reaped). */
-		r->nthreads = sig->nr_threads;
+		/* Its own cache line: read only when asked for (the reader's
+		 * check for a process with no thread left needs it then). */
+		if (WANTS(want, TK_F(NTHREADS)))
+			r->nthreads = sig->nr_threads;
 		if (WANTS(want, (TK_F(PGID) | TK_F(SID)))) {
 			r->pgid = pid_number(sig->pids[PIDTYPE_PGID]);
 			r->sid = pid_number(sig->pids[PIDTYPE_SID]);

@@ -82,8 +82,14 @@ typedef struct {
 	int counter;
 } atomic_t;
 
+struct list_head {
+	struct list_head *next;
+	struct list_head *prev;
+};
+
 struct signal_struct {
 	atomic_t live;
+	struct list_head thread_head;      /* 6.6+ */
 	int group_exit_code;
 	unsigned int flags;
 	unsigned long maxrss;
@@ -185,6 +191,7 @@ struct task_struct {
 	struct task_struct *real_parent;
 	struct task_struct *group_leader;
 	struct pid *thread_pid;
+	struct list_head thread_node;      /* 6.6+ */
 	struct mm_struct *mm;
 	struct signal_struct *signal;
 	const struct cred *cred;

@@ -463,7 +463,7 @@ static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t 
 		/* A process being reaped (EXIT_DEAD, or no thread left in its
 		 * signal_struct) is still on the task list for a moment: /proc
 		 * skips it as vanished, and so do we. */
-		if (src->rec.state == 'X' || ((fields & TK_F_SIGNAL) && src->rec.nthreads == 0)) {
+		if (src->rec.state == 'X' || ((fields & TK_F(NTHREADS)) && src->rec.nthreads == 0)) {
 			out->vanished++;
 			continue;
 		}
