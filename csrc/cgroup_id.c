@@ -259,97 +259,29 @@ int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64
 	return 0;
 }
 
-/* ---- subtree ids and id -> path --------------------------------------------- */
+/* ---- subtree ids ----------------------------------------------------------- */
 
-struct walk {
-	uint64_t *ids;
+struct ids {
+	uint64_t *v;
 	size_t len, cap;
-	size_t max_dirs;
-	uint64_t want;         /* find: the id looked for */
-	char *path;            /* find: the path so far, relative to the mount */
-	size_t path_cap;
 };
 
-static int ids_push(struct walk *w, uint64_t id)
+static int ids_push(void *ctx, uint64_t id, const char *rel)
 {
+	struct ids *w = ctx;
+
+	(void)rel;
 	if (w->len == w->cap) {
 		size_t cap = w->cap ? w->cap * 2 : 64;
-		uint64_t *ids = realloc(w->ids, cap * sizeof *ids);
+		uint64_t *v = realloc(w->v, cap * sizeof *v);
 
-		if (ids == NULL)
+		if (v == NULL)
 			return -ENOMEM;
-		w->ids = ids;
+		w->v = v;
 		w->cap = cap;
 	}
-	w->ids[w->len++] = id;
+	w->v[w->len++] = id;
 	return 0;
-}
-
-/* Depth-first under dirfd (which the walk closes). Collects every
- * directory's id, or with want set stops at the directory whose id it is
- * (returns 1, its path in w->path). A directory removed meanwhile is
- * skipped. */
-static int walk_dir(struct walk *w, int dir_fd, size_t path_len)
-{
-	DIR *d = fdopendir(dir_fd);
-	struct dirent *e;
-	int r = 0;
-
-	if (d == NULL) {
-		close(dir_fd);
-		return -errno;
-	}
-	while (r == 0 && (e = readdir(d)) != NULL) {
-		struct stat st;
-		size_t n;
-		int fd;
-
-		if (e->d_type != DT_DIR || strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (w->len >= w->max_dirs) {
-			r = -E2BIG;
-			break;
-		}
-		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0) {
-			if (errno == ENOENT || errno == ENOTDIR)
-				continue;
-			r = -errno;
-			break;
-		}
-		if (fstat(fd, &st) < 0) {
-			r = -errno;
-			close(fd);
-			break;
-		}
-		r = ids_push(w, (uint64_t)st.st_ino);
-		if (r < 0) {
-			close(fd);
-			break;
-		}
-		if (w->want) {
-			n = strlen(e->d_name);
-			if (path_len + n + 2 > w->path_cap) {
-				close(fd);
-				r = -ENAMETOOLONG;
-				break;
-			}
-			w->path[path_len] = '/';
-			memcpy(w->path + path_len + 1, e->d_name, n + 1);
-			if ((uint64_t)st.st_ino == w->want) {
-				close(fd);
-				r = 1;
-				break;
-			}
-			r = walk_dir(w, fd, path_len + 1 + n);
-			if (r == 0)
-				w->path[path_len] = '\0';
-		} else {
-			r = walk_dir(w, fd, 0);
-		}
-	}
-	closedir(d);
-	return r;
 }
 
 #define WALK_MAX_DIRS 65536
@@ -357,8 +289,7 @@ static int walk_dir(struct walk *w, int dir_fd, size_t path_len)
 int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t *n)
 {
 	char mnt[TK_CG_PATH_MAX];
-	struct walk w;
-	struct stat st;
+	struct ids w;
 	int mount_fd, fd, err;
 
 	*ids = NULL;
@@ -374,95 +305,21 @@ int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t
 	if (err < 0)
 		return err;
 	memset(&w, 0, sizeof w);
-	w.max_dirs = WALK_MAX_DIRS;
-	if (fstat(fd, &st) < 0)
-		err = -errno;
-	if (err == 0)
-		err = ids_push(&w, (uint64_t)st.st_ino);
-	if (err == 0 && recursive)
-		err = walk_dir(&w, fd, 0);
-	else
-		close(fd);
+	if (recursive) {
+		err = tk_cg_walk_ids(fd, WALK_MAX_DIRS, ids_push, &w);
+	} else {
+		uint64_t id;
+
+		err = tk_cg_id(fd, &id);
+		if (err == 0)
+			err = ids_push(&w, id, "");
+	}
+	close(fd);
 	if (err < 0) {
-		free(w.ids);
+		free(w.v);
 		return err;
 	}
-	*ids = w.ids;
+	*ids = w.v;
 	*n = w.len;
 	return 0;
-}
-
-/* The last paths found: one walk of the hierarchy per new cgroup at most,
- * each answer checked by a stat before it is given again. */
-#define PATH_CACHE 64
-
-static struct {
-	uint64_t id;
-	char *path;
-} path_cache[PATH_CACHE];
-static unsigned path_cache_next;
-
-int tk_cgroup_id_path(uint64_t id, char *out, size_t cap)
-{
-	char mnt[TK_CG_PATH_MAX];
-	struct walk w;
-	int mount_fd, err;
-
-	err = tk_cgroup2_mount(mnt, sizeof mnt);
-	if (err < 0)
-		return err;
-	mount_fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (mount_fd < 0)
-		return -errno;
-	pthread_mutex_lock(&mount_lock);
-	for (unsigned i = 0; i < PATH_CACHE; i++) {
-		if (path_cache[i].path != NULL && path_cache[i].id == id &&
-		    path_stat_id(mount_fd, path_cache[i].path) == id) {
-			size_t len = strlen(path_cache[i].path);
-
-			err = len < cap ? 0 : -ENAMETOOLONG;
-			if (err == 0)
-				memcpy(out, path_cache[i].path, len + 1);
-			pthread_mutex_unlock(&mount_lock);
-			close(mount_fd);
-			return err;
-		}
-	}
-	pthread_mutex_unlock(&mount_lock);
-	if (path_stat_id(mount_fd, "/") == id) {
-		close(mount_fd);
-		if (cap < 2)
-			return -ENAMETOOLONG;
-		memcpy(out, "/", 2);
-		return 0;
-	}
-	memset(&w, 0, sizeof w);
-	w.max_dirs = WALK_MAX_DIRS;
-	w.want = id;
-	w.path = out;
-	w.path_cap = cap;
-	out[0] = '\0';
-	err = walk_dir(&w, mount_fd, 0);
-	free(w.ids);
-	if (err == 0)
-		return -ENOENT;
-	if (err < 0)
-		return err;
-	pthread_mutex_lock(&mount_lock);
-	free(path_cache[path_cache_next].path);
-	path_cache[path_cache_next].path = strdup(out);
-	path_cache[path_cache_next].id = id;
-	path_cache_next = (path_cache_next + 1) % PATH_CACHE;
-	pthread_mutex_unlock(&mount_lock);
-	return 0;
-}
-
-/* The kept paths, freed when the module is unloaded (Lua closes it at
- * exit), so nothing outlives it. */
-__attribute__((destructor)) static void path_cache_free(void)
-{
-	for (unsigned i = 0; i < PATH_CACHE; i++) {
-		free(path_cache[i].path);
-		path_cache[i].path = NULL;
-	}
 }

@@ -132,7 +132,6 @@ int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64
 int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t *n);
 /* The path ("/a/b", "/" for the root) of the cgroup with this id, by a walk
  * of the hierarchy (the last answers are kept); -ENOENT when none has it. */
-int tk_cgroup_id_path(uint64_t id, char *out, size_t cap);
 
 /* Zeroes every field of rec outside fields (TK_F_* bits). */
 void tk_record_mask(struct tk_record *rec, uint32_t fields);

@@ -461,9 +461,8 @@ static int snap_filter(lua_State *L)
 	return 1;
 }
 
-/*** The path of a process's cgroup, from its record's cgroup_id: through
- * takana.cgroup.path when that module offers it, else by a walk of the
- * cgroup2 hierarchy (the last answers kept, each checked before reuse).
+/*** The path of a process's cgroup, from its record's cgroup_id, through
+ * takana.cgroup.path.
  * @function snapshot:cgroup
  * @int pid
  * @treturn[1] string "/a/b" beneath the cgroup2 mount ("/" is its root)
@@ -474,9 +473,7 @@ static int snap_cgroup(lua_State *L)
 	struct lsnap *s = snap_check(L, 1);
 	uint32_t pid = pid_check(L, 2);
 	const struct tk_record *r;
-	char path[TK_CG_PATH_MAX];
 	uint64_t id;
-	int err;
 
 	tk_check_nargs(L, 2);
 	if (!(s->fields & TK_F(CGROUP)))
@@ -497,24 +494,17 @@ static int snap_cgroup(lua_State *L)
 		lua_pushinteger(L, ENOENT);
 		return 3;
 	}
-	/* takana.cgroup.path, if loaded and offered. */
-	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-	if (lua_getfield(L, -1, "takana.cgroup") == LUA_TTABLE &&
-	    lua_getfield(L, -1, "path") == LUA_TFUNCTION) {
-		/* Stack: snap, pid, loaded, module, path, id: the results take
-		 * the place of path. */
-		lua_pushinteger(L, tk_u64_int(id));
-		lua_call(L, 1, LUA_MULTRET);
-		return lua_gettop(L) - 4;
-	}
-	err = tk_cgroup_id_path(id, path, sizeof path);
-	if (err < 0) {
-		char ctx[64];
-
-		snprintf(ctx, sizeof ctx, "cgroup: pid %u, cgroup id %llu", pid, (unsigned long long)id);
-		return tk_push_error(L, ctx, err);
-	}
-	lua_pushstring(L, path);
+	/* One resolver for every caller: takana.cgroup.path (handle or cached
+	 * walk) gives the path relative to the mount, "" for its root. */
+	lua_getglobal(L, "require");
+	lua_pushliteral(L, "takana.cgroup");
+	lua_call(L, 1, 1);
+	lua_getfield(L, -1, "path");
+	lua_pushinteger(L, tk_u64_int(id));
+	lua_call(L, 1, 3);
+	if (lua_isnil(L, -3))
+		return 3;
+	lua_pushfstring(L, "/%s", lua_tostring(L, -3));
 	return 1;
 }
 
