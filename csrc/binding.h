@@ -23,6 +23,7 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_PIDFD_MT "takana.Pidfd"
 #define TK_CGROUP_MT "takana.Cgroup"
 #define TK_EVENTS_MT "takana.Events"
+#define TK_UNIX_MT "takana.Unix"
 
 /* A kernel counter as a Lua integer, saturating rather than wrapping. */
 static inline lua_Integer tk_u64_int(uint64_t v)
@@ -46,5 +47,6 @@ void tk_events_open_lib(lua_State *L);
  * it is none or closed. */
 int tk_cgroup_dirfd(lua_State *L, int idx);
 void tk_file_open(lua_State *L);
+void tk_unix_open(lua_State *L);
 
 #endif

@@ -47,5 +47,6 @@ int luaopen_takana_core(lua_State *L)
 	tk_cgroup_open(L);
 	tk_events_open_lib(L);
 	tk_file_open(L);
+	tk_unix_open(L);
 	return 1;
 }
