@@ -20,10 +20,11 @@
 
 enum ux_kind { UX_DGRAM, UX_LISTEN, UX_STREAM, UX_PIPE_R, UX_PIPE_W, UX_EPOLL };
 
-static const char *const kind_names[] = { "dgram", "listen", "stream", "pipe-r", "pipe-w", "epoll" };
+static const char *const kind_names[] = { "datagram socket", "listening socket", "stream socket",
+	                                   "pipe read end", "pipe write end", "epoll set" };
 
 struct lunix {
-	int fd;
+	struct tk_handle h; /* first: the handle base */
 	enum ux_kind kind;
 };
 
@@ -32,16 +33,14 @@ struct lunix {
 
 static struct lunix *ux_check(lua_State *L, int idx)
 {
-	struct lunix *u = luaL_checkudata(L, idx, TK_UNIX_MT);
-	if (u->fd < 0)
-		luaL_argerror(L, idx, "the descriptor is closed");
-	return u;
+	return (struct lunix *)tk_handle_check(L, idx, TK_UNIX_MT);
 }
 
 static struct lunix *ux_new(lua_State *L, int fd, enum ux_kind kind)
 {
 	struct lunix *u = lua_newuserdatauv(L, sizeof *u, 0);
-	u->fd = fd;
+	tk_handle_init(&u->h, kind_names[kind], kind == UX_PIPE_W ? "w" : "r", NULL);
+	u->h.fd = fd;
 	u->kind = kind;
 	luaL_setmetatable(L, TK_UNIX_MT);
 	return u;
@@ -241,7 +240,7 @@ static int ux_epoll_add(lua_State *L)
 	memset(&ev, 0, sizeof ev);
 	ev.events = lua_toboolean(L, 3) ? EPOLLPRI : EPOLLIN;
 	ev.data.fd = (int)fd;
-	if (epoll_ctl(u->fd, EPOLL_CTL_ADD, (int)fd, &ev) < 0)
+	if (epoll_ctl(u->h.fd, EPOLL_CTL_ADD, (int)fd, &ev) < 0)
 		return tk_push_error(L, "epoll add", -errno);
 	lua_pushboolean(L, 1);
 	return 1;
@@ -259,7 +258,7 @@ static int ux_epoll_del(lua_State *L)
 	ux_require(L, u, UX_EPOLL, "del");
 	if (fd < 0 || fd > INT32_MAX)
 		luaL_argerror(L, 2, "a descriptor expected");
-	if (epoll_ctl(u->fd, EPOLL_CTL_DEL, (int)fd, NULL) < 0)
+	if (epoll_ctl(u->h.fd, EPOLL_CTL_DEL, (int)fd, NULL) < 0)
 		return tk_push_error(L, "epoll del", -errno);
 	lua_pushboolean(L, 1);
 	return 1;
@@ -284,7 +283,7 @@ static int ux_epoll_wait(lua_State *L)
 			luaL_argerror(L, 2, "timeout must be 0..24 days (seconds), or nil");
 		ms = (int)(t * 1000.0 + 0.999);
 	}
-	n = epoll_wait(u->fd, evs, EPOLL_BATCH, ms);
+	n = epoll_wait(u->h.fd, evs, EPOLL_BATCH, ms);
 	if (n < 0 && errno != EINTR)
 		return tk_push_error(L, "epoll wait", -errno);
 	lua_createtable(L, n > 0 ? n : 0, 0);
@@ -346,7 +345,7 @@ static int ux_recv(lua_State *L)
 	mh.msg_control = ctl.b;
 	mh.msg_controllen = sizeof ctl.b;
 	do
-		n = recvmsg(u->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		n = recvmsg(u->h.fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return tk_push_error(L, "recv", -errno);
@@ -372,7 +371,7 @@ static int ux_accept(lua_State *L)
 	tk_check_nargs(L, 1);
 	ux_require(L, u, UX_LISTEN, "accept");
 	do
-		fd = accept4(u->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		fd = accept4(u->h.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	while (fd < 0 && errno == EINTR);
 	if (fd < 0)
 		return tk_push_error(L, "accept", -errno);
@@ -408,7 +407,7 @@ static int ux_read(lua_State *L)
 		luaL_argerror(L, 2, "1..1048576 bytes expected");
 	p = luaL_buffinitsize(L, &b, (size_t)max);
 	do
-		n = read(u->fd, p, (size_t)max);
+		n = read(u->h.fd, p, (size_t)max);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return tk_push_error(L, "read", -errno);
@@ -432,8 +431,8 @@ static int ux_write(lua_State *L)
 	if (u->kind != UX_STREAM && u->kind != UX_PIPE_W)
 		luaL_error(L, "write: not a stream or a pipe's write end (this one is %s)", kind_names[u->kind]);
 	do
-		n = u->kind == UX_STREAM ? send(u->fd, s, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-		                         : write(u->fd, s, len);
+		n = u->kind == UX_STREAM ? send(u->h.fd, s, len, MSG_NOSIGNAL | MSG_DONTWAIT)
+		                         : write(u->h.fd, s, len);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return tk_push_error(L, "write", -errno);
@@ -441,68 +440,11 @@ static int ux_write(lua_State *L)
 	return 1;
 }
 
-/*** The descriptor.
- * @function socket:fileno */
-static int ux_fileno(lua_State *L)
-{
-	struct lunix *u = ux_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushinteger(L, u->fd);
-	return 1;
-}
-
-/* cqueues' pollable protocol */
-static int ux_events(lua_State *L)
-{
-	struct lunix *u = ux_check(L, 1);
-	tk_check_nargs(L, 1);
-	if (u->kind == UX_PIPE_W)
-		lua_pushliteral(L, "w");
-	else
-		lua_pushliteral(L, "r");
-	return 1;
-}
-
-static int ux_timeout(lua_State *L)
-{
-	ux_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushnil(L);
-	return 1;
-}
-
-static int ux_release(lua_State *L)
-{
-	struct lunix *u = luaL_checkudata(L, 1, TK_UNIX_MT);
-	if (u->fd >= 0) {
-		close(u->fd);
-		u->fd = -1;
-	}
-	return 0;
-}
-
-/*** Closes the descriptor; safe to call twice.
- * @function socket:close */
-static int ux_close(lua_State *L)
-{
-	luaL_checkudata(L, 1, TK_UNIX_MT);
-	tk_check_nargs(L, 1);
-	return ux_release(L);
-}
-
-static int ux_tostring(lua_State *L)
-{
-	struct lunix *u = luaL_checkudata(L, 1, TK_UNIX_MT);
-	if (u->fd < 0)
-		lua_pushfstring(L, "takana.%s (closed)", kind_names[u->kind]);
-	else
-		lua_pushfstring(L, "takana.%s (fd %d)", kind_names[u->kind], u->fd);
-	return 1;
-}
-
+/*** What the descriptor is: "datagram socket", "pipe read end"...
+ * @function socket:kind */
 static int ux_kind(lua_State *L)
 {
-	struct lunix *u = luaL_checkudata(L, 1, TK_UNIX_MT);
+	struct lunix *u = ux_check(L, 1);
 	lua_pushstring(L, kind_names[u->kind]);
 	return 1;
 }
@@ -517,12 +459,7 @@ void tk_unix_open(lua_State *L)
 		{ "add", ux_epoll_add },
 		{ "del", ux_epoll_del },
 		{ "wait", ux_epoll_wait },
-		{ "fileno", ux_fileno },
-		{ "pollfd", ux_fileno },
-		{ "events", ux_events },
-		{ "timeout", ux_timeout },
 		{ "kind", ux_kind },
-		{ "close", ux_close },
 		{ NULL, NULL },
 	};
 	static const luaL_Reg funcs[] = {
@@ -534,15 +471,7 @@ void tk_unix_open(lua_State *L)
 		{ NULL, NULL },
 	};
 
-	luaL_newmetatable(L, TK_UNIX_MT);
-	luaL_newlib(L, methods);
-	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, ux_release);
-	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, ux_release);
-	lua_setfield(L, -2, "__close");
-	lua_pushcfunction(L, ux_tostring);
-	lua_setfield(L, -2, "__tostring");
+	tk_handle_newclass(L, TK_UNIX_MT, methods, NULL, NULL);
 	lua_pop(L, 1);
 	luaL_setfuncs(L, funcs, 0);
 }

@@ -465,7 +465,8 @@ function Sup:_svc_cgroup(svc)
     cg, err, errno = self.cg:mkdir(svc.name)
   end
   if not cg and errno == EEXIST then
-    cg, err, errno = takana.cgroup(((self.cg.relpath or "") .. "/" .. svc.name):gsub("^/", ""))
+    local rel = ((self.cg.relpath or "") .. "/" .. svc.name):gsub("^/", "")
+    cg, err, errno = takana.cgroup(rel)
   end
   if not cg then return nil, err, errno end
   svc.cg = cg
