@@ -599,15 +599,11 @@ function Sup:_notify(svc)
       return
     end
     -- Only processes of this service's cgroup (or below it) may speak for
-    -- it. A sender already gone cannot be checked: it is believed only on
-    -- this service's own socket and with the uid the service runs as.
+    -- it, as systemd decides: a sender already gone cannot be checked and
+    -- is not believed (systemd-notify waits on its barrier until we have
+    -- read the message, so it is still there).
     local where = cgroup_of_pid(pid)
-    local ok
-    if where then
-      ok = where == svc.cgpath or where:sub(1, #svc.cgpath + 1) == svc.cgpath .. "/"
-    else
-      ok = uid == self.uid or uid == 0
-    end
+    local ok = where ~= nil and (where == svc.cgpath or where:sub(1, #svc.cgpath + 1) == svc.cgpath .. "/")
     if not ok then
       svc.notify_rejected = (svc.notify_rejected or 0) + 1
     else
@@ -742,6 +738,8 @@ function Sup:_start(svc)
     return self:_schedule(svc, { error = serr, errno = serrno, runtime = 0 })
   end
   svc.child = child
+  if svc.restart_pending then svc.restarts = svc.restarts + 1 end
+  svc.restart_pending = nil
   svc.pid = child.pid
   svc.main_pid = child.pid
   svc.started_at = t
@@ -906,7 +904,7 @@ function Sup:_schedule(svc, rec)
     return
   end
   svc.fails = svc.fails + 1
-  svc.restarts = svc.restarts + 1
+  svc.restart_pending = true
   svc.reason = rec.error
   svc.state = "backoff"
   svc.deadline = now() + delay
@@ -1345,6 +1343,73 @@ function M.request(path, req, timeout)
   local v, derr = M.json_decode(line or "")
   if v == nil then return nil, "request: bad answer: " .. tostring(derr), 74 end
   return v
+end
+
+local function fmt_secs(x)
+  if x == nil then return "-" end
+  if x < 60 then return ("%.1fs"):format(x) end
+  if x < 3600 then return ("%dm%02ds"):format(x // 60, math.floor(x % 60)) end
+  return ("%dh%02dm"):format(x // 3600, math.floor(x % 3600 // 60))
+end
+
+local function exit_words(ex)
+  if not ex then return "-" end
+  local w
+  if ex.error then w = "error: " .. ex.error
+  elseif ex.signal then w = "signal " .. ex.signal
+  elseif ex.code then w = "code " .. ex.code
+  else w = "unknown status" end
+  if ex.oom then w = w .. " (oom)" end
+  if ex.stopped then w = w .. " (stopped)" end
+  return w .. " after " .. fmt_secs(ex.runtime)
+end
+
+--- Formats `status` answers as `takana ctl status` prints them: one block
+-- a service, like `systemctl status`.
+-- @tparam {table,...} services
+-- @treturn string
+function M.format_status(services)
+  local out = {}
+  for _, s in ipairs(services or {}) do
+    local dot = s.state == "running" and "*" or (s.state == "failed" and "x" or "o")
+    out[#out + 1] = ("%s %s - %s%s"):format(dot, s.name, s.state, s.reason and (": " .. s.reason) or "")
+    out[#out + 1] = ("    pid: %s  uptime: %s  restarts: %d  ready: %s%s"):format(
+      s.pid and tostring(s.pid) or "-", fmt_secs(s.uptime), s.restarts or 0, s.ready and "yes" or "no",
+      s.adopted and "  (adopted)" or "")
+    out[#out + 1] = "    last exit: " .. exit_words(s.last_exit) ..
+      (s.next_start and ("  next start in " .. fmt_secs(s.next_start)) or "")
+    if s.status then out[#out + 1] = "    status: " .. s.status end
+    out[#out + 1] = "    cgroup: " .. tostring(s.cgroup or "-")
+  end
+  return table.concat(out, "\n") .. (#out > 0 and "\n" or "")
+end
+
+--- Adds a supervisor's services to a Prometheus exposition: calls
+-- `metric(name, kind, help, labels, value)` for `takana_service_up`,
+-- `takana_service_restarts_total`, `takana_service_oom_kills_total` and
+-- `takana_service_last_exit_code` (128 + signal for a signal, as shells do).
+-- @string sock the control socket
+-- @func metric
+-- @treturn[1] true
+-- @treturn[2] nil, message, errno
+function M.metrics(sock, metric)
+  local r, err, errno = M.request(sock, { cmd = "status" })
+  if not r then return nil, "supervisor " .. sock .. ": " .. err, errno end
+  if not r.ok then return nil, "supervisor " .. sock .. ": " .. tostring(r.error) end
+  for _, s in ipairs(r.services or {}) do
+    local l = { service = s.name, supervisor = sock }
+    metric("takana_service_up", "gauge", "1 when the service is running (and ready).", l,
+      s.state == "running" and 1 or 0)
+    metric("takana_service_restarts_total", "counter", "Restarts of the service by its supervisor.", l,
+      s.restarts or 0)
+    metric("takana_service_oom_kills_total", "counter", "OOM kills in the service's cgroup.", l, s.oom_kills or 0)
+    local ex = s.last_exit
+    if ex and (ex.code or ex.signal) then
+      metric("takana_service_last_exit_code", "gauge", "Exit code of the last run (128 + signal when killed).",
+        l, ex.code or 128 + ex.signal)
+    end
+  end
+  return true
 end
 
 M.signum = signum
