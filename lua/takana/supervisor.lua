@@ -471,6 +471,8 @@ function Sup:_svc_cgroup(svc)
   if not cg then return nil, err, errno end
   svc.cg = cg
   svc.cgpath = "/" .. cg.relpath
+  self:_watch(cg, function() self:_cgroup_event(svc) end, true)
+  svc.cg_watched = true
   return cg
 end
 
@@ -753,10 +755,6 @@ function Sup:_start(svc)
   self:_watch(child, function() self:_child_exit(svc) end)
   self:_watch(rout, function() self:_drain(svc, "out") end)
   self:_watch(rerr, function() self:_drain(svc, "err") end)
-  if not svc.cg_watched then
-    self:_watch(cg, function() self:_cgroup_event(svc) end, true)
-    svc.cg_watched = true
-  end
   if notify then
     svc.notify = notify
     self:_watch(notify, function() self:_notify(svc) end)
@@ -781,10 +779,6 @@ function Sup:_adopt(svc)
   svc.started_at = now()
   svc.oom_before = oom_count(svc.cg)
   svc.cpu_before = cpu_ns(svc.cg)
-  if not svc.cg_watched then
-    self:_watch(svc.cg, function() self:_cgroup_event(svc) end, true)
-    svc.cg_watched = true
-  end
 end
 
 ---------------------------------------------------------------- exits
@@ -899,6 +893,8 @@ function Sup:_schedule(svc, rec)
     delay = math.min(b.max, b.initial * b.factor ^ svc.fails)
   end
   if not delay then
+    -- Not restarted: it stays down until asked (start, restart).
+    svc.want = "down"
     svc.state = rec.error and "failed" or "stopped"
     svc.reason = rec.error
     return
