@@ -809,6 +809,9 @@ function Sup:_child_exit(svc)
 end
 
 function Sup:_cgroup_event(svc)
+  -- Reading cgroup.events through the polled descriptor (stat does) is
+  -- what clears its POLLPRI: without it the epoll set stays ready.
+  if populated(svc.cg) then return end
   if svc.state == "stopping" or (svc.child == nil and (svc.state == "running" or svc.state == "starting")) then
     self:_maybe_finished(svc)
   end
