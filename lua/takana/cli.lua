@@ -751,11 +751,11 @@ usage: takana bench [PHASE...]
 function M.bench(args)
   local opts, phases = parse_args(args, { help = "bool" }, "bench")
   if opts.help then io.write(help.bench) return 0 end
-  local all = { "snapshot", "spawn", "cgroup", "events" }
+  local all = { "snapshot", "spawn", "cgroup", "events", "supervise" }
   if #phases == 0 then phases = all end
   for _, ph in ipairs(phases) do
-    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1 })[ph] then
-      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events)")
+    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1, supervise = 1 })[ph] then
+      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events, supervise)")
     end
   end
   if not io.open("bench/lib.lua") then fail("bench: run from a takana source tree (bench/lib.lua not found)") end

@@ -476,11 +476,26 @@ function Sup:_svc_cgroup(svc)
   return cg
 end
 
+-- Whether processes remain in cg. cgroup.events can still say populated
+-- for a moment after the last process exited (newer kernels unlink a dead
+-- task from its cgroup only after its last switch), while cgroup.procs no
+-- longer lists a dying leader: so "populated" is confirmed by cgroup.procs,
+-- and an exit is handled at once instead of at the next cgroup.events
+-- notification (rate-limited by the kernel to one per 10 ms).
 local function populated(cg)
   local st = cg:stat()
-  if st and st.events then return st.events.populated end
+  if st and st.events and not st.events.populated then return false end
   local p = cg:procs()
-  return p ~= nil and #p > 0
+  if p == nil then return true end
+  if #p > 0 then return true end
+  if cg.children then
+    for _, k in ipairs(cg:children() or {}) do
+      if type(k) ~= "string" then k:close() end
+      return true          -- a sub-cgroup may hold processes; trust cgroup.events
+    end
+    return false
+  end
+  return st == nil or st.events == nil or false
 end
 
 local function oom_count(cg)
@@ -682,7 +697,9 @@ function Sup:_start(svc)
     end
   end
   kept[#kept + 1] = t
-  local env = environ()
+  self.env0 = self.env0 or environ()
+  local env = {}
+  for k, v in pairs(self.env0) do env[k] = v end
   for k, v in pairs(svc.env or {}) do env[k] = tostring(v) end
   env.NOTIFY_SOCKET = nil
   local spec = table.move(svc.cmd, 1, #svc.cmd, 1, {})
