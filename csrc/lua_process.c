@@ -1,5 +1,10 @@
 /* Lua binding of pidfds, spawn and poll. A spawned child is a pidfd object
  * whose user value holds its pipe ends. */
+
+/***
+ * pidfds and spawn, from C.
+ * @module takana
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -81,7 +86,7 @@ static int signal_check(lua_State *L, int idx)
 	}
 }
 
-/*** Opens a pidfd on a process.
+/* Opens a pidfd on a process.
  * @function pidfd
  * @int pid
  * @treturn[1] pidfd
