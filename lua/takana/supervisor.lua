@@ -15,7 +15,9 @@ local core = require "takana.core"
 
 local M = {}
 
-local EAGAIN, ENOENT, EEXIST = 11, 2, 17
+local E = core.errno
+local EAGAIN, ENOENT, EEXIST, ESRCH, ETIMEDOUT, EBADMSG = E.EAGAIN, E.ENOENT, E.EEXIST, E.ESRCH,
+  E.ETIMEDOUT, E.EBADMSG
 
 local function now() return (takana.now or core.monotime)() end
 
@@ -82,7 +84,7 @@ function M.json_encode(v)
   return table.concat(out)
 end
 
-local function decode_error(s, i, what)
+local function decode_error(_, i, what)
   error(("json: %s at byte %d"):format(what, i), 0)
 end
 
@@ -224,8 +226,6 @@ local function signum(fname, n, sig)
   end
   argerror(fname, n, "a signal number or name (TERM, KILL, HUP...) expected, got " .. tostring(sig))
 end
-
-local function ecode(errno) return errno end
 
 ---------------------------------------------------------------- supervisor
 
@@ -489,11 +489,12 @@ local function populated(cg)
   if p == nil then return true end
   if #p > 0 then return true end
   if cg.children then
-    for _, k in ipairs(cg:children() or {}) do
+    -- A sub-cgroup may hold processes: then cgroup.events is trusted.
+    local kids = cg:children() or {}
+    for _, k in ipairs(kids) do
       if type(k) ~= "string" then k:close() end
-      return true          -- a sub-cgroup may hold processes; trust cgroup.events
     end
-    return false
+    return #kids > 0
   end
   return st == nil or st.events == nil or false
 end
@@ -528,7 +529,10 @@ end
 function Sup:_log_line(svc, stream, line)
   local ring = svc.lines
   ring[#ring + 1] = ("%s %s %s"):format(os.date("!%Y-%m-%dT%H:%M:%SZ"), stream, line)
-  if #ring > self.log_lines * 2 then table.move(ring, #ring - self.log_lines + 1, #ring, 1) for i = #ring, self.log_lines + 1, -1 do ring[i] = nil end end
+  if #ring > self.log_lines * 2 then
+    table.move(ring, #ring - self.log_lines + 1, #ring, 1)
+    for i = #ring, self.log_lines + 1, -1 do ring[i] = nil end
+  end
   local sink = svc.log
   if sink == nil then sink = self.log end
   if type(sink) == "function" then
@@ -600,7 +604,7 @@ end
 
 ---------------------------------------------------------------- readiness
 
-function Sup:_set_ready(svc)
+function Sup._set_ready(_, svc)
   if svc.state == "starting" then
     svc.state = "running"
     svc.ready = true
@@ -660,7 +664,7 @@ function Sup:_deps_ready(svc)
   return true
 end
 
-function Sup:_fail(svc, reason)
+function Sup._fail(_, svc, reason)
   svc.state = "failed"
   svc.reason = reason
   svc.deadline = nil
@@ -691,6 +695,18 @@ function Sup:_start(svc)
     local keys = {}
     for k in pairs(svc.limits) do keys[#keys + 1] = k end
     table.sort(keys)
+    -- The controllers the limits need, enabled for the services' cgroups
+    -- (once each); a controller that cannot be enabled fails the service
+    -- with the reason, never a silent run without its limit.
+    self.enabled = self.enabled or {}
+    for _, k in ipairs(keys) do
+      local c = k:match("^(%w+)%.")
+      if c and not self.enabled[c] then
+        local ok, eerr = self.cg:enable { c }
+        if not ok then return self:_fail(svc, "limit " .. k .. ": " .. tostring(eerr)) end
+        self.enabled[c] = true
+      end
+    end
     for _, k in ipairs(keys) do
       local ok, serr = cg:set(k, svc.limits[k])
       if not ok then return self:_fail(svc, "limit " .. k .. ": " .. tostring(serr)) end
@@ -785,7 +801,7 @@ function Sup:_start(svc)
   if svc.want == "down" then self:_begin_stop(svc) end
 end
 
-function Sup:_adopt(svc)
+function Sup._adopt(_, svc)
   svc.state = "running"
   svc.ready = true
   svc.adopted = true
@@ -943,7 +959,7 @@ function Sup:_begin_stop(svc)
   self:_maybe_finished(svc)
 end
 
-function Sup:_stop_timeout(svc)
+function Sup._stop_timeout(_, svc)
   if svc.killing then
     -- cgroup.kill was written a stop timeout ago and it is still not empty.
     svc.reason = "stop: still populated after cgroup.kill"
@@ -1009,7 +1025,7 @@ function Sup:signal(name, sig)
   local svc = self.services[name]
   if not svc then return nil, "signal: no service '" .. tostring(name) .. "'", ENOENT end
   local n = signum("signal", 2, sig)
-  if not svc.cg then return nil, "signal: service '" .. name .. "' has no processes", 3 end
+  if not svc.cg then return nil, "signal: service '" .. name .. "' has no processes", ESRCH end
   return cg_signal(svc.cg, n)
 end
 
@@ -1100,7 +1116,7 @@ function Sup:pollfd() return self.ep:fileno() end
 Sup.fileno = Sup.pollfd
 
 --- cqueues' pollable protocol: "r".
-function Sup:events() return "r" end
+function Sup.events() return "r" end
 
 --- Handles what is ready, waiting up to timeout seconds for it (nil: until
 -- the next deadline or input).
@@ -1204,7 +1220,7 @@ local function round(x, d) local m = 10 ^ (d or 3) return math.floor(x * m + 0.5
 
 --- The status of one service as a plain table (what `takana ctl status`
 -- prints).
-function Sup:status_of(svc)
+function Sup.status_of(_, svc)
   local t = now()
   local ex = svc.last_exit
   return {
@@ -1342,12 +1358,12 @@ function M.request(path, req, timeout)
     local n, werr, werrno = c:write(out)
     if not n and werrno ~= EAGAIN then c:close() return nil, werr, werrno end
     if n then out = out:sub(n + 1) else takana.poll({}, 0.01) end
-    if now() > deadline then c:close() return nil, "request: timed out", 110 end
+    if now() > deadline then c:close() return nil, "request: timed out", ETIMEDOUT end
   end
   local buf = ""
   while not buf:find("\n", 1, true) do
     local left = deadline - now()
-    if left <= 0 then c:close() return nil, "request: no answer within the timeout", 110 end
+    if left <= 0 then c:close() return nil, "request: no answer within the timeout", ETIMEDOUT end
     takana.poll({ c }, left)
     local data, rerr, rerrno = c:read(1048576)
     if data == "" then break end
@@ -1357,7 +1373,7 @@ function M.request(path, req, timeout)
   c:close()
   local line = buf:match("^([^\n]*)")
   local v, derr = M.json_decode(line or "")
-  if v == nil then return nil, "request: bad answer: " .. tostring(derr), 74 end
+  if v == nil then return nil, "request: bad answer: " .. tostring(derr), EBADMSG end
   return v
 end
 
@@ -1430,6 +1446,5 @@ end
 
 M.signum = signum
 M.cgroup_of_pid = cgroup_of_pid
-M.ecode = ecode
 
 return M
