@@ -509,6 +509,9 @@ return sup
     new()
     local svc = sup:service { name = "l", cmd = { "sh", "-c", "exit 1" }, backoff = { initial = 0.01 },
       start_limit = { burst = 3, interval = 60 } }
+    -- luv's clock is cached per loop iteration: stale since luv was loaded
+    -- (spec/preload.lua), it would make every timer below due at once.
+    uv.update_time()
     local poll = uv.new_poll(sup:pollfd())
     local timer = uv.new_timer()
     local function kick()
@@ -518,7 +521,7 @@ return sup
       local t = sup:timeout()
       timer:start(math.floor((t or 1) * 1000) + 1, 0, kick)
     end
-    poll:start("r", kick)
+    assert(poll:start("r", kick))
     kick()
     local guard = uv.new_timer()
     guard:start(10000, 0, function() poll:stop() timer:stop() end)
