@@ -196,7 +196,8 @@ local function run_restarts(c, idx)
   assert(cg:kill())
   p:wait()
   for _ = 1, 50 do
-    if #(cg:procs() or {}) == 0 then break end
+    local st = cg:stat()
+    if st and st.events and not st.events.populated then break end
     takana.poll({}, 0.1)
   end
   sh("find " .. mnt .. "/" .. boxname .. "/c" .. idx .. " -depth -type d -exec rmdir {} + 2>/dev/null")
@@ -237,7 +238,8 @@ local function run_idle(c, idx)
   assert(cg:kill())
   p:wait()
   for _ = 1, 50 do
-    if #(cg:procs() or {}) == 0 then break end
+    local st = cg:stat()
+    if st and st.events and not st.events.populated then break end
     takana.poll({}, 0.1)
   end
   sh("find " .. mnt .. "/" .. boxname .. "/i" .. idx .. " -depth -type d -exec rmdir {} + 2>/dev/null")
@@ -268,5 +270,6 @@ print(("  %-60s %7.2f   target <= 2  %s"):format("takana median latency / s6-sup
 local mib = results[1].mem.rss / 2 ^ 20
 print(("  %-60s %7.2f   target < 20  %s"):format("takana RSS with " .. IDLE .. " services, MiB", mib,
   mib < 20 and "met" or "MISSED"))
-box:remove()
+local ok, err = box:remove()
+if not ok then io.stderr:write("supervise bench: ", err, "\n") end
 sh("rm -rf " .. dir)
