@@ -25,7 +25,7 @@ local function argerror(fname, n, msg)
   error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
 end
 
----------------------------------------------------------------- JSON
+-- ---- JSON ----
 -- A small JSON codec for the control protocol (one object a line).
 
 local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
@@ -183,7 +183,7 @@ function M.json_decode(s)
   return v
 end
 
----------------------------------------------------------------- helpers
+-- ---- helpers ----
 
 local function read_file(path)
   local f = io.open(path, "rb")
@@ -227,7 +227,7 @@ local function signum(fname, n, sig)
   argerror(fname, n, "a signal number or name (TERM, KILL, HUP...) expected, got " .. tostring(sig))
 end
 
----------------------------------------------------------------- supervisor
+-- ---- supervisor ----
 
 local Sup = {}
 Sup.__index = Sup
@@ -455,7 +455,7 @@ end
 --- The service table of name, or nil.
 function Sup:get(name) return self.services[name] end
 
----------------------------------------------------------------- cgroups
+-- ---- cgroups ----
 
 function Sup:_svc_cgroup(svc)
   if svc.cg then return svc.cg end
@@ -524,7 +524,7 @@ local function cg_signal(cg, sig)
   return true
 end
 
----------------------------------------------------------------- logs
+-- ---- logs ----
 
 function Sup:_log_line(svc, stream, line)
   local ring = svc.lines
@@ -602,7 +602,7 @@ function Sup:_drain(svc, which)
   if svc.logf then svc.logf:flush() end
 end
 
----------------------------------------------------------------- readiness
+-- ---- readiness ----
 
 function Sup._set_ready(_, svc)
   if svc.state == "starting" then
@@ -654,7 +654,7 @@ function Sup:_readyfd(svc)
   end
 end
 
----------------------------------------------------------------- start
+-- ---- start ----
 
 function Sup:_deps_ready(svc)
   for _, d in ipairs(svc.depends) do
@@ -814,7 +814,7 @@ function Sup._adopt(_, svc)
   svc.cpu_before = cpu_ns(svc.cg)
 end
 
----------------------------------------------------------------- exits
+-- ---- exits ----
 
 function Sup:_child_exit(svc)
   local child = svc.child
@@ -943,7 +943,7 @@ function Sup:_schedule(svc, rec)
   svc.next_delay = delay
 end
 
----------------------------------------------------------------- stop
+-- ---- stop ----
 
 function Sup:_begin_stop(svc)
   svc.state = "stopping"
@@ -1036,7 +1036,7 @@ function Sup:shutdown()
   for _, svc in pairs(self.services) do svc.want = "down" end
 end
 
----------------------------------------------------------------- the loop
+-- ---- the loop ----
 
 local function active(svc)
   return svc.state == "running" or svc.state == "starting" or svc.state == "stopping"
@@ -1214,7 +1214,7 @@ function Sup:reload()
   return ok, err
 end
 
----------------------------------------------------------------- status
+-- ---- status ----
 
 local function round(x, d) local m = 10 ^ (d or 3) return math.floor(x * m + 0.5) / m end
 
@@ -1242,7 +1242,7 @@ function Sup:status()
   return out
 end
 
----------------------------------------------------------------- control
+-- ---- control ----
 
 function Sup:_accept()
   while true do
@@ -1339,12 +1339,13 @@ function Sup:_command(line)
   return r and { ok = true } or { ok = false, error = e }
 end
 
----------------------------------------------------------------- client
+-- ---- client ----
 
 --- Sends one request to a supervisor's control socket and waits (up to
 -- timeout seconds, default 5) for the answer.
 -- @tparam string path the control socket
 -- @tparam table req `{cmd = "status"|"start"|..., name = ..., signal = ...}`
+-- @number[opt=5] timeout seconds
 -- @treturn[1] table the decoded answer (`ok`, and `error` or the data)
 -- @treturn[2] nil, message, errno
 function M.request(path, req, timeout)
