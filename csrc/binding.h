@@ -73,5 +73,8 @@ void tk_events_open_lib(lua_State *L);
 int tk_cgroup_dirfd(lua_State *L, int idx);
 void tk_file_open(lua_State *L);
 void tk_unix_open(lua_State *L);
+/* A signal by number or name ("TERM", "SIGTERM", "term") at idx
+ * (lua_process.c); raises on anything else. */
+int tk_signal_check(lua_State *L, int idx);
 
 #endif

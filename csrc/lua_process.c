@@ -86,6 +86,11 @@ static int signal_check(lua_State *L, int idx)
 	}
 }
 
+int tk_signal_check(lua_State *L, int idx)
+{
+	return signal_check(L, idx);
+}
+
 /* Opens a pidfd on a process.
  * @function pidfd
  * @int pid
