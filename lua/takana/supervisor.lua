@@ -877,6 +877,18 @@ function Sup:_maybe_finished(svc)
   svc.deadline = nil
   svc.ready = false
   svc.main_pid = nil
+  svc.killing = nil
+  if svc.cg_killed then
+    -- A cgroup once killed through cgroup.kill is not reused: on some
+    -- kernels (6.18.44 here) a process later spawned into it is SIGKILLed
+    -- too. The next start makes a fresh one of the same name.
+    svc.cg_killed = nil
+    self:_unwatch(svc.cg)
+    svc.cg_watched = false
+    svc.cg:remove()
+    svc.cg:close()
+    svc.cg = nil
+  end
   local cleaning = svc.cleaning
   svc.cleaning = nil
   if cleaning then
@@ -967,6 +979,7 @@ function Sup._stop_timeout(_, svc)
     return
   end
   svc.killing = true
+  svc.cg_killed = true
   local ok, err = svc.cg:kill()
   if not ok then svc.reason = "stop: " .. tostring(err) end
   svc.deadline = now() + math.max(svc.stop_timeout, 1)
