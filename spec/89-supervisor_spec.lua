@@ -312,6 +312,11 @@ describe("takana.supervisor", function()
     assert.equal(9, svc.last_exit.signal)
     assert.is_true(svc.last_exit.stopped)
     assert.equal(0, procs(svc.cg))
+    -- Started again after cgroup.kill: in a fresh cgroup of the same name,
+    -- where it is not killed at birth.
+    assert.is_true(sup:start("stubborn"))
+    assert.is_true(run_until(sup, function() return svc.state == "running" and procs(svc.cg) == 3 end, 10))
+    assert.equal(svc.cgpath, "/" .. boxname .. "/sup/stubborn")
   end)
 
   it("a double-forking daemon is the service until its cgroup empties, and is stopped completely", function()
