@@ -532,6 +532,18 @@ return sup
     assert.matches("stdout a+$", svc.lines[#svc.lines])
   end)
 
+  it("hands each captured line to a log function, with its stream", function()
+    if why then return pending(why) end
+    local got = {}
+    new { log = function(name, stream, line) got[#got + 1] = name .. " " .. stream .. " " .. line end }
+    local svc = sup:service { name = "talk", restart = "never",
+      cmd = { "sh", "-c", "echo one; echo two >&2; printf 'no newline'" } }
+    assert.is_true(run_until(sup, function() return svc.last_exit ~= nil end, 10))
+    table.sort(got)
+    assert.same({ "talk stderr two", "talk stdout no newline", "talk stdout one" }, got)
+    assert.equal(3, #svc.lines)
+  end)
+
   it("takana ctl against a running supervisor", function()
     if why then return pending(why) end
     local file = dir .. "/sup.lua"
