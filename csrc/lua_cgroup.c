@@ -870,3 +870,76 @@ void tk_cgroup_open(lua_State *L)
 	lua_setfield(L, -2, "cgroup_methods");
 	luaL_setfuncs(L, funcs, 0);
 }
+
+/* ---- cgroup ids to paths (cgroup_path.c) ---------------------------------- */
+
+static lua_Integer cg_id_check(lua_State *L, int idx)
+{
+	lua_Integer id = luaL_checkinteger(L, idx);
+	luaL_argcheck(L, id > 0, idx, "cgroup id must be positive");
+	return id;
+}
+
+/* core.cgroup_path_by_handle(mount, id) -> relpath | nil, msg, errno */
+static int l_cgroup_path_by_handle(lua_State *L)
+{
+	const char *mount = luaL_checkstring(L, 1);
+	lua_Integer id = cg_id_check(L, 2);
+	char *out;
+	int mfd, r;
+
+	tk_check_nargs(L, 2);
+	out = lua_newuserdatauv(L, 4096, 0);
+	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (mfd < 0) {
+		int saved = errno; /* the message allocates */
+		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -saved);
+	}
+	r = tk_cg_path_by_handle(mfd, (uint64_t)id, out, 4096);
+	close(mfd);
+	if (r < 0)
+		return tk_push_error(L, "open_by_handle_at", r);
+	lua_pushstring(L, out);
+	return 1;
+}
+
+static int id_set(void *ctx, uint64_t id, const char *rel)
+{
+	lua_State *L = ctx;
+
+	lua_pushstring(L, rel);
+	lua_rawseti(L, -2, tk_u64_int(id));
+	return 0;
+}
+
+/* core.cgroup_ids(mount, max_dirs) -> {[id] = relpath} | nil, msg, errno */
+static int l_cgroup_ids(lua_State *L)
+{
+	const char *mount = luaL_checkstring(L, 1);
+	lua_Integer max = luaL_checkinteger(L, 2);
+	int mfd, r;
+
+	tk_check_nargs(L, 2);
+	luaL_argcheck(L, max > 0 && max <= 1 << 20, 2, "directory bound out of range");
+	lua_newtable(L);
+	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (mfd < 0) {
+		int saved = errno;
+		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -saved);
+	}
+	r = tk_cg_walk_ids(mfd, (int)max, id_set, L);
+	close(mfd);
+	if (r < 0)
+		return tk_push_error(L, "walk", r);
+	return 1;
+}
+
+void tk_cgroup_path_open(lua_State *L)
+{
+	static const luaL_Reg funcs[] = {
+		{ "cgroup_path_by_handle", l_cgroup_path_by_handle },
+		{ "cgroup_ids", l_cgroup_ids },
+		{ NULL, NULL },
+	};
+	luaL_setfuncs(L, funcs, 0);
+}

@@ -22,6 +22,7 @@
 #include <linux/sched.h>
 
 #include "process.h"
+#include "signals.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -124,6 +125,7 @@ done:
 struct child_ctx {
 	const struct tk_spawn_opts *o;
 	sigset_t mask;
+	sigset_t child_mask;       /* mask without what takana.signals blocked */
 	volatile int err;          /* written by the child before _exit */
 	const char *volatile step; /* what failed, for the message */
 };
@@ -218,7 +220,7 @@ static int child_main(void *arg)
 			sigaction(sig, &sa, NULL);
 		}
 	}
-	sigprocmask(SIG_SETMASK, &c->mask, NULL);
+	sigprocmask(SIG_SETMASK, &c->child_mask, NULL);
 	c->step = NULL;
 	child_exec_path(c);
 	_exit(127);
@@ -322,6 +324,7 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 	{
 		sigset_t cur;
 		sigprocmask(SIG_SETMASK, NULL, &cur);
+		tk_signals_child_mask(&cur);
 		posix_spawnattr_setsigmask(&attr, &cur);
 	}
 	if (o->setsid)
@@ -387,6 +390,8 @@ int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res)
 		 * exec take effect: block everything around the clone. */
 		sigfillset(&all);
 		sigprocmask(SIG_SETMASK, &all, &c.mask);
+		c.child_mask = c.mask;
+		tk_signals_child_mask(&c.child_mask);
 		r = spawn_clone3(o, &c, &pid, &pidfd);
 		sigprocmask(SIG_SETMASK, &c.mask, NULL);
 		if (r == 0) {

@@ -24,6 +24,7 @@ local E = core.errno
 local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = E.ESRCH, E.EBUSY, E.EINVAL, E.ENOENT, E.ETIMEDOUT, E.EIO
 local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = E.EPERM, E.EACCES, E.EAGAIN, E.EDEADLK, E.EXDEV,
   E.EOPNOTSUPP
+local ESTALE, ENOSYS = E.ESTALE, E.ENOSYS
 local EEXIST, ENOTDIR, ENODEV = E.EEXIST, E.ENOTDIR, E.ENODEV
 
 -- Directories a search or a subtree walk may visit: far more than any
@@ -231,14 +232,74 @@ local C = setmetatable({}, {
   -- `..`, `.`, NUL bytes and names over 255 bytes are refused; the kernel
   -- resolves the rest beneath the mount without symlinks or mount crossings.
   -- @function cgroup
-  -- @string path e.g. "system.slice/foo.service" (a leading "/" is the mount root)
+  -- An integer is a cgroup id, resolved by `takana.cgroup.path(id)`.
+  -- @tparam string|int path e.g. "system.slice/foo.service" (a leading "/"
+  --   is the mount root), or a cgroup id
   -- @treturn[1] cgroup handle with `.path`
   -- @treturn[2] nil, message, errno
-  __call = function(_, path, ...)
+  __call = function(C, path, ...)
     if select("#", ...) > 0 then argerror("cgroup", 2, "no more than 1 argument expected") end
+    -- An integer is a cgroup id (records' and events' cgroup_id).
+    if math.type(path) == "integer" then
+      if path <= 0 then argerror("cgroup", 1, "cgroup id must be positive") end
+      local rel, err, errno = C.path(path)
+      if not rel then return nil, err, errno end
+      return open(rel)
+    end
     return open(check_path("cgroup", path))
   end,
 })
+
+-- id -> path beneath the v2 mount, from the last walk; refreshed on a miss.
+local id_cache = { mount = nil, paths = {} }
+-- nil until known: whether open_by_handle_at works for this process
+-- (CAP_DAC_READ_SEARCH). A refusal is remembered so the walk goes first.
+local by_handle
+
+--- The path of a cgroup from its id (`cgroup_id` of records and events):
+-- relative to the cgroup2 mount, "" for its root. With CAP_DAC_READ_SEARCH
+-- the kernel opens the cgroup from the id (open_by_handle_at); without it,
+-- a walk of the hierarchy, cached and refreshed when an id is missing. A
+-- cached path is checked against the id before it is returned.
+-- @int id
+-- @treturn[1] string the path, e.g. "system.slice/foo.service"
+-- @treturn[2] nil, message, errno (ENOENT: no cgroup has that id, e.g. removed)
+function C.path(id, ...)
+  nargs("cgroup.path", 1, select("#", ...) + 1)
+  if math.type(id) ~= "integer" or id <= 0 then
+    argerror("cgroup.path", 1, "cgroup id (a positive integer) expected, got " ..
+      (math.type(id) or type(id)))
+  end
+  local m, err, errno = v2_mount()
+  if not m then return nil, err, errno end
+  if by_handle ~= false then
+    local rel, herr, herrno = core.cgroup_path_by_handle(m.v2, id)
+    if rel then by_handle = true return rel end
+    if herrno == ESTALE or herrno == ENOENT then
+      return nil, ("cgroup.path: no cgroup has id %d (removed?)"):format(id), ENOENT
+    end
+    if herrno == EPERM or herrno == EACCES or herrno == EOPNOTSUPP or herrno == ENOSYS then
+      by_handle = false
+    elseif herrno ~= EXDEV then
+      return nil, "cgroup.path: " .. herr, herrno
+    end
+  end
+  if id_cache.mount ~= m.v2 then id_cache.mount, id_cache.paths = m.v2, {} end
+  local rel = id_cache.paths[id]
+  if rel then
+    local cg = core.cgroup_open(m.v2, rel)
+    local same = cg and core.cgroup_id(cg) == id
+    if cg then cg:close() end
+    if same then return rel end
+  end
+  local paths
+  paths, err, errno = core.cgroup_ids(m.v2, MAX_DIRS)
+  if not paths then return nil, ("cgroup.path: walking %s: %s"):format(m.v2, err), errno end
+  id_cache.paths = paths
+  rel = paths[id]
+  if rel then return rel end
+  return nil, ("cgroup.path: no cgroup beneath %s has id %d (removed?)"):format(m.v2, id), ENOENT
+end
 
 --- The calling process's cgroup.
 -- Inside a cgroup namespace whose cgroup2 mount shows the hierarchy from
