@@ -2,6 +2,7 @@
  * takana so contender and baseline alternate within one run. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -252,6 +253,32 @@ static int l_kfunc_raw(lua_State *L)
 	return 2;
 }
 
+/* D6: the same program told to fill six fields (kfunc_raw_fields(mask):
+ * pid, ppid, comm, state, utime, stime), then one pass reading those six
+ * in place: what a C program walking those fields costs. */
+static int l_kfunc_raw_fields(lua_State *L)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts);
+	uint32_t mask = (uint32_t)luaL_checkinteger(L, 1);
+	uint64_t t0 = now_ns(), acc = 0;
+	uint32_t n, i;
+
+	raw_kfunc->data->want_fields = mask;
+	if (bpf_prog_test_run_opts(bpf_program__fd(raw_kfunc->progs.snapshot_kfunc), &opts) != 0)
+		return luaL_error(L, "test run: %s", strerror(errno));
+	n = raw_kfunc->bss->total;
+	raw_kfunc->data->want_fields = TK_F_ALL;
+	if (n > RAW_CAPACITY)
+		return luaL_error(L, "more than %d processes", RAW_CAPACITY);
+	for (i = 0; i < n; i++) {
+		const struct tk_record *r = &raw_records[i].rec;
+		acc += r->pid + r->ppid + (unsigned char)r->comm[0] + r->state + r->utime_ns + r->stime_ns;
+	}
+	lua_pushinteger(L, (lua_Integer)n + (lua_Integer)(acc & 0));
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
 /* B: bpf_iter_create + read() to the end, counting thread-group leaders. */
 static int l_iter_raw(lua_State *L)
 {
@@ -279,6 +306,120 @@ static int l_iter_raw(lua_State *L)
 }
 #endif
 
+/* An exec storm: a generator process whose workers posix_spawn
+ * /bin/true with ten known arguments, paced to `rate` a second in all, for
+ * `seconds`; exec_storm_wait() gives how many ran. The workers' pids are
+ * shared so the bench can tell the storm's execs from the host's. */
+#include <sys/mman.h>
+
+#define STORM_WORKERS_MAX 16
+
+struct storm_shared {
+	long count[STORM_WORKERS_MAX];
+	int workers[STORM_WORKERS_MAX];
+	int nworkers;
+};
+
+static struct storm_shared *storm;
+static pid_t storm_pid = -1;
+
+static const char *const storm_argv[] = {
+	"/bin/true", "storm", "a b", "", "arg-4", "arg-5", "arg-6", "arg-7", "arg-8", "arg-9", NULL,
+};
+
+static void storm_worker(int idx, double rate, double seconds)
+{
+	uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9);
+	double gap = 1e9 / rate;
+	long n = 0;
+
+	for (;;) {
+		uint64_t due = start + (uint64_t)(gap * (double)n), now = now_ns();
+		pid_t pid;
+		int st;
+
+		if (now >= end)
+			break;
+		if (due > now) {
+			struct timespec ts = { (time_t)((due - now) / 1000000000ull), (long)((due - now) % 1000000000ull) };
+			nanosleep(&ts, NULL);
+		}
+		if (posix_spawn(&pid, storm_argv[0], NULL, NULL, (char *const *)(uintptr_t)storm_argv, environ) != 0)
+			continue;
+		waitpid(pid, &st, 0);
+		storm->count[idx] = ++n;
+	}
+	_exit(0);
+}
+
+/* exec_storm_start(rate, seconds[, workers]) -> generator pid */
+static int l_exec_storm_start(lua_State *L)
+{
+	double rate = luaL_checknumber(L, 1), seconds = luaL_checknumber(L, 2);
+	int workers = (int)luaL_optinteger(L, 3, 4);
+
+	luaL_argcheck(L, workers > 0 && workers <= STORM_WORKERS_MAX, 3, "1..16 workers");
+	if (storm == NULL) {
+		storm = mmap(NULL, sizeof *storm, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (storm == MAP_FAILED) {
+			storm = NULL;
+			return luaL_error(L, "mmap: %s", strerror(errno));
+		}
+	}
+	memset(storm, 0, sizeof *storm);
+	storm->nworkers = workers;
+	storm_pid = fork();
+	if (storm_pid < 0)
+		return luaL_error(L, "fork: %s", strerror(errno));
+	if (storm_pid == 0) {
+		for (int i = 0; i < workers; i++) {
+			pid_t w = fork();
+			if (w == 0)
+				storm_worker(i, rate / workers, seconds);
+			storm->workers[i] = w;
+		}
+		while (wait(NULL) > 0)
+			;
+		_exit(0);
+	}
+	lua_pushinteger(L, storm_pid);
+	return 1;
+}
+
+/* exec_storm_workers() -> {pid, ...} once started (0 while not yet forked) */
+static int l_exec_storm_workers(lua_State *L)
+{
+	lua_newtable(L);
+	for (int i = 0; storm && i < storm->nworkers; i++) {
+		lua_pushinteger(L, storm->workers[i]);
+		lua_rawseti(L, -2, i + 1);
+	}
+	return 1;
+}
+
+/* exec_storm_alive() -> bool ; exec_storm_wait() -> execs run */
+static int l_exec_storm_alive(lua_State *L)
+{
+	int st;
+
+	lua_pushboolean(L, storm_pid > 0 && waitpid(storm_pid, &st, WNOHANG) == 0);
+	return 1;
+}
+
+static int l_exec_storm_wait(lua_State *L)
+{
+	long total = 0;
+	int st;
+
+	if (storm_pid > 0)
+		waitpid(storm_pid, &st, 0);
+	storm_pid = -1;
+	for (int i = 0; storm && i < storm->nworkers; i++)
+		total += storm->count[i];
+	lua_pushinteger(L, total);
+	return 1;
+}
+
 static int l_boottime_ns(lua_State *L)
 {
 	lua_pushinteger(L, (lua_Integer)tk_boottime_ns());
@@ -304,6 +445,10 @@ int luaopen_takana_bench(lua_State *L)
 		{ "posix_spawn_wait", l_posix_spawn_wait },
 		{ "kill0_loop", l_kill0_loop },
 		{ "sum_stat", l_sum_stat },
+		{ "exec_storm_start", l_exec_storm_start },
+		{ "exec_storm_workers", l_exec_storm_workers },
+		{ "exec_storm_alive", l_exec_storm_alive },
+		{ "exec_storm_wait", l_exec_storm_wait },
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, funcs);
@@ -312,6 +457,8 @@ int luaopen_takana_bench(lua_State *L)
 	lua_setfield(L, -2, "bpf_raw_load");
 	lua_pushcfunction(L, l_kfunc_raw);
 	lua_setfield(L, -2, "kfunc_raw");
+	lua_pushcfunction(L, l_kfunc_raw_fields);
+	lua_setfield(L, -2, "kfunc_raw_fields");
 	lua_pushcfunction(L, l_iter_raw);
 	lua_setfield(L, -2, "iter_raw");
 #endif

@@ -28,9 +28,16 @@ enum tk_event_type {
 #define TK_EVF_OBSERVED  0x10u   /* synthesised from snapshots: seen, not witnessed */
 #define TK_EVF_COMM      0x20u   /* comm is valid */
 #define TK_EVF_OVERRUN   0x40u   /* lost: a buffer overran; how many is not known yet */
+#define TK_EVF_CGROUP    0x80u   /* fork, exec: cgroup_id is valid */
+#define TK_EVF_ARGV      0x100u  /* exec: argv holds argv_len bytes of the arguments */
+#define TK_EVF_ARGV_TRUNC 0x200u /* exec: the arguments went on past argv */
+#define TK_EVF_ARGV_LOST 0x400u  /* exec (connector): gone before its arguments were read */
 
 #define TK_EV_COMM_LEN 16
 #define TK_EV_FILENAME_LEN 128
+/* The arguments as the process's arg area holds them, each NUL-terminated:
+ * room for 16 arguments of 31 bytes, or fewer longer ones. */
+#define TK_EV_ARGV_LEN 512
 
 struct tk_event {
 	__u32 type;           /* enum tk_event_type */
@@ -51,8 +58,14 @@ struct tk_event {
 	__u64 lost;           /* TK_EV_LOST: how many (0 with TK_EVF_OVERRUN) */
 	__u64 start_ns;       /* exit, bpf only: the process's start (CLOCK_BOOTTIME) */
 	char comm[TK_EV_COMM_LEN];
-	char filename[TK_EV_FILENAME_LEN];   /* exec, bpf only; empty otherwise */
+	char filename[TK_EV_FILENAME_LEN];   /* exec; empty otherwise */
+	__u32 argv_len;       /* exec, TK_EVF_ARGV: bytes used in argv */
+	__u32 pad2;
+	/* Last: every other event type is sent without it (TK_EV_BASE_SIZE). */
+	char argv[TK_EV_ARGV_LEN];
 };
+
+#define TK_EV_BASE_SIZE __builtin_offsetof(struct tk_event, argv)
 
 /* Decodes an exit status in wait(2)'s format (task->exit_code) into the
  * event: for the BPF program and the proc connector parser alike. */

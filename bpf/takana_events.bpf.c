@@ -122,21 +122,23 @@ static __always_inline bool event_ids(struct task_struct *t, struct event_ids *i
 	return ids->pid != 0 && ids->tid != 0;
 }
 
-static __always_inline struct tk_event *event_reserve(__u32 type, struct task_struct *t)
+/* size: TK_EV_BASE_SIZE, or the whole event for exec (its argv). */
+static __always_inline struct tk_event *event_reserve(__u32 type, struct task_struct *t,
+                                                      __u64 size)
 {
 	struct event_ids ids;
 	struct tk_event *e;
 
 	if (!event_ids(t, &ids))
 		return NULL;
-	e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+	e = bpf_ringbuf_reserve(&events, size, 0);
 	if (!e) {
 		if (type < TK_EV_TYPES)
 			__sync_fetch_and_add(&lost[type], 1);
 		return NULL;
 	}
-	/* Ring memory is not zeroed. */
-	__builtin_memset(e, 0, sizeof *e);
+	/* Ring memory is not zeroed; argv is, up to argv_len, by its read. */
+	__builtin_memset(e, 0, TK_EV_BASE_SIZE);
 	e->type = type;
 	e->time_ns = bpf_ktime_get_boot_ns();
 	e->pid = ids.pid;
@@ -176,10 +178,12 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 
 	if (child->pid != child->tgid)
 		return 0;
-	e = event_reserve(TK_EV_FORK, child);
+	e = event_reserve(TK_EV_FORK, child, TK_EV_BASE_SIZE);
 	if (!e)
 		return 0;
 	event_comm(e, child->comm);
+	e->cgroup_id = BPF_CORE_READ(child, cgroups, dfl_cgrp, kn, id);
+	e->flags |= TK_EVF_CGROUP;
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
@@ -187,12 +191,30 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *bprm)
 {
-	struct tk_event *e = event_reserve(TK_EV_EXEC, p);
+	struct tk_event *e = event_reserve(TK_EV_EXEC, p, sizeof(struct tk_event));
+	struct mm_struct *mm;
+	__u64 start, len;
 
 	if (!e)
 		return 0;
 	event_comm(e, p->comm);
 	bpf_probe_read_kernel_str(e->filename, sizeof e->filename, BPF_CORE_READ(bprm, filename));
+	e->cgroup_id = BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+	e->flags |= TK_EVF_CGROUP;
+	/* The new image's arguments, copied onto its stack by execve just
+	 * before this tracepoint: present, and nobody can have changed them
+	 * yet (a read at receipt races the program's own exit and exec). */
+	mm = BPF_CORE_READ(p, mm);
+	start = BPF_CORE_READ(mm, arg_start);
+	len = BPF_CORE_READ(mm, arg_end) - start;
+	if (len > TK_EV_ARGV_LEN) {
+		len = TK_EV_ARGV_LEN;
+		e->flags |= TK_EVF_ARGV_TRUNC;
+	}
+	if (len > 0 && bpf_probe_read_user(e->argv, len, (void *)start) == 0) {
+		e->argv_len = (__u32)len;
+		e->flags |= TK_EVF_ARGV;
+	}
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
@@ -223,7 +245,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	 * it, a duplicate is better than a missed exit. */
 	if (bpf_map_update_elem(&exit_claims, &key, &one, BPF_NOEXIST) == -EEXIST)
 		return 0;
-	e = event_reserve(TK_EV_EXIT, p);
+	e = event_reserve(TK_EV_EXIT, p, TK_EV_BASE_SIZE);
 	if (!e)
 		return 0;
 	status = (sig->flags & SIGNAL_GROUP_EXIT) ? sig->group_exit_code : p->exit_code;
@@ -251,7 +273,7 @@ int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
 	/* exec renames too; that is the exec event, not a comm event. */
 	if (BPF_CORE_READ_BITFIELD(task, in_execve))
 		return 0;
-	e = event_reserve(TK_EV_COMM, task);
+	e = event_reserve(TK_EV_COMM, task, TK_EV_BASE_SIZE);
 	if (!e)
 		return 0;
 	event_comm(e, comm);

@@ -7,6 +7,10 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* The fields to fill (TK_F_* bits), set by user space before each run: a
+ * global, not .rodata, so one loaded program serves every selection. */
+__u32 want_fields = TK_F_ALL;
+
 SEC("iter/task")
 int snapshot_iter(struct bpf_iter__task *ctx)
 {
@@ -18,11 +22,14 @@ int snapshot_iter(struct bpf_iter__task *ctx)
 	if (!t || (ctx->meta->seq_num == 0 ? reader_in_foreign_pidns() : foreign_pidns))
 		return 0;
 	if (t->pid != t->tgid) {
+		/* A thread adds only its times and faults. */
+		if (!WANTS(&want_fields, TK_F_THREADS))
+			return 0;
 		w.rec.pid = t->tgid;
 		w.rec.flags = TK_REC_THREAD;
 		record_add_thread(&w, t);
 	} else {
-		record_fill(t, &w);
+		record_fill(t, &w, &want_fields);
 	}
 	bpf_seq_write(seq, &w, sizeof w);
 	return 0;

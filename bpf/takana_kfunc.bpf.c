@@ -6,6 +6,10 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* The fields to fill (TK_F_* bits), set by user space before each run: a
+ * global, not .rodata, so one loaded program serves every selection. */
+__u32 want_fields = TK_F_ALL;
+
 extern int bpf_iter_task_new(struct bpf_iter_task *it, struct task_struct *task,
                              unsigned int flags) __weak __ksym;
 extern struct task_struct *bpf_iter_task_next(struct bpf_iter_task *it) __weak __ksym;
@@ -47,14 +51,24 @@ static __always_inline void add_other_threads(struct task_struct *t, struct tk_w
 	bpf_task_release(leader);
 }
 
-static __always_inline void record_task(struct task_struct *t, __u32 idx)
+/* thread_group_empty() (6.6+, as is this tier): the leader is the last
+ * on its thread list. An address, not a load of signal_struct's line
+ * holding nr_threads. */
+static __always_inline bool has_other_threads(struct task_struct *t)
+{
+	__u64 head = (__u64)t->signal + bpf_core_field_offset(struct signal_struct, thread_head);
+
+	return (__u64)t->thread_node.next != head;
+}
+
+static __always_inline void record_task(struct task_struct *t, __u32 idx, volatile __u32 *want)
 {
 	struct tk_wire_record *w = bpf_map_lookup_elem(&records, &idx);
 
 	if (!w)
 		return;
-	record_fill(t, w);
-	if (w->rec.nthreads > 1)
+	record_fill(t, w, want);
+	if (WANTS(want, TK_F_THREADS) && has_other_threads(t))
 		add_other_threads(t, w);
 }
 
@@ -73,7 +87,7 @@ int snapshot_kfunc(void *ctx)
 	while ((t = bpf_iter_task_next(&it))) {
 		if (t->tgid == 0)       /* the idle task; /proc does not list it */
 			continue;
-		record_task(t, n++);
+		record_task(t, n++, &want_fields);
 	}
 	bpf_iter_task_destroy(&it);
 	bpf_rcu_read_unlock();

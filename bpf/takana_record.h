@@ -40,10 +40,39 @@ struct tk_record {
 	__u64 vsize_bytes;
 	__u64 minflt;
 	__u64 majflt;
+	__u64 cgroup_id;    /* cgroup v2 id (kernfs node id, the inode number of its
+	                     * directory); 0 when no cgroup2 hierarchy is mounted */
 	__u32 state;        /* the one-letter state /proc shows, as ASCII */
 	__u32 comm_len;     /* bytes used in comm (comm may hold any byte, even NUL-free newlines) */
 	char comm[TK_COMM_LEN];
 };
+
+/* The record's fields as Lua sees them, in the order they are listed: one
+ * list for the binding's names, the selection bits the programs test and
+ * the specs. X(ID, name) */
+#define TK_FIELDS(X) \
+	X(PID, pid) X(PPID, ppid) X(PGID, pgid) X(SID, sid) X(UID, uid) \
+	X(STATE, state) X(COMM, comm) X(NTHREADS, nthreads) X(NICE, nice) \
+	X(START, start_ns) X(UTIME, utime_ns) X(STIME, stime_ns) X(RSS, rss_bytes) \
+	X(VSIZE, vsize_bytes) X(MINFLT, minflt) X(MAJFLT, majflt) X(KTHREAD, kthread) \
+	X(CGROUP, cgroup_id)
+
+#define TK_FIELD_ENUM(id, name) TK_FLD_##id,
+enum tk_field { TK_FIELDS(TK_FIELD_ENUM) TK_FLD_COUNT };
+#undef TK_FIELD_ENUM
+
+/* A selection of fields (snapshot{fields=...}): one bit per tk_field. */
+#define TK_F(id) (1u << TK_FLD_##id)
+#define TK_F_ALL ((1u << TK_FLD_COUNT) - 1u)
+/* Read whatever is selected: identity (pid, start) and liveness (state)
+ * cost nothing beyond the task itself, and deltas and the reaping check
+ * need them; they are exposed only when asked for. */
+#define TK_F_ALWAYS (TK_F(PID) | TK_F(START) | TK_F(STATE) | TK_F(KTHREAD))
+/* Field groups by the kernel structure they are loaded from. */
+#define TK_F_SIGNAL (TK_F(PGID) | TK_F(SID) | TK_F(NTHREADS) | TK_F(UTIME) | TK_F(STIME) | \
+                     TK_F(MINFLT) | TK_F(MAJFLT))
+#define TK_F_THREADS (TK_F(UTIME) | TK_F(STIME) | TK_F(MINFLT) | TK_F(MAJFLT))
+#define TK_F_MM (TK_F(RSS) | TK_F(VSIZE))
 
 /* What the BPF programs write: the record with utime_ns/stime_ns still the
  * kernel's raw tick-sampled sums, plus what user space needs to split the

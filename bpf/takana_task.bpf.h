@@ -179,40 +179,71 @@ static __always_inline void kthread_name(struct task_struct *t, struct tk_record
 	r->comm_len = off + (__u32)n;
 }
 
+/* The selection is read afresh at every test: a value kept in a register
+ * would carry what each branch taught the verifier about its bits, and the
+ * paths through a record would multiply past the verifier's budget. */
+#define WANTS(want, bits) (*(want) & (bits))
+
 /* The leader's view of its process; the caller adds the other threads
- * (record_add_thread) when there are any. */
-static __always_inline void record_fill(struct task_struct *t, struct tk_wire_record *w)
+ * (record_add_thread) when there are any. want: the TK_F_* fields to fill.
+ * A load is skipped, with the cache lines behind it, when no selected field
+ * needs it; what is not filled holds whatever the slot held before. */
+static __always_inline void record_fill(struct task_struct *t, struct tk_wire_record *w,
+                                        volatile __u32 *want)
 {
-	struct signal_struct *sig = t->signal;
-	struct mm_struct *mm = t->mm;
 	struct tk_record *r = &w->rec;
+	struct mm_struct *mm = NULL;
 	long len;
 
 	r->pid = t->tgid;
-	r->ppid = t->real_parent->tgid;
-	r->pgid = pid_number(sig->pids[PIDTYPE_PGID]);
-	r->sid = pid_number(sig->pids[PIDTYPE_SID]);
-	r->uid = task_owner_uid(t, mm);
-	r->nthreads = sig->nr_threads;
-	r->nice = (__u32)(t->static_prio - NICE_BASE);
 	r->flags = (t->flags & PF_KTHREAD) ? TK_REC_KTHREAD : 0;
 	r->start_ns = t->start_boottime;
-	/* signal_struct holds the totals of threads that already exited. */
-	r->utime_ns = sig->utime + t->utime;
-	r->stime_ns = sig->stime + t->stime;
-	w->runtime_ns = sig->sum_sched_runtime + t->se.sum_exec_runtime;
-	w->prev_utime_ns = sig->prev_cputime.utime;
-	w->prev_stime_ns = sig->prev_cputime.stime;
-	r->minflt = sig->min_flt + t->min_flt;
-	r->majflt = sig->maj_flt + t->maj_flt;
-	if (mm) {
-		r->rss_bytes = mm_rss_pages(mm) * page_size;
-		r->vsize_bytes = mm->total_vm * page_size;
-	} else {
-		r->rss_bytes = 0;
-		r->vsize_bytes = 0;
-	}
 	r->state = task_state_letter(t);
+	if (WANTS(want, TK_F(PPID)))
+		r->ppid = t->real_parent->tgid;
+	if (WANTS(want, TK_F(NICE)))
+		r->nice = (__u32)(t->static_prio - NICE_BASE);
+	if (WANTS(want, (TK_F_MM | TK_F(UID))))
+		mm = t->mm;
+	if (WANTS(want, TK_F(UID)))
+		r->uid = task_owner_uid(t, mm);
+	if (WANTS(want, TK_F_SIGNAL)) {
+		struct signal_struct *sig = t->signal;
+
+		/* Its own cache line: read only when asked for (the reader's
+		 * check for a process with no thread left needs it then). */
+		if (WANTS(want, TK_F(NTHREADS)))
+			r->nthreads = sig->nr_threads;
+		if (WANTS(want, (TK_F(PGID) | TK_F(SID)))) {
+			r->pgid = pid_number(sig->pids[PIDTYPE_PGID]);
+			r->sid = pid_number(sig->pids[PIDTYPE_SID]);
+		}
+		if (WANTS(want, (TK_F(UTIME) | TK_F(STIME)))) {
+			/* signal_struct holds the totals of threads that already exited. */
+			r->utime_ns = sig->utime + t->utime;
+			r->stime_ns = sig->stime + t->stime;
+			w->runtime_ns = sig->sum_sched_runtime + t->se.sum_exec_runtime;
+			w->prev_utime_ns = sig->prev_cputime.utime;
+			w->prev_stime_ns = sig->prev_cputime.stime;
+		}
+		if (WANTS(want, (TK_F(MINFLT) | TK_F(MAJFLT)))) {
+			r->minflt = sig->min_flt + t->min_flt;
+			r->majflt = sig->maj_flt + t->maj_flt;
+		}
+	}
+	if (WANTS(want, TK_F_MM)) {
+		if (mm) {
+			r->rss_bytes = mm_rss_pages(mm) * page_size;
+			r->vsize_bytes = mm->total_vm * page_size;
+		} else {
+			r->rss_bytes = 0;
+			r->vsize_bytes = 0;
+		}
+	}
+	if (WANTS(want, TK_F(CGROUP)))
+		r->cgroup_id = t->cgroups->dfl_cgrp->kn->id;
+	if (!(WANTS(want, TK_F(COMM))))
+		return;
 	if (t->flags & PF_KTHREAD) {
 		len = bpf_probe_read_kernel_str(r->comm, sizeof t->comm, t->comm);
 		r->comm_len = len > 0 ? (__u32)len - 1 : 0;

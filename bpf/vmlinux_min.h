@@ -82,8 +82,14 @@ typedef struct {
 	int counter;
 } atomic_t;
 
+struct list_head {
+	struct list_head *next;
+	struct list_head *prev;
+};
+
 struct signal_struct {
 	atomic_t live;
+	struct list_head thread_head;      /* 6.6+ */
 	int group_exit_code;
 	unsigned int flags;
 	unsigned long maxrss;
@@ -103,6 +109,8 @@ struct percpu_counter {
 };
 
 struct mm_struct {
+	unsigned long arg_start;
+	unsigned long arg_end;
 	unsigned long hiwater_rss;
 	unsigned long total_vm;
 	unsigned long flags;          /* before 6.18: a plain word */
@@ -183,6 +191,7 @@ struct task_struct {
 	struct task_struct *real_parent;
 	struct task_struct *group_leader;
 	struct pid *thread_pid;
+	struct list_head thread_node;      /* 6.6+ */
 	struct mm_struct *mm;
 	struct signal_struct *signal;
 	const struct cred *cred;

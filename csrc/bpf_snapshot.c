@@ -17,10 +17,11 @@
 
 #ifdef TK_NO_BPF
 
-int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, struct tk_proc_scanner *sc,
-                    char *why, size_t why_len)
+int tk_bpf_snapshot(enum tk_bpf_tier tier, uint32_t fields, struct tk_recbuf *out,
+                    struct tk_proc_scanner *sc, char *why, size_t why_len)
 {
 	(void)tier;
+	(void)fields;
 	(void)out;
 	(void)sc;
 	snprintf(why, why_len, "this takana was built without BPF (make BPF=0)");
@@ -446,7 +447,7 @@ static const struct tk_wire_record *ordered(const struct tk_wire_record *w,
  * a resumed iter/task read could give, is kept once): the comm measured,
  * the CPU time split as /proc does. */
 static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t *order,
-                       struct tk_recbuf *out)
+                       uint32_t fields, struct tk_recbuf *out)
 {
 	size_t i;
 	int err = recbuf_reserve(out, n);
@@ -462,20 +463,25 @@ static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t 
 		/* A process being reaped (EXIT_DEAD, or no thread left in its
 		 * signal_struct) is still on the task list for a moment: /proc
 		 * skips it as vanished, and so do we. */
-		if (src->rec.state == 'X' || src->rec.nthreads == 0) {
+		if (src->rec.state == 'X' || ((fields & TK_F(NTHREADS)) && src->rec.nthreads == 0)) {
 			out->vanished++;
 			continue;
 		}
 		r = &out->recs[out->len++];
 		*r = src->rec;
-		if (r->comm_len == TK_WIRE_COMM_NUL)
+		if ((fields & TK_F(COMM)) && r->comm_len == TK_WIRE_COMM_NUL)
 			r->comm_len = comm16_len(r->comm);
-		tk_cputime_adjust(src, r);
+		if (fields & (TK_F(UTIME) | TK_F(STIME)))
+			tk_cputime_adjust(src, r);
+		/* What the program did not fill holds a former record's. */
+		if (fields != TK_F_ALL)
+			tk_record_mask(r, fields);
 	}
 	return 0;
 }
 
-static int kfunc_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why_len)
+static int kfunc_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, char *why,
+                     size_t why_len)
 {
 	for (;;) {
 		LIBBPF_OPTS(bpf_test_run_opts, opts);
@@ -484,6 +490,7 @@ static int kfunc_run(struct tier *t, struct tk_recbuf *out, char *why, size_t wh
 
 		if (t->kfunc == NULL)
 			return -EBADF;
+		t->kfunc->data->want_fields = fields;
 		if (bpf_prog_test_run_opts(bpf_program__fd(t->kfunc->progs.snapshot_kfunc), &opts) != 0) {
 			err = -errno;
 			snprintf(why, why_len, "BPF_PROG_TEST_RUN: %s", strerror(errno));
@@ -496,7 +503,7 @@ static int kfunc_run(struct tier *t, struct tk_recbuf *out, char *why, size_t wh
 			const uint64_t *order;
 
 			err = pid_order(t, t->records, total, &order);
-			return err < 0 ? err : wire_finish(t->records, total, order, out);
+			return err < 0 ? err : wire_finish(t->records, total, order, fields, out);
 		}
 		/* More processes than room: grow, reload, run again. */
 		t->capacity_wanted = with_headroom(total);
@@ -569,12 +576,15 @@ static int iter_read_all(struct tier *t, int fd, char *why, size_t why_len)
 	}
 }
 
-static int iter_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why_len)
+static int iter_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, char *why,
+                    size_t why_len)
 {
-	int fd = bpf_iter_create(bpf_link__fd(t->link));
 	const uint64_t *order;
 	size_t i;
-	int err;
+	int fd, err;
+
+	t->iter->data->want_fields = fields;
+	fd = bpf_iter_create(bpf_link__fd(t->link));
 
 	if (fd < 0) {
 		err = -errno;
@@ -604,7 +614,7 @@ static int iter_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why
 		leader->rec.minflt += th->rec.minflt;
 		leader->rec.majflt += th->rec.majflt;
 	}
-	return wire_finish(t->leaders.recs, t->leaders.len, order, out);
+	return wire_finish(t->leaders.recs, t->leaders.len, order, fields, out);
 }
 
 /* Init is always there in the initial pid namespace, yet some kernels hide
@@ -612,7 +622,7 @@ static int iter_run(struct tier *t, struct tk_recbuf *out, char *why, size_t why
  * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
  * finds it). Its record then comes from /proc and is counted in from_proc,
  * rather than a snapshot silently missing pid 1. */
-static int add_hidden_init(struct tk_proc_scanner *sc, struct tk_recbuf *out,
+static int add_hidden_init(struct tk_proc_scanner *sc, uint32_t fields, struct tk_recbuf *out,
                            char *why, size_t why_len)
 {
 	struct tk_record rec;
@@ -620,15 +630,24 @@ static int add_hidden_init(struct tk_proc_scanner *sc, struct tk_recbuf *out,
 
 	if (tk_recbuf_find(out, 1) != NULL)
 		return 0;
-	err = sc->proc_fd < 0 ? tk_proc_scanner_init(sc, "/proc") : 0;
+	if (sc->proc_fd < 0) {
+		struct tk_cgid_cache *cgids = sc->cgids;
+
+		err = tk_proc_scanner_init(sc, "/proc");
+		sc->cgids = cgids;
+	} else {
+		err = 0;
+	}
 	if (err == 0)
 		err = tk_proc_scan_init(sc, &rec);
 	if (err == -EACCES || err == -EPERM) {
 		out->denied++;
 		return 0;
 	}
-	if (err == 0)
+	if (err == 0) {
+		tk_record_mask(&rec, fields);
 		err = tk_recbuf_insert(out, &rec);
+	}
 	if (err < 0) {
 		snprintf(why, why_len, "init is hidden from BPF here; reading /proc/1/stat: %s",
 		         strerror(-err));
@@ -638,24 +657,26 @@ static int add_hidden_init(struct tk_proc_scanner *sc, struct tk_recbuf *out,
 	return 0;
 }
 
-int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, struct tk_proc_scanner *sc,
-                    char *why, size_t why_len)
+int tk_bpf_snapshot(enum tk_bpf_tier tier, uint32_t fields, struct tk_recbuf *out,
+                    struct tk_proc_scanner *sc, char *why, size_t why_len)
 {
 	struct tier *t = &tiers[tier];
 	int err;
+
+	fields = (fields | TK_F_ALWAYS) & TK_F_ALL;
 
 	pthread_mutex_lock(&t->lock);
 	err = tier_ensure_loaded(tier, t);
 	if (err < 0)
 		snprintf(why, why_len, "%s", t->why);
 	else if (tier == TK_TIER_KFUNC)
-		err = kfunc_run(t, out, why, why_len);
+		err = kfunc_run(t, fields, out, why, why_len);
 	else
-		err = iter_run(t, out, why, why_len);
+		err = iter_run(t, fields, out, why, why_len);
 	if (err == 0)
 		t->runs++;
 	pthread_mutex_unlock(&t->lock);
-	return err < 0 ? err : add_hidden_init(sc, out, why, why_len);
+	return err < 0 ? err : add_hidden_init(sc, fields, out, why, why_len);
 }
 
 void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info)

@@ -87,6 +87,7 @@ struct tk_proc_scanner {
 	struct tk_units units;
 	int bad_pid;                 /* pid whose stat failed to parse, for the message */
 	int init_fd;                 /* /proc/1/stat for tk_proc_scan_init, -1 until used */
+	struct tk_cgid_cache *cgids; /* set: fill cgroup_id from <pid>/cgroup */
 };
 
 int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path);
@@ -101,6 +102,40 @@ int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out);
 /* Appends one record per live thread-group leader. With use_cache, stat fds
  * are kept open between scans (pread at 0 on the next scan). */
 int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache);
+
+/* ---- cgroup ids (cgroup_id.c) -------------------------------------------- */
+
+#define TK_CG_PATH_MAX 4096
+
+/* Where the cgroup2 hierarchy is mounted (/sys/fs/cgroup, or
+ * /sys/fs/cgroup/unified on a hybrid host); -ENOENT when nowhere. The
+ * answer is kept and confirmed by one statfs a call. */
+int tk_cgroup2_mount(char *out, size_t cap);
+
+/* /proc/<pid>/cgroup paths to ids for one scan: most processes share a few
+ * cgroups, so each path is looked up (a stat beneath the mount) once. */
+struct tk_cgid_cache {
+	int mount_fd;                    /* -1: no cgroup2 mount, every id is 0 */
+	struct tk_cgid_entry *slots;
+	size_t len, cap;
+};
+
+int tk_cgid_cache_open(struct tk_cgid_cache *c);
+void tk_cgid_cache_close(struct tk_cgid_cache *c);
+/* The id of a path as /proc/<pid>/cgroup prints it; 0 when it is not
+ * beneath the mount (outside our cgroup namespace, or gone). */
+int tk_cgid_of_path(struct tk_cgid_cache *c, const char *path, size_t len, uint64_t *id);
+/* The id of pid's cgroup2 cgroup through proc_fd; -ESRCH when gone. */
+int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64_t *id);
+/* The id of rel (beneath the mount; "" is its root) and, when recursive,
+ * of every cgroup beneath it: a malloc'd array the caller frees. */
+int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t *n);
+/* The path ("/a/b", "/" for the root) of the cgroup with this id, by a walk
+ * of the hierarchy (the last answers are kept); -ENOENT when none has it. */
+int tk_cgroup_id_path(uint64_t id, char *out, size_t cap);
+
+/* Zeroes every field of rec outside fields (TK_F_* bits). */
+void tk_record_mask(struct tk_record *rec, uint32_t fields);
 
 /* ---- BPF backends (bpf_snapshot.c) --------------------------------------- */
 
@@ -118,12 +153,13 @@ struct tk_bpf_tier_info {
 };
 
 /* Fills an empty out with one record per process using a BPF tier, sorted
- * by pid. The tier is loaded on first use, once per process; a failed load
+ * by pid, with the fields (TK_F_* bits) asked for and TK_F_ALWAYS; the
+ * others are zero. The tier is loaded on first use, once per process; a failed load
  * is remembered. Thread-safe. A process the kernel hides from BPF (init, on
  * some hosts) is read through sc, the caller's /proc scanner. On failure
  * returns -errno with a reason in why. */
-int tk_bpf_snapshot(enum tk_bpf_tier tier, struct tk_recbuf *out, struct tk_proc_scanner *sc,
-                    char *why, size_t why_len);
+int tk_bpf_snapshot(enum tk_bpf_tier tier, uint32_t fields, struct tk_recbuf *out,
+                    struct tk_proc_scanner *sc, char *why, size_t why_len);
 void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info);
 /* Reloads the kfunc tier with room for this many records before its next
  * run (the array still grows past it when needed). */
@@ -195,6 +231,9 @@ struct tk_events {
 	struct tk_cn_seq *cn_seq;    /* one per possible CPU, sized at open */
 	size_t cn_ncpu;
 	int cn_listening;
+	uint32_t *cn_pid;            /* exec streams: pid -> ppid from forks seen, */
+	uint32_t *cn_ppid;           /* seeded from /proc at open (open addressing) */
+	size_t cn_pcap, cn_plen;
 	/* poll */
 	struct tk_proc_scanner scanner;
 	int scanner_open;

@@ -265,6 +265,142 @@ static void comm_from_proc(struct tk_event *e)
 	e->flags |= TK_EVF_COMM;
 }
 
+/* The program an exec event names, read from /proc at receipt: the
+ * connector says only which pid exec'd. A process gone by then (or that
+ * exec'd again, or whose pid was reused: nothing here can tell) loses
+ * them, and says so. */
+static void exec_from_proc(struct tk_event *e)
+{
+	char path[48];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%u/exe", e->pid);
+	n = readlink(path, e->filename, sizeof e->filename - 1);
+	e->filename[n > 0 ? n : 0] = '\0';
+	snprintf(path, sizeof path, "/proc/%u/cmdline", e->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd < 0 ? -1 : read(fd, e->argv, sizeof e->argv);
+	if (n == (ssize_t)sizeof e->argv) {
+		char more;
+
+		if (read(fd, &more, 1) == 1)
+			e->flags |= TK_EVF_ARGV_TRUNC;
+	}
+	if (fd >= 0)
+		close(fd);
+	/* An exiting process (a zombie) reads as empty. */
+	if (n <= 0) {
+		e->flags |= TK_EVF_ARGV_LOST;
+		return;
+	}
+	e->argv_len = (uint32_t)n;
+	e->flags |= TK_EVF_ARGV;
+}
+
+/* ---- connector: who is whose parent ---------------------------------------- */
+
+static size_t ppid_slot(const struct tk_events *ev, uint32_t pid)
+{
+	size_t i = (size_t)(uint32_t)(pid * 2654435761u) & (ev->cn_pcap - 1);
+
+	while (ev->cn_pid[i] != 0 && ev->cn_pid[i] != pid)
+		i = (i + 1) & (ev->cn_pcap - 1);
+	return i;
+}
+
+static int ppid_put(struct tk_events *ev, uint32_t pid, uint32_t ppid)
+{
+	size_t i;
+
+	if (pid == 0)
+		return 0;
+	if ((ev->cn_plen + 1) * 2 > ev->cn_pcap) {
+		size_t cap = ev->cn_pcap ? ev->cn_pcap * 2 : 4096, old = ev->cn_pcap;
+		uint32_t *pids = calloc(cap, sizeof *pids), *ppids = calloc(cap, sizeof *ppids);
+		uint32_t *opid = ev->cn_pid, *oppid = ev->cn_ppid;
+
+		if (pids == NULL || ppids == NULL) {
+			free(pids);
+			free(ppids);
+			return -ENOMEM;
+		}
+		ev->cn_pid = pids;
+		ev->cn_ppid = ppids;
+		ev->cn_pcap = cap;
+		for (size_t k = 0; k < old; k++) {
+			if (opid[k]) {
+				i = ppid_slot(ev, opid[k]);
+				pids[i] = opid[k];
+				ppids[i] = oppid[k];
+			}
+		}
+		free(opid);
+		free(oppid);
+	}
+	i = ppid_slot(ev, pid);
+	if (ev->cn_pid[i] == 0)
+		ev->cn_plen++;
+	ev->cn_pid[i] = pid;
+	ev->cn_ppid[i] = ppid;
+	return 0;
+}
+
+static uint32_t ppid_get(const struct tk_events *ev, uint32_t pid)
+{
+	size_t i;
+
+	if (ev->cn_pcap == 0)
+		return 0;
+	i = ppid_slot(ev, pid);
+	return ev->cn_pid[i] == pid ? ev->cn_ppid[i] : 0;
+}
+
+/* Linear probing's deletion: later entries of the run move back. */
+static void ppid_del(struct tk_events *ev, uint32_t pid)
+{
+	size_t mask = ev->cn_pcap - 1, i, j;
+
+	if (ev->cn_pcap == 0)
+		return;
+	i = ppid_slot(ev, pid);
+	if (ev->cn_pid[i] != pid)
+		return;
+	ev->cn_pid[i] = 0;
+	ev->cn_plen--;
+	for (j = (i + 1) & mask; ev->cn_pid[j] != 0; j = (j + 1) & mask) {
+		size_t home = (size_t)(uint32_t)(ev->cn_pid[j] * 2654435761u) & mask;
+
+		/* Moves back unless its home lies cyclically in (i, j]. */
+		if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+			ev->cn_pid[i] = ev->cn_pid[j];
+			ev->cn_ppid[i] = ev->cn_ppid[j];
+			ev->cn_pid[j] = 0;
+			i = j;
+		}
+	}
+}
+
+/* Every process's parent now, before the forks the stream will see. */
+static int ppid_seed(struct tk_events *ev)
+{
+	struct tk_proc_scanner sc;
+	struct tk_recbuf rb;
+	int err;
+
+	memset(&rb, 0, sizeof rb);
+	err = tk_proc_scanner_init(&sc, "/proc");
+	if (err < 0)
+		return err;
+	err = tk_proc_scan(&sc, &rb, 0);
+	tk_proc_scanner_close(&sc);
+	for (size_t i = 0; err == 0 && i < rb.len; i++)
+		if (ppid_get(ev, rb.recs[i].pid) == 0)
+			err = ppid_put(ev, rb.recs[i].pid, rb.recs[i].ppid);
+	tk_recbuf_free(&rb);
+	return err;
+}
+
 /* Counts sequence gaps on the message's CPU as lost events. Returns 1 to
  * keep the message, 0 to drop it. The CPU indexes a table sized at open by
  * the possible CPUs: the kernel never sends a larger one, and a message
@@ -318,8 +454,18 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 	if (m.event.type == 0 || m.thread)
 		return 0;
 	m.event.time_ns += mono_to_boot;
-	if (m.event.type == TK_EV_EXEC && (ev->mask & TK_EV_BIT(TK_EV_EXEC)))
-		comm_from_proc(&m.event);
+	if (ev->mask & TK_EV_BIT(TK_EV_EXEC)) {
+		/* Parents, for exec events, which the connector gives none. */
+		if (m.event.type == TK_EV_FORK && ppid_put(ev, m.event.pid, m.event.ppid) < 0)
+			return -ENOMEM;
+		if (m.event.type == TK_EV_EXIT)
+			ppid_del(ev, m.event.pid);
+		if (m.event.type == TK_EV_EXEC) {
+			m.event.ppid = ppid_get(ev, m.event.pid);
+			comm_from_proc(&m.event);
+			exec_from_proc(&m.event);
+		}
+	}
 	return queue_event(ev, &m.event);
 }
 
@@ -498,6 +644,17 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 			}
 			ev->cn_listening = 1;
 			err = cn_track_seq(ev, &m, 0);
+			/* Subscribed first: no fork falls between the two. */
+			if (err >= 0 && (ev->mask & TK_EV_BIT(TK_EV_EXEC))) {
+				err = ppid_seed(ev);
+				if (err < 0)
+					snprintf(why, why_len, "the parents of the processes running now, "
+					         "for exec events' ppid (/proc): %s", strerror(-err));
+				/* Execs that came before the answer were queued unseeded. */
+				for (size_t i = ev->qhead; i < ev->qlen; i++)
+					if (ev->queue[i].type == TK_EV_EXEC && ev->queue[i].ppid == 0)
+						ev->queue[i].ppid = ppid_get(ev, ev->queue[i].pid);
+			}
 			return err < 0 ? err : 0;
 		}
 		err = cn_handle(ev, buf, (size_t)n,
@@ -730,11 +887,16 @@ static int ring_event(void *ctx, void *data, size_t size)
 	struct tk_events *ev = ctx;
 	struct tk_event e;
 
-	if (size < sizeof e) {
+	/* Only exec events carry argv, the event's tail. */
+	if (size < TK_EV_BASE_SIZE) {
 		ev->malformed++;
 		return 0;
 	}
-	memcpy(&e, data, sizeof e);
+	memcpy(&e, data, size < sizeof e ? size : sizeof e);
+	if (size < sizeof e || e.argv_len > sizeof e.argv) {
+		e.argv_len = 0;
+		e.flags &= ~TK_EVF_ARGV;
+	}
 	if (e.type == TK_EV_EXIT && exit_seen_before(ev, &e)) {
 		ev->duplicates++;
 		return 0;
@@ -1025,6 +1187,10 @@ void tk_events_close(struct tk_events *ev)
 	tk_recbuf_free(&ev->next);
 	free(ev->cn_seq);
 	ev->cn_seq = NULL;
+	free(ev->cn_pid);
+	free(ev->cn_ppid);
+	ev->cn_pid = ev->cn_ppid = NULL;
+	ev->cn_pcap = ev->cn_plen = 0;
 	free(ev->exit_seen);
 	ev->exit_seen = NULL;
 	free(ev->queue);

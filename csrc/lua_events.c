@@ -43,6 +43,35 @@ static void set_u64(lua_State *L, const char *key, uint64_t v)
 	lua_setfield(L, -2, key);
 }
 
+/* exec: argv from the NUL-separated bytes read (a cut last argument is
+ * kept, argv_truncated says so), or argv_lost when none could be read. */
+static void argv_push(lua_State *L, const struct tk_event *e)
+{
+	const char *p = e->argv, *end = e->argv + e->argv_len;
+	lua_Integer n = 0;
+
+	if (e->flags & TK_EVF_ARGV_LOST) {
+		lua_pushboolean(L, 1);
+		lua_setfield(L, -2, "argv_lost");
+	}
+	if (!(e->flags & TK_EVF_ARGV))
+		return;
+	lua_createtable(L, 8, 0);
+	while (p < end) {
+		const char *nul = memchr(p, '\0', (size_t)(end - p));
+		size_t len = (size_t)((nul ? nul : end) - p);
+
+		lua_pushlstring(L, p, len);
+		lua_rawseti(L, -2, ++n);
+		p += len + 1;
+	}
+	lua_setfield(L, -2, "argv");
+	if (e->flags & TK_EVF_ARGV_TRUNC) {
+		lua_pushboolean(L, 1);
+		lua_setfield(L, -2, "argv_truncated");
+	}
+}
+
 static void event_push(lua_State *L, const struct tk_event *e)
 {
 	lua_createtable(L, 0, 10);
@@ -71,6 +100,10 @@ static void event_push(lua_State *L, const struct tk_event *e)
 		lua_pushlstring(L, e->filename, strnlen(e->filename, sizeof e->filename));
 		lua_setfield(L, -2, "filename");
 	}
+	if (e->type == TK_EV_EXEC)
+		argv_push(L, e);
+	if (e->flags & TK_EVF_CGROUP)
+		set_u64(L, "cgroup_id", e->cgroup_id);
 	if (e->flags & TK_EVF_EXITED)
 		set_u64(L, "code", e->exit_code);
 	if (e->flags & TK_EVF_SIGNALED) {

@@ -8,12 +8,14 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "binding.h"
 
 struct lsnap {
 	struct tk_recbuf rb;
+	uint32_t fields;       /* TK_F_* bits the caller asked for: the others read nil */
 	uint64_t time_ns;
 	const char *backend;   /* static string */
 	int collected;         /* __gc ran: the records are freed */
@@ -28,55 +30,56 @@ struct lrecord {
 	size_t next;           /* iteration position when used by snap:each() */
 };
 
-enum field {
-	FLD_PID, FLD_PPID, FLD_PGID, FLD_SID, FLD_UID, FLD_STATE, FLD_COMM,
-	FLD_NTHREADS, FLD_NICE, FLD_START, FLD_UTIME, FLD_STIME, FLD_RSS,
-	FLD_VSIZE, FLD_MINFLT, FLD_MAJFLT, FLD_KTHREAD, FLD_COUNT
-};
+#define FIELD_NAME(id, name) #name,
+static const char *const field_names[TK_FLD_COUNT] = { TK_FIELDS(FIELD_NAME) };
+#undef FIELD_NAME
 
-static const char *const field_names[FLD_COUNT] = {
-	"pid", "ppid", "pgid", "sid", "uid", "state", "comm", "nthreads", "nice",
-	"start_ns", "utime_ns", "stime_ns", "rss_bytes", "vsize_bytes", "minflt",
-	"majflt", "kthread",
-};
-
-static void field_push(lua_State *L, const struct tk_record *r, int id)
+/* nil for a field the snapshot was not asked for, and for a cgroup_id of 0
+ * (no cgroup2 hierarchy mounted, or a cgroup outside this namespace's). */
+static void field_push(lua_State *L, const struct tk_record *r, int id, uint32_t fields)
 {
+	if (!(fields & (1u << id)) || (id == TK_FLD_CGROUP && r->cgroup_id == 0)) {
+		lua_pushnil(L);
+		return;
+	}
 	switch (id) {
-	case FLD_PID: lua_pushinteger(L, r->pid); break;
-	case FLD_PPID: lua_pushinteger(L, r->ppid); break;
-	case FLD_PGID: lua_pushinteger(L, r->pgid); break;
-	case FLD_SID: lua_pushinteger(L, r->sid); break;
-	case FLD_UID: lua_pushinteger(L, r->uid); break;
-	case FLD_STATE: {
+	case TK_FLD_PID: lua_pushinteger(L, r->pid); break;
+	case TK_FLD_PPID: lua_pushinteger(L, r->ppid); break;
+	case TK_FLD_PGID: lua_pushinteger(L, r->pgid); break;
+	case TK_FLD_SID: lua_pushinteger(L, r->sid); break;
+	case TK_FLD_UID: lua_pushinteger(L, r->uid); break;
+	case TK_FLD_STATE: {
 		char c = (char)r->state;
 		lua_pushlstring(L, &c, 1);
 		break;
 	}
-	case FLD_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
-	case FLD_NTHREADS: lua_pushinteger(L, r->nthreads); break;
-	case FLD_NICE: lua_pushinteger(L, (int32_t)r->nice); break;
-	case FLD_START: lua_pushinteger(L, tk_u64_int(r->start_ns)); break;
-	case FLD_UTIME: lua_pushinteger(L, tk_u64_int(r->utime_ns)); break;
-	case FLD_STIME: lua_pushinteger(L, tk_u64_int(r->stime_ns)); break;
-	case FLD_RSS: lua_pushinteger(L, tk_u64_int(r->rss_bytes)); break;
-	case FLD_VSIZE: lua_pushinteger(L, tk_u64_int(r->vsize_bytes)); break;
-	case FLD_MINFLT: lua_pushinteger(L, tk_u64_int(r->minflt)); break;
-	case FLD_MAJFLT: lua_pushinteger(L, tk_u64_int(r->majflt)); break;
-	case FLD_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
+	case TK_FLD_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
+	case TK_FLD_NTHREADS: lua_pushinteger(L, r->nthreads); break;
+	case TK_FLD_NICE: lua_pushinteger(L, (int32_t)r->nice); break;
+	case TK_FLD_START: lua_pushinteger(L, tk_u64_int(r->start_ns)); break;
+	case TK_FLD_UTIME: lua_pushinteger(L, tk_u64_int(r->utime_ns)); break;
+	case TK_FLD_STIME: lua_pushinteger(L, tk_u64_int(r->stime_ns)); break;
+	case TK_FLD_RSS: lua_pushinteger(L, tk_u64_int(r->rss_bytes)); break;
+	case TK_FLD_VSIZE: lua_pushinteger(L, tk_u64_int(r->vsize_bytes)); break;
+	case TK_FLD_MINFLT: lua_pushinteger(L, tk_u64_int(r->minflt)); break;
+	case TK_FLD_MAJFLT: lua_pushinteger(L, tk_u64_int(r->majflt)); break;
+	case TK_FLD_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
+	case TK_FLD_CGROUP: lua_pushinteger(L, tk_u64_int(r->cgroup_id)); break;
 	default: lua_pushnil(L); break;
 	}
 }
 
 /* Every allocation below may run a collection step, and with it any
  * finalizer, which can reach a snapshot's __gc by hand: read from a copy. */
-static void record_table_push(lua_State *L, const struct tk_record *r)
+static void record_table_push(lua_State *L, const struct tk_record *r, uint32_t fields)
 {
 	struct tk_record rec = *r;
 
-	lua_createtable(L, 0, FLD_COUNT);
-	for (int id = 0; id < FLD_COUNT; id++) {
-		field_push(L, &rec, id);
+	lua_createtable(L, 0, TK_FLD_COUNT);
+	for (int id = 0; id < TK_FLD_COUNT; id++) {
+		if (!(fields & (1u << id)))
+			continue;
+		field_push(L, &rec, id, fields);
 		lua_setfield(L, -2, field_names[id]);
 	}
 }
@@ -116,7 +119,7 @@ static struct lsnap *record_snap(lua_State *L, int idx)
 }
 
 /* The record the view shows, checked against its snapshot on every use. */
-static const struct tk_record *record_check(lua_State *L, int idx)
+static const struct tk_record *record_check(lua_State *L, int idx, uint32_t *fields)
 {
 	struct lrecord *r = luaL_checkudata(L, idx, TK_RECORD_MT);
 	struct lsnap *s = record_snap(L, idx);
@@ -128,17 +131,19 @@ static const struct tk_record *record_check(lua_State *L, int idx)
 		luaL_error(L, "record view used before its iteration started");
 	if (r->idx >= s->rb.len)
 		luaL_error(L, "record view past the end of its snapshot");
+	*fields = s->fields;
 	return &s->rb.recs[r->idx];
 }
 
 /* upvalue 1: field name -> id; upvalue 2: methods */
 static int record_index(lua_State *L)
 {
-	const struct tk_record *r = record_check(L, 1);
+	uint32_t fields;
+	const struct tk_record *r = record_check(L, 1, &fields);
 
 	lua_pushvalue(L, 2);
 	if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TNUMBER) {
-		field_push(L, r, (int)lua_tointeger(L, -1));
+		field_push(L, r, (int)lua_tointeger(L, -1), fields);
 		return 1;
 	}
 	lua_pushvalue(L, 2);
@@ -151,9 +156,10 @@ static int record_index(lua_State *L)
  * @treturn table the record's fields */
 static int record_totable(lua_State *L)
 {
-	const struct tk_record *r = record_check(L, 1);
+	uint32_t fields;
+	const struct tk_record *r = record_check(L, 1, &fields);
 	tk_check_nargs(L, 1);
-	record_table_push(L, r);
+	record_table_push(L, r, fields);
 	return 1;
 }
 
@@ -223,7 +229,7 @@ static int snap_get(lua_State *L)
 	if (r == NULL)
 		lua_pushnil(L);
 	else
-		record_table_push(L, r);
+		record_table_push(L, r, s->fields);
 	return 1;
 }
 
@@ -238,7 +244,7 @@ static int snap_totable(lua_State *L)
 	/* Checked again on each turn: a finalizer run by an allocation can
 	 * call __gc by hand. */
 	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
-		record_table_push(L, &s->rb.recs[i]);
+		record_table_push(L, &s->rb.recs[i], s->fields);
 		lua_rawseti(L, -2, (lua_Integer)i + 1);
 	}
 	return 1;
@@ -292,6 +298,223 @@ static int snap_children(lua_State *L)
 			lua_rawseti(L, -2, (lua_Integer)i + 1);
 		}
 	}
+	return 1;
+}
+
+/* A cgroup path as a caller gives it ("a/b", "/a/b", "/" or ""), checked
+ * lexically before the kernel's own checks (tk_cg_open): relative to the
+ * mount, plain names only. */
+static void cgroup_rel(lua_State *L, int idx, const char *what, char *out, size_t cap)
+{
+	size_t len, o = 0;
+	const char *p = luaL_checklstring(L, idx, &len);
+	const char *end = p + len;
+
+	if (memchr(p, '\0', len) != NULL)
+		luaL_error(L, "%s: cgroup path contains a NUL byte", what);
+	if (len >= cap)
+		luaL_error(L, "%s: cgroup path longer than %d bytes", what, (int)cap - 1);
+	while (p < end) {
+		const char *slash = memchr(p, '/', (size_t)(end - p));
+		size_t n = (size_t)((slash ? slash : end) - p);
+
+		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			luaL_error(L, "%s: cgroup path component '%s' refused: paths stay beneath "
+			           "the cgroup2 mount", what, n == 1 ? "." : "..");
+		if (n > 0) {
+			if (o > 0)
+				out[o++] = '/';
+			memcpy(out + o, p, n);
+			o += n;
+		}
+		p += n + (slash != NULL);
+	}
+	out[o] = '\0';
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const char *opt)
+{
+	if (!(s->fields & (1u << fld)))
+		luaL_error(L, "filter: option '%s' needs the field %s, which this snapshot was "
+		           "taken without (add it to fields = {...})", opt, field_names[fld]);
+}
+
+/*** The pids of the records that match every criterion given, in pid
+ * order; no table is built per record.
+ * @function snapshot:filter
+ * @tparam table criteria `cgroup` (a path beneath the cgroup2 mount, "a/b"),
+ *   `recursive` (with cgroup: its whole subtree), `uid` (integer) and `comm`
+ *   (a Lua pattern, string.find's)
+ * @treturn[1] {int,...} pids
+ * @treturn[2] nil, "filter: cgroup <path>: <why>", errno when the cgroup
+ *   cannot be read (ENOENT: no such cgroup, or no cgroup2 mount) */
+static int snap_filter(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	const char *cg = NULL, *pattern = NULL;
+	int recursive = 0, has_uid = 0, has_recursive = 0;
+	lua_Integer uid = 0, n = 0;
+	uint64_t *ids = NULL;
+	size_t nids = 0;
+	char rel[TK_CG_PATH_MAX];
+
+	luaL_checktype(L, 2, LUA_TTABLE);
+	tk_check_nargs(L, 2);
+	lua_pushnil(L);
+	while (lua_next(L, 2) != 0) {
+		const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+
+		if (k != NULL && strcmp(k, "cgroup") == 0) {
+			luaL_argexpected(L, lua_type(L, -1) == LUA_TSTRING, 2, "string for option 'cgroup'");
+			cg = lua_tostring(L, -1);
+		} else if (k != NULL && strcmp(k, "recursive") == 0) {
+			luaL_argexpected(L, lua_isboolean(L, -1), 2, "boolean for option 'recursive'");
+			recursive = lua_toboolean(L, -1);
+			has_recursive = 1;
+		} else if (k != NULL && strcmp(k, "uid") == 0) {
+			luaL_argexpected(L, lua_isinteger(L, -1), 2, "integer for option 'uid'");
+			uid = lua_tointeger(L, -1);
+			luaL_argcheck(L, uid >= 0 && uid <= (lua_Integer)UINT32_MAX, 2, "uid out of range");
+			has_uid = 1;
+		} else if (k != NULL && strcmp(k, "comm") == 0) {
+			luaL_argexpected(L, lua_type(L, -1) == LUA_TSTRING, 2, "string for option 'comm'");
+			pattern = lua_tostring(L, -1);
+		} else {
+			lua_pushvalue(L, -2);
+			luaL_argerror(L, 2, lua_pushfstring(L, "unknown option '%s' (cgroup, recursive, "
+			              "uid or comm)", luaL_tolstring(L, -1, NULL)));
+		}
+		lua_pop(L, 1);
+	}
+	if (has_recursive && cg == NULL)
+		luaL_argerror(L, 2, "option 'recursive' needs 'cgroup'");
+	if (has_uid)
+		filter_needs(L, s, TK_FLD_UID, "uid");
+	if (pattern != NULL) {
+		filter_needs(L, s, TK_FLD_COMM, "comm");
+		/* string.find, the library's own: a bad pattern raises here,
+		 * before any record. */
+		lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+		lua_getfield(L, -1, "string");
+		lua_getfield(L, -1, "find");
+		lua_replace(L, 3);
+		lua_settop(L, 3);
+		lua_pushvalue(L, 3);
+		lua_pushliteral(L, "");
+		lua_pushstring(L, pattern);
+		lua_call(L, 2, 0);
+	}
+	lua_settop(L, 3);
+	if (cg != NULL) {
+		uint64_t *heap;
+		int err;
+
+		filter_needs(L, s, TK_FLD_CGROUP, "cgroup");
+		lua_getfield(L, 2, "cgroup");
+		cgroup_rel(L, -1, "filter", rel, sizeof rel);
+		lua_pop(L, 1);
+		err = tk_cgroup_subtree_ids(rel, recursive, &heap, &nids);
+		if (err < 0) {
+			char ctx[96];
+
+			snprintf(ctx, sizeof ctx, "filter: cgroup /%.60s%s", rel, strlen(rel) > 60 ? "..." : "");
+			return tk_push_error(L, ctx, err);
+		}
+		/* Held by Lua (slot 4), so a raise below leaks nothing. The
+		 * criteria table stays in slot 2: it holds the pattern. */
+		ids = lua_newuserdatauv(L, nids * sizeof *ids + 1, 0);
+		memcpy(ids, heap, nids * sizeof *ids);
+		free(heap);
+		qsort(ids, nids, sizeof *ids, u64_cmp);
+	}
+	lua_newtable(L);
+	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
+		const struct tk_record *r = &s->rb.recs[i];
+		uint32_t pid = r->pid;
+
+		if (ids != NULL && (r->cgroup_id == 0 ||
+		    bsearch(&r->cgroup_id, ids, nids, sizeof *ids, u64_cmp) == NULL))
+			continue;
+		if (has_uid && r->uid != (uint32_t)uid)
+			continue;
+		if (pattern != NULL) {
+			int hit;
+
+			lua_pushvalue(L, 3);
+			lua_pushlstring(L, r->comm, r->comm_len);
+			lua_pushstring(L, pattern);
+			lua_call(L, 2, 1);
+			hit = !lua_isnil(L, -1);
+			lua_pop(L, 1);
+			if (!hit)
+				continue;
+		}
+		lua_pushinteger(L, pid);
+		lua_rawseti(L, -2, ++n);
+	}
+	return 1;
+}
+
+/*** The path of a process's cgroup, from its record's cgroup_id: through
+ * takana.cgroup.path when that module offers it, else by a walk of the
+ * cgroup2 hierarchy (the last answers kept, each checked before reuse).
+ * @function snapshot:cgroup
+ * @int pid
+ * @treturn[1] string "/a/b" beneath the cgroup2 mount ("/" is its root)
+ * @treturn[2] nil, message, errno: ESRCH when pid is not in the snapshot,
+ *   ENOENT when its cgroup is gone or has no path here (no cgroup2 mount) */
+static int snap_cgroup(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	uint32_t pid = pid_check(L, 2);
+	const struct tk_record *r;
+	char path[TK_CG_PATH_MAX];
+	uint64_t id;
+	int err;
+
+	tk_check_nargs(L, 2);
+	if (!(s->fields & TK_F(CGROUP)))
+		luaL_argerror(L, 1, "snapshot taken without the field cgroup_id (add it to fields = {...})");
+	r = tk_recbuf_find(&s->rb, pid);
+	if (r == NULL) {
+		lua_pushnil(L);
+		lua_pushfstring(L, "cgroup: pid %d is not in the snapshot", (int)pid);
+		lua_pushinteger(L, ESRCH);
+		return 3;
+	}
+	id = r->cgroup_id;
+	if (id == 0) {
+		lua_pushnil(L);
+		lua_pushfstring(L, "cgroup: pid %d has no cgroup2 cgroup beneath a mount here "
+		                "(no cgroup2 hierarchy is mounted, or it is outside this cgroup namespace)",
+		                (int)pid);
+		lua_pushinteger(L, ENOENT);
+		return 3;
+	}
+	/* takana.cgroup.path, if loaded and offered. */
+	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+	if (lua_getfield(L, -1, "takana.cgroup") == LUA_TTABLE &&
+	    lua_getfield(L, -1, "path") == LUA_TFUNCTION) {
+		/* Stack: snap, pid, loaded, module, path, id: the results take
+		 * the place of path. */
+		lua_pushinteger(L, tk_u64_int(id));
+		lua_call(L, 1, LUA_MULTRET);
+		return lua_gettop(L) - 4;
+	}
+	err = tk_cgroup_id_path(id, path, sizeof path);
+	if (err < 0) {
+		char ctx[64];
+
+		snprintf(ctx, sizeof ctx, "cgroup: pid %u, cgroup id %llu", pid, (unsigned long long)id);
+		return tk_push_error(L, ctx, err);
+	}
+	lua_pushstring(L, path);
 	return 1;
 }
 
@@ -399,6 +622,14 @@ static int l_delta(lua_State *L)
 
 	tk_check_nargs(L, 2);
 	luaL_argcheck(L, b->time_ns >= a->time_ns, 2, "new snapshot is older than old");
+	for (int k = 1; k <= 2; k++) {
+		const struct lsnap *x = k == 1 ? a : b;
+		uint32_t need = TK_F(UTIME) | TK_F(STIME);
+
+		if ((x->fields & need) != need)
+			luaL_argerror(L, k, "snapshot taken without utime_ns and stime_ns "
+			              "(fields = {...}): delta needs both");
+	}
 	tk_units_init(&units);
 	interval = (double)(b->time_ns - a->time_ns);
 
@@ -479,15 +710,27 @@ static int scanner_gc(lua_State *L)
 	return 0;
 }
 
-/* core.snapshot_proc(use_cache) ; upvalue 1: the scanner */
+static uint32_t fields_check(lua_State *L, int idx, uint32_t dflt)
+{
+	lua_Integer f = luaL_optinteger(L, idx, dflt);
+
+	luaL_argcheck(L, f > 0 && f <= TK_F_ALL, idx, "field bits out of range");
+	return (uint32_t)f;
+}
+
+/* core.snapshot_proc(use_cache[, fields]) ; upvalue 1: the scanner */
 static int l_snapshot_proc(lua_State *L)
 {
 	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
 	int use_cache = lua_toboolean(L, 1);
+	/* By default every field but cgroup_id: reading <pid>/cgroup too
+	 * would double the cost of every /proc snapshot. */
+	uint32_t fields = fields_check(L, 2, TK_F_ALL & ~TK_F(CGROUP));
+	struct tk_cgid_cache cgids;
 	struct lsnap *s;
 	int err;
 
-	tk_check_nargs(L, 1);
+	tk_check_nargs(L, 2);
 	if (sc->proc_fd < 0) {
 		err = tk_proc_scanner_init(sc, "/proc");
 		if (err < 0)
@@ -496,9 +739,18 @@ static int l_snapshot_proc(lua_State *L)
 	s = lua_newuserdatauv(L, sizeof *s, 0);
 	memset(s, 0, sizeof *s);
 	s->backend = "proc";
+	s->fields = fields;
 	luaL_setmetatable(L, TK_SNAPSHOT_MT);
 	s->time_ns = tk_boottime_ns();
+	/* <pid>/cgroup is read only when cgroup_id is asked for. */
+	err = (fields & TK_F(CGROUP)) ? tk_cgid_cache_open(&cgids) : 0;
+	if (err < 0)
+		return tk_push_error(L, "snapshot: find the cgroup2 mount", err);
+	sc->cgids = (fields & TK_F(CGROUP)) ? &cgids : NULL;
 	err = tk_proc_scan(sc, &s->rb, use_cache);
+	if (sc->cgids != NULL)
+		tk_cgid_cache_close(&cgids);
+	sc->cgids = NULL;
 	if (err < 0) {
 		tk_recbuf_free(&s->rb);
 		if (err == -EBADMSG) {
@@ -517,23 +769,49 @@ static int l_snapshot_proc(lua_State *L)
 
 static const char *const tier_names[] = { "kfunc", "iter", NULL };
 
-/* core.snapshot_bpf(tier): a snapshot, or nil, "snapshot: <tier> backend
- * unavailable: <reason>", errno ; upvalue 1: the /proc scanner */
+/* No cgroup2 hierarchy mounted: every process is still in the default
+ * hierarchy's root, which BPF reads as id 1, but no path leads to it. The
+ * ids read 0 (nil), as the /proc tier's do. */
+static void cgroup_ids_unmounted(struct tk_recbuf *rb)
+{
+	char mnt[TK_CG_PATH_MAX];
+
+	if (tk_cgroup2_mount(mnt, sizeof mnt) != -ENOENT)
+		return;
+	for (size_t i = 0; i < rb->len; i++)
+		rb->recs[i].cgroup_id = 0;
+}
+
+/* core.snapshot_bpf(tier[, fields]): a snapshot, or nil, "snapshot: <tier>
+ * backend unavailable: <reason>", errno ; upvalue 1: the /proc scanner */
 static int l_snapshot_bpf(lua_State *L)
 {
 	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
 	enum tk_bpf_tier tier = (enum tk_bpf_tier)luaL_checkoption(L, 1, NULL, tier_names);
+	uint32_t fields = fields_check(L, 2, TK_F_ALL);
+	struct tk_cgid_cache cgids;
 	char why[384];
 	struct lsnap *s;
 	int err;
 
-	tk_check_nargs(L, 1);
+	tk_check_nargs(L, 2);
 	s = lua_newuserdatauv(L, sizeof *s, 0);
 	memset(s, 0, sizeof *s);
 	s->backend = tier_names[tier];
+	s->fields = fields;
 	luaL_setmetatable(L, TK_SNAPSHOT_MT);
 	s->time_ns = tk_boottime_ns();
-	err = tk_bpf_snapshot(tier, &s->rb, sc, why, sizeof why);
+	/* For init, when the kernel hides it from BPF and /proc gives it. */
+	err = (fields & TK_F(CGROUP)) ? tk_cgid_cache_open(&cgids) : 0;
+	if (err < 0)
+		return tk_push_error(L, "snapshot: find the cgroup2 mount", err);
+	sc->cgids = (fields & TK_F(CGROUP)) ? &cgids : NULL;
+	err = tk_bpf_snapshot(tier, fields, &s->rb, sc, why, sizeof why);
+	if (sc->cgids != NULL)
+		tk_cgid_cache_close(&cgids);
+	sc->cgids = NULL;
+	if (err == 0 && (fields & TK_F(CGROUP)))
+		cgroup_ids_unmounted(&s->rb);
 	if (err < 0) {
 		tk_recbuf_free(&s->rb);
 		lua_pushnil(L);
@@ -603,7 +881,7 @@ static int l_stat_parse(lua_State *L)
 	err = tk_stat_parse(text, len, &units, &rec);
 	if (err < 0)
 		return tk_push_error(L, "stat_parse", err);
-	record_table_push(L, &rec);
+	record_table_push(L, &rec, TK_F_ALL);
 	return 1;
 }
 
@@ -624,6 +902,7 @@ static int l_snapshot_from_stat(lua_State *L)
 	/* Created first: its __gc frees the records if a bad line raises. */
 	s = lua_newuserdatauv(L, sizeof *s, 0);
 	memset(s, 0, sizeof *s);
+	s->fields = TK_F_ALL;
 	s->backend = "stat";
 	luaL_setmetatable(L, TK_SNAPSHOT_MT);
 	s->time_ns = tk_boottime_ns();
@@ -686,6 +965,8 @@ void tk_snapshot_open(lua_State *L)
 		{ "each", snap_each },
 		{ "children", snap_children },
 		{ "totable", snap_totable },
+		{ "filter", snap_filter },
+		{ "cgroup", snap_cgroup },
 		{ NULL, NULL },
 	};
 	static const luaL_Reg scanner_funcs[] = {
@@ -718,8 +999,8 @@ void tk_snapshot_open(lua_State *L)
 	lua_pop(L, 1);
 
 	luaL_newmetatable(L, TK_RECORD_MT);
-	lua_createtable(L, 0, FLD_COUNT);
-	for (int id = 0; id < FLD_COUNT; id++) {
+	lua_createtable(L, 0, TK_FLD_COUNT);
+	for (int id = 0; id < TK_FLD_COUNT; id++) {
 		lua_pushinteger(L, id);
 		lua_setfield(L, -2, field_names[id]);
 	}
@@ -747,6 +1028,12 @@ void tk_snapshot_open(lua_State *L)
 
 	lua_pushcfunction(L, l_delta);
 	lua_setfield(L, -2, "delta");
+	lua_createtable(L, TK_FLD_COUNT, 0);
+	for (int id = 0; id < TK_FLD_COUNT; id++) {
+		lua_pushstring(L, field_names[id]);
+		lua_rawseti(L, -2, id + 1);
+	}
+	lua_setfield(L, -2, "record_fields");
 	lua_pushcfunction(L, l_stat_parse);
 	lua_setfield(L, -2, "stat_parse");
 	lua_pushcfunction(L, l_snapshot_from_stat);

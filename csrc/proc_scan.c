@@ -177,8 +177,21 @@ static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
 	if (rec->pid != pid)
 		return -ESRCH;
 	rec->uid = (uint32_t)st.st_uid;
-	if (st.st_uid == 0 && !(rec->flags & TK_REC_KTHREAD) && rec->vsize_bytes == 0)
-		return mmless_owner(s, pid, *fd, rec);
+	if (st.st_uid == 0 && !(rec->flags & TK_REC_KTHREAD) && rec->vsize_bytes == 0) {
+		err = mmless_owner(s, pid, *fd, rec);
+		if (err < 0)
+			return err;
+	}
+	/* Read by number, so a pid reused since the stat read could answer;
+	 * the id is of a process that lived a moment ago either way. */
+	if (s->cgids != NULL) {
+		uint64_t id;
+
+		err = tk_proc_cgroup_id(s->proc_fd, pid, s->cgids, &id);
+		if (err == -ESRCH)
+			return err;
+		rec->cgroup_id = id;
+	}
 	return 0;
 }
 

@@ -157,6 +157,29 @@ void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
 	out->stime_ns = st;
 }
 
+void tk_record_mask(struct tk_record *r, uint32_t fields)
+{
+	if (!(fields & TK_F(PPID))) r->ppid = 0;
+	if (!(fields & TK_F(PGID))) r->pgid = 0;
+	if (!(fields & TK_F(SID))) r->sid = 0;
+	if (!(fields & TK_F(UID))) r->uid = 0;
+	if (!(fields & TK_F(NTHREADS))) r->nthreads = 0;
+	if (!(fields & TK_F(NICE))) r->nice = 0;
+	if (!(fields & TK_F(START))) r->start_ns = 0;
+	if (!(fields & TK_F(UTIME))) r->utime_ns = 0;
+	if (!(fields & TK_F(STIME))) r->stime_ns = 0;
+	if (!(fields & TK_F(RSS))) r->rss_bytes = 0;
+	if (!(fields & TK_F(VSIZE))) r->vsize_bytes = 0;
+	if (!(fields & TK_F(MINFLT))) r->minflt = 0;
+	if (!(fields & TK_F(MAJFLT))) r->majflt = 0;
+	if (!(fields & TK_F(CGROUP))) r->cgroup_id = 0;
+	if (!(fields & TK_F(STATE))) r->state = 0;
+	if (!(fields & TK_F(COMM))) {
+		memset(r->comm, 0, sizeof r->comm);
+		r->comm_len = 0;
+	}
+}
+
 uint64_t tk_clock_ns(clockid_t clock)
 {
 	struct timespec ts;

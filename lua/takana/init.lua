@@ -44,17 +44,43 @@ local snapshot_backends = { "kfunc", "iter", "proc" }
 -- Best first. A BPF tier loads on first use (once per process) and says why
 -- when it cannot run; /proc always can.
 local tiers = {
-  kfunc = function() return core.snapshot_bpf("kfunc") end,
-  iter = function() return core.snapshot_bpf("iter") end,
-  proc = function(opts) return core.snapshot_proc(opts.cache ~= false) end,
+  kfunc = function(_, fields) return core.snapshot_bpf("kfunc", fields) end,
+  iter = function(_, fields) return core.snapshot_bpf("iter", fields) end,
+  proc = function(opts, fields) return core.snapshot_proc(opts.cache ~= false, fields) end,
 }
+
+local field_bit = {}
+for i, name in ipairs(core.record_fields) do field_bit[name] = 1 << (i - 1) end
+
+-- fields = {"pid", "comm", ...} as the bits the core takes.
+local function fields_mask(list)
+  if #list == 0 or next(list, #list) ~= nil then
+    return nil, "option 'fields': a non-empty array of field names expected"
+  end
+  local mask = 0
+  for _, name in ipairs(list) do
+    local bit = field_bit[name]
+    if not bit then
+      return nil, (("option 'fields': unknown field %s (known: %s)"):format(
+        type(name) == "string" and ("'" .. name .. "'") or type(name), table.concat(core.record_fields, ", ")))
+    end
+    mask = mask | bit
+  end
+  return mask
+end
 
 --- Takes a snapshot of every live process.
 -- @tparam[opt] table opts
 --   `backend`: `"auto"` (default: the best tier that works), `"kfunc"`,
 --   `"iter"` or `"proc"`;
 --   `cache`: for the proc backend, keep `/proc/<pid>/stat` descriptors open
---   between snapshots (default true).
+--   between snapshots (default true);
+--   `fields`: the record fields to fill, e.g. `{"pid", "ppid", "comm"}`
+--   (default: all, but the proc backend leaves out `cgroup_id`, which costs
+--   it a second file per process); the others read nil. BPF tiers then skip the kernel
+--   structures no field needs, and /proc reads `<pid>/cgroup` only for
+--   `cgroup_id`. pid, start_ns and state are read whatever the selection
+--   (a delta and the reaping check need them) but read nil unless selected.
 -- @treturn[1] snapshot one userdata holding every record; `#snap`,
 --   `snap.backend`, `snap.time_ns` (CLOCK_BOOTTIME), `snap.vanished`
 --   (processes that exited mid-scan and were skipped), `snap.denied`
@@ -65,16 +91,21 @@ local tiers = {
 -- @treturn[2] int errno
 function M.snapshot(opts, ...)
   if select("#", ...) > 0 then argerror("snapshot", 2, "no more than 1 argument expected") end
-  opts = check_options("snapshot", 1, opts, { backend = "string", cache = "boolean" })
+  opts = check_options("snapshot", 1, opts, { backend = "string", cache = "boolean", fields = "table" })
   local backend = opts.backend or "auto"
   if backend ~= "auto" and not tiers[backend] then
     argerror("snapshot", 1, "unknown backend '" .. backend .. "' (auto, kfunc, iter or proc)")
   end
+  local fields, why
+  if opts.fields then
+    fields, why = fields_mask(opts.fields)
+    if not fields then argerror("snapshot", 1, why) end
+  end
   if backend ~= "auto" then
-    return tiers[backend](opts)
+    return tiers[backend](opts, fields)
   end
   for _, name in ipairs(snapshot_backends) do
-    local snap, err, errno = tiers[name](opts)
+    local snap, err, errno = tiers[name](opts, fields)
     -- exactly one value on success: takana.delta(old, takana.snapshot())
     if snap then return snap end
     if name == "proc" then return nil, err, errno end
@@ -83,7 +114,7 @@ end
 
 --- One process in a snapshot: what `snap:get(pid)`, `rec:totable()` and
 -- the views `snap:each()` yields hold. Every backend fills every field with
--- the same meaning and unit.
+-- the same meaning and unit; a field left out of `fields = {...}` reads nil.
 -- @table record
 -- @field pid the process id (tgid)
 -- @field ppid the parent's pid
@@ -102,6 +133,10 @@ end
 -- @field minflt minor faults
 -- @field majflt major faults
 -- @field kthread true for a kernel thread
+-- @field cgroup_id the cgroup2 id of its cgroup (the inode number of the
+--   cgroup's directory under the cgroup2 mount); nil when no cgroup2
+--   hierarchy is mounted, or the cgroup is outside this cgroup namespace's
+--   view; proc backend: only when named in `fields`
 
 --- An event, as `events:read()` yields it. Fields a backend cannot know
 -- are absent, never zero.
@@ -110,16 +145,25 @@ end
 -- @field time_ns when it happened, CLOCK_BOOTTIME ns
 -- @field pid the process (tgid)
 -- @field tid the thread that did it
--- @field ppid the parent (fork; exec and exit where known)
+-- @field ppid the parent (fork; exec and exit where known; on the
+--   connector, exec's comes from the stream's own fork tracking, seeded from
+--   /proc when it opened: a process reparented since shows its first parent)
 -- @field comm the command name
--- @field filename the program executed (exec, bpf)
+-- @field filename the program executed (exec): bpf as execve was given it,
+--   connector the `/proc/<pid>/exe` link read at receipt
+-- @field argv the arguments (exec), an array: bpf reads them at the exec
+--   tracepoint, the connector from `/proc/<pid>/cmdline` at receipt; at most
+--   512 bytes (the last argument may be cut)
+-- @field argv_truncated true when the arguments went on past those 512 bytes
+-- @field argv_lost true (connector) when the process was gone, or had no
+--   arguments left to read, by the time its exec event was received
 -- @field code the exit code (exit, when it exited)
 -- @field signal the signal that killed it (exit, when it was killed)
 -- @field core true when it dumped core (exit)
 -- @field utime_ns user CPU of the whole process at exit (bpf)
 -- @field stime_ns system CPU at exit (bpf)
 -- @field maxrss_bytes peak resident memory at exit (bpf)
--- @field cgroup_id the cgroup2 id of the process (bpf)
+-- @field cgroup_id the cgroup2 id of the process (bpf: fork, exec and exit)
 -- @field start_ns the exiting process's start time, ns since boot (bpf)
 -- @field observed true when the poll backend only saw the change between
 --   two snapshots (no status, time approximate)

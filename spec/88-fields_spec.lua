@@ -1,0 +1,297 @@
+-- Field selection (snapshot{fields=...}), cgroup_id in the record,
+-- snap:filter{...} and snap:cgroup(pid), on every backend this host offers.
+local takana = require "takana"
+local core = require "takana.core"
+local H = require "helpers"
+local lfs = require "lfs"
+
+local ESRCH, ENOENT = 3, 2
+local ALL = core.record_fields
+local SIX = { "pid", "ppid", "comm", "state", "utime_ns", "stime_ns" }
+
+local function set(list)
+  local t = {}
+  for _, k in ipairs(list) do t[k] = true end
+  return t
+end
+
+-- The backends, each with every field asked for (proc leaves cgroup_id out
+-- by default).
+local function snap_all(name)
+  return takana.snapshot { backend = name, fields = ALL }
+end
+
+local backends = H.snapshot_backends()
+
+describe("snapshot{fields=...}", function()
+  for _, name in ipairs(backends) do
+    it(name .. " fills the fields asked for and leaves the others nil", function()
+      local want = { "pid", "ppid", "comm", "utime_ns", "stime_ns", "rss_bytes", "cgroup_id" }
+      local snap = assert(takana.snapshot { backend = name, fields = want })
+      local full = assert(snap_all(name))
+      local wanted = set(want)
+      local me, ref = snap:get(H.pid), full:get(H.pid)
+      for _, k in ipairs(ALL) do
+        if wanted[k] and (k ~= "cgroup_id" or H.cgroup2_mount()) then
+          assert.is_not_nil(me[k], k)
+        elseif not wanted[k] then
+          assert.is_nil(me[k], k)
+        end
+      end
+      assert.equal(ref.ppid, me.ppid)
+      assert.equal(ref.comm, me.comm)
+      assert.equal(ref.cgroup_id, me.cgroup_id)
+      -- views and totable agree with get
+      local seen = false
+      for p in snap:each() do
+        if p.pid == H.pid then
+          seen = true
+          assert.is_nil(p.nthreads)
+          assert.is_nil(p.start_ns)
+          assert.is_nil(p.state)
+          assert.equal(me.comm, p.comm)
+          local t = p:totable()
+          assert.is_nil(t.uid)
+          assert.equal(me.ppid, t.ppid)
+        end
+      end
+      assert.truthy(seen)
+      for _, t in ipairs(snap:totable()) do
+        assert.is_nil(t.vsize_bytes)
+        assert.is_nil(t.kthread)
+        assert.is_not_nil(t.pid)
+      end
+    end)
+
+    it(name .. " takes the six-field set, and the same loaded program serves every set", function()
+      local before = core.bpf_info and name ~= "proc" and core.bpf_info(name)
+      for _ = 1, 3 do
+        local a = assert(takana.snapshot { backend = name, fields = SIX })
+        local b = assert(takana.snapshot { backend = name, fields = { "pid", "uid" } })
+        local c = assert(takana.snapshot { backend = name })
+        local pa, pb, pc = a:get(H.pid), b:get(H.pid), c:get(H.pid)
+        assert.equal(pc.comm, pa.comm)
+        assert.equal(pc.ppid, pa.ppid)
+        assert.equal("R", pa.state)
+        assert.is_nil(pa.uid)
+        assert.equal(H.uid(), pb.uid)
+        assert.is_nil(pb.comm)
+        assert.is_nil(pb.utime_ns)
+        -- what one selection left out does not leak into the next
+        assert.is_not_nil(pc.nthreads)
+        assert.is_not_nil(pc.majflt)
+      end
+      if before then
+        local after = core.bpf_info(name)
+        assert.equal(before.load_ns, after.load_ns)
+        assert.equal(before.runs + 9, after.runs)
+      end
+    end)
+
+    it(name .. " gives a multi-threaded process its whole CPU time with the six fields", function()
+      local fx = H.fixture { "--threads", 2, "--exited-threads", 2, "--burn-ms", 60 }
+      local six = assert(takana.snapshot { backend = name, fields = SIX })
+      local full = assert(takana.snapshot { backend = name })
+      fx:kill()
+      local a, b = assert(six:get(fx.pid)), assert(full:get(fx.pid))
+      -- five threads burnt 60 ms each: both see them all, within a tick
+      assert.truthy(a.utime_ns + a.stime_ns >= 250e6, a.utime_ns + a.stime_ns)
+      assert.truthy(math.abs((a.utime_ns + a.stime_ns) - (b.utime_ns + b.stime_ns)) < 20e6)
+    end)
+  end
+
+  it("defaults to the full record: cgroup_id on BPF tiers, left out by proc", function()
+    local p = assert(takana.snapshot { backend = "proc" }):get(H.pid)
+    assert.is_nil(p.cgroup_id)
+    assert.is_not_nil(p.majflt)
+    for _, name in ipairs(backends) do
+      if name ~= "proc" then
+        local q = assert(takana.snapshot { backend = name }):get(H.pid)
+        for _, k in ipairs(ALL) do
+          if k ~= "cgroup_id" or H.cgroup2_mount() then assert.is_not_nil(q[k], k) end
+        end
+      end
+    end
+  end)
+
+  it("raises on unknown fields, listing the known ones, and on bad lists", function()
+    local ok, err = pcall(takana.snapshot, { fields = { "pid", "cmdline" } })
+    assert.falsy(ok)
+    assert.matches("unknown field 'cmdline'", err)
+    assert.matches("known: pid, ppid, pgid", err, 1, true)
+    assert.matches("cgroup_id", err, 1, true)
+    for _, bad in ipairs { {}, { "pid", x = 1 }, { 1 }, { "pid\0" }, { "../pid" }, { ("x"):rep(5000) } } do
+      assert.has_error(function() takana.snapshot { fields = bad } end)
+    end
+    assert.has_error(function() takana.snapshot { fields = "pid" } end)
+    assert.has_error(function() core.snapshot_proc(true, 0) end)
+    assert.has_error(function() core.snapshot_proc(true, 1 << 40) end)
+    assert.has_error(function() core.snapshot_bpf("kfunc", -1) end)
+  end)
+
+  it("delta needs utime_ns and stime_ns in both snapshots, and says so", function()
+    local a = assert(takana.snapshot { fields = { "pid", "comm" } })
+    local b = assert(takana.snapshot { fields = { "pid", "utime_ns", "stime_ns" } })
+    local c = assert(takana.snapshot { fields = { "pid", "utime_ns", "stime_ns" } })
+    local ok, err = pcall(takana.delta, a, c)
+    assert.falsy(ok)
+    assert.matches("without utime_ns and stime_ns", err)
+    assert.has_error(function() takana.delta(b, a) end)
+    -- pid and start are read whatever the selection: a reused pid is still told apart
+    local d = takana.delta(b, c)
+    assert.is_not_nil(d.cpu_ns[H.pid])
+  end)
+end)
+
+describe("cgroup_id", function()
+  local mnt = H.cgroup2_mount()
+
+  local function ino(rel)
+    local a = lfs.attributes(mnt .. rel)
+    return a and a.ino
+  end
+
+  local function proc_cgroup(pid)
+    local text = H.read("/proc/" .. pid .. "/cgroup") or ""
+    return text:match("^0::([^\n]*)") or text:match("\n0::([^\n]*)")
+  end
+
+  it("is the inode of the cgroup2 directory, on every backend, for this process", function()
+    if not mnt then return pending("no cgroup2 hierarchy is mounted here: cgroup_id is nil") end
+    local want = ino(proc_cgroup(H.pid))
+    assert.is_not_nil(want)
+    for _, name in ipairs(backends) do
+      local p = assert(takana.snapshot { backend = name, fields = { "pid", "cgroup_id" } }):get(H.pid)
+      assert.equal(want, p.cgroup_id, name)
+    end
+  end)
+
+  it("agrees across backends for a process in a test cgroup, nested", function()
+    local path, cgname = H.test_cgroup_path()
+    if not path then return pending("needs root and a cgroup2 mount to make a test cgroup") end
+    local fx
+    local ok, err = pcall(function()
+      assert(os.execute("mkdir " .. path .. "/inner"))
+      fx = H.fixture {}
+      local f = assert(io.open(path .. "/inner/cgroup.procs", "w"))
+      f:write(tostring(fx.pid))
+      assert(f:close())
+      local want = ino("/" .. cgname .. "/inner")
+      assert.equal("/" .. cgname .. "/inner", proc_cgroup(fx.pid))
+      local snaps = {}
+      for _, name in ipairs(backends) do
+        snaps[name] = assert(takana.snapshot { backend = name, fields = { "pid", "uid", "comm", "cgroup_id" } })
+        assert.equal(want, snaps[name]:get(fx.pid).cgroup_id, name)
+        -- snap:cgroup gives the path back
+        assert.equal("/" .. cgname .. "/inner", (snaps[name]:cgroup(fx.pid):gsub("^([^/])", "/%1")))
+        -- filter: the cgroup alone, its parent recursively, not its parent alone
+        assert.same({ fx.pid }, snaps[name]:filter { cgroup = cgname .. "/inner" })
+        assert.same({ fx.pid }, snaps[name]:filter { cgroup = "/" .. cgname .. "/inner/" })
+        assert.same({ fx.pid }, snaps[name]:filter { cgroup = cgname, recursive = true })
+        assert.same({}, snaps[name]:filter { cgroup = cgname })
+        assert.same({}, snaps[name]:filter { cgroup = cgname, recursive = false })
+        assert.same({ fx.pid }, snaps[name]:filter { cgroup = cgname, recursive = true, uid = 0, comm = "^fixture" })
+        assert.same({}, snaps[name]:filter { cgroup = cgname, recursive = true, uid = 1 })
+        assert.same({}, snaps[name]:filter { cgroup = cgname, recursive = true, comm = "^nope" })
+        -- the root, recursively, holds every process with a cgroup_id
+        local n = 0
+        for p in snaps[name]:each() do if p.cgroup_id then n = n + 1 end end
+        assert.equal(n, #snaps[name]:filter { cgroup = "/", recursive = true })
+      end
+    end)
+    if fx then fx:kill() end
+    H.cgroup_cleanup(path)
+    assert(ok, err)
+  end)
+end)
+
+describe("snap:filter", function()
+  it("matches uid and comm without a cgroup, in pid order", function()
+    local snap = assert(takana.snapshot { fields = { "pid", "uid", "comm" } })
+    local mine = snap:filter { uid = H.uid() }
+    local n = 0
+    for p in snap:each() do if p.uid == H.uid() then n = n + 1 end end
+    assert.equal(n, #mine)
+    for i = 2, #mine do assert.truthy(mine[i - 1] < mine[i]) end
+    local lua = snap:filter { comm = "^lua", uid = H.uid() }
+    local found = false
+    for _, pid in ipairs(lua) do found = found or pid == H.pid end
+    assert.truthy(found)
+    assert.same({}, snap:filter { comm = "^%d+never$" })
+    assert.equal(#snap, #snap:filter {})
+  end)
+
+  it("raises on bad criteria and on fields the snapshot lacks", function()
+    local snap = assert(takana.snapshot { fields = { "pid", "uid", "comm", "cgroup_id" } })
+    local bare = assert(takana.snapshot { fields = { "pid" } })
+    for _, bad in ipairs {
+      { cgroup = 1 }, { uid = "0" }, { uid = -1 }, { uid = 1 << 40 }, { uid = 1.5 }, { comm = 5 },
+      { recursive = true }, { recursive = "yes", cgroup = "/" }, { what = 1 }, { [1] = "x" },
+      { comm = "[" }, { cgroup = "../x" }, { cgroup = "a/../../x" }, { cgroup = "a\0b" },
+      { cgroup = "./a" }, { cgroup = ("a/"):rep(3000) },
+    } do
+      assert.has_error(function() snap:filter(bad) end)
+    end
+    assert.has_error(function() snap:filter() end)
+    assert.has_error(function() snap:filter({}, 1) end)
+    local ok, err = pcall(bare.filter, bare, { uid = 0 })
+    assert.falsy(ok)
+    assert.matches("needs the field uid", err)
+    assert.has_error(function() bare:filter { comm = "x" } end)
+    assert.has_error(function() bare:filter { cgroup = "/" } end)
+  end)
+
+  it("returns nil, message, ENOENT for a cgroup that does not exist", function()
+    if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted here") end
+    local snap = assert(takana.snapshot { fields = { "pid", "cgroup_id" } })
+    local pids, err, errno = snap:filter { cgroup = "takana-test-none-" .. math.random(1e9) }
+    assert.is_nil(pids)
+    assert.matches("^filter: cgroup /takana%-test%-none", err)
+    assert.equal(ENOENT, errno)
+  end)
+end)
+
+describe("snap:cgroup", function()
+  it("gives this process's path, and refuses what it cannot answer", function()
+    local mnt = H.cgroup2_mount()
+    local snap = assert(takana.snapshot { fields = { "pid", "cgroup_id" } })
+    if mnt then
+      local text = H.read("/proc/self/cgroup")
+      local want = text:match("^0::([^\n]*)") or text:match("\n0::([^\n]*)")
+      assert.equal(want, (snap:cgroup(H.pid):gsub("^([^/])", "/%1")))
+    end
+    local r, err, errno = snap:cgroup(2 ^ 30 | 0)
+    assert.is_nil(r)
+    assert.matches("not in the snapshot", err)
+    assert.equal(ESRCH, errno)
+    assert.has_error(function() snap:cgroup("x") end)
+    assert.has_error(function() snap:cgroup(0) end)
+    assert.has_error(function() snap:cgroup(H.pid, 1) end)
+    local bare = assert(takana.snapshot { fields = { "pid" } })
+    assert.has_error(function() bare:cgroup(H.pid) end)
+  end)
+
+  it("asks takana.cgroup.path when the module offers it, passing its answers through", function()
+    if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted here") end
+    local cg = require "takana.cgroup"
+    local saved = rawget(cg, "path")
+    local snap = assert(takana.snapshot { fields = { "pid", "cgroup_id" } })
+    local asked
+    rawset(cg, "path", function(id) asked = id return nil, "path: stand-in", 2 end)
+    local ok, r, err, errno = pcall(snap.cgroup, snap, H.pid)
+    rawset(cg, "path", saved)
+    assert.truthy(ok, r)
+    assert.equal(snap:get(H.pid).cgroup_id, asked)
+    assert.is_nil(r)
+    assert.equal("path: stand-in", err)
+    assert.equal(2, errno)
+  end)
+
+  it("answers for a process that exited since the snapshot, from its record", function()
+    if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted here") end
+    local fx = H.fixture {}
+    local snap = assert(takana.snapshot { fields = { "pid", "cgroup_id" } })
+    fx:kill()
+    assert.is_string(snap:cgroup(fx.pid))
+  end)
+end)
