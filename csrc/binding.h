@@ -23,6 +23,7 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_PIDFD_MT "takana.Pidfd"
 #define TK_CGROUP_MT "takana.Cgroup"
 #define TK_EVENTS_MT "takana.Events"
+#define TK_UNIX_MT "takana.Unix"
 #define TK_PROCESS_MT "takana.Process"
 #define TK_SIGNALS_MT "takana.Signals"
 #define TK_TIMER_MT "takana.Timer"
@@ -81,6 +82,7 @@ void tk_events_open_lib(lua_State *L);
  * it is none or closed. */
 int tk_cgroup_dirfd(lua_State *L, int idx);
 void tk_file_open(lua_State *L);
+void tk_unix_open(lua_State *L);
 void tk_signals_open_lib(lua_State *L);
 void tk_timer_open_lib(lua_State *L);
 void tk_self_open(lua_State *L);

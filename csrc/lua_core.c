@@ -146,5 +146,6 @@ int luaopen_takana_core(lua_State *L)
 	tk_signals_open_lib(L);
 	tk_timer_open_lib(L);
 	tk_self_open(L);
+	tk_unix_open(L);
 	return 1;
 }

@@ -601,9 +601,11 @@ end
 
 help.export = [[
 usage: takana export [--textfile DIR] [--cgroup PATH]... [--top N] [--backend B]
+                     [--supervisor SOCKET]...
   Prometheus text exposition: processes by state, the top consumers of CPU
-  and memory, per-cgroup cpu/memory/pids/pressure, and the snapshot's own
-  cost. With --textfile DIR, writes DIR/takana.prom atomically (temporary
+  and memory, per-cgroup cpu/memory/pids/pressure, the snapshot's own
+  cost, and with --supervisor each service of that supervisor (up,
+  restarts, OOM kills, last exit code). With --textfile DIR, writes DIR/takana.prom atomically (temporary
   file + rename) for node_exporter's textfile collector; else stdout.
   --backend B  as for ps: by default proc below 5,000 tasks, else auto
 ]]
@@ -696,12 +698,16 @@ function M.exposition(opts)
     end
     cg:close()
   end
+  for _, sock in ipairs(opts.supervisors or {}) do
+    local ok, serr = require("takana.supervisor").metrics(sock, metric)
+    if not ok then return nil, serr end
+  end
   return table.concat(out, "\n") .. "\n"
 end
 
 function M.export(args)
   local opts, operands = parse_args(args, { textfile = "value", top = "value", backend = "value",
-                                            cgroup = "list", help = "bool" }, "export")
+                                            cgroup = "list", supervisor = "list", help = "bool" }, "export")
   local cgroups = opts.cgroup or {}
   if opts.help then io.write(help.export) return 0 end
   if #operands > 0 then usage_error("export: unexpected argument '" .. operands[1] .. "'") end
@@ -716,7 +722,8 @@ function M.export(args)
     cg:close()
   end
   local backend = M.oneshot_backend("export", opts.backend)
-  local text, err = M.exposition { cgroups = cgroups, top = top, backend = backend }
+  local text, err = M.exposition { cgroups = cgroups, top = top, backend = backend,
+                                   supervisors = opts.supervisor }
   if not text then fail(err) end
   if not opts.textfile then
     io.write(text)
@@ -867,18 +874,18 @@ end
 help.bench = [[
 usage: takana bench [PHASE...]
   The `make bench` tables, from a takana source tree (the current
-  directory): snapshot, spawn, cgroup, events, psutil. A progress line per phase
+  directory): snapshot, spawn, cgroup, events, psutil, supervise. A progress line per phase
   goes to stderr.
 ]]
 
 function M.bench(args)
   local opts, phases = parse_args(args, { help = "bool" }, "bench")
   if opts.help then io.write(help.bench) return 0 end
-  local all = { "snapshot", "spawn", "cgroup", "events", "psutil" }
+  local all = { "snapshot", "spawn", "cgroup", "events", "psutil", "supervise" }
   if #phases == 0 then phases = all end
   for _, ph in ipairs(phases) do
-    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1, psutil = 1 })[ph] then
-      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events, psutil)")
+    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1, psutil = 1, supervise = 1 })[ph] then
+      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events, psutil, supervise)")
     end
   end
   if not io.open("bench/lib.lua") then fail("bench: run from a takana source tree (bench/lib.lua not found)") end
@@ -891,7 +898,71 @@ function M.bench(args)
   return 0
 end
 
-local commands = { "probe", "ps", "top", "watch", "cgroup", "export", "bench" }
+help.supervise = [[
+usage: takana supervise FILE.lua
+  Runs FILE.lua, which declares services on a supervisor and returns it
+  (`local sup = require("takana").supervisor{...}; sup:service{...};
+  return sup`), then runs that supervisor until SIGTERM or SIGINT stops
+  every service in reverse dependency order. SIGHUP calls its reload hook.
+]]
+
+function M.supervise(args)
+  local opts, operands = parse_args(args, { help = "bool" }, "supervise")
+  if opts.help then io.write(help.supervise) return 0 end
+  if #operands ~= 1 then usage_error("supervise: one FILE.lua expected") end
+  local chunk, lerr = loadfile(operands[1])
+  if not chunk then fail("supervise: " .. lerr) end
+  local ok, sup, serr = pcall(chunk)
+  if not ok then fail("supervise: " .. operands[1] .. ": " .. tostring(sup)) end
+  if sup == nil and serr then fail("supervise: " .. tostring(serr)) end
+  if getmetatable(sup) ~= require("takana.supervisor").Supervisor then
+    fail("supervise: " .. operands[1] .. " must return the supervisor it declared (got " .. type(sup) .. ")")
+  end
+  local rok, rerr = sup:run()
+  if not rok then fail("supervise: " .. tostring(rerr)) end
+  return 0
+end
+
+help.ctl = [[
+usage: takana ctl [--json] [--timeout S] SOCKET status|start|stop|restart|signal|logs [NAME] [SIG|N]
+  Talks to a running supervisor through its control socket:
+    status [NAME]        state, pid, uptime, restarts, last exit, readiness
+    start|stop|restart NAME
+    signal NAME SIG      SIG to every process of the service's cgroup
+    logs NAME [N]        the last N (default 50) captured lines
+  --json prints the supervisor's answer as it came.
+]]
+
+function M.ctl(args)
+  local opts, operands = parse_args(args, { help = "bool", json = "bool", timeout = "value" }, "ctl")
+  if opts.help then io.write(help.ctl) return 0 end
+  local sock, cmd, name, extra = operands[1], operands[2], operands[3], operands[4]
+  if not sock or not cmd then usage_error("ctl: SOCKET and a command expected (see --help)") end
+  local S = require "takana.supervisor"
+  if not ({ status = 1, start = 1, stop = 1, restart = 1, signal = 1, logs = 1 })[cmd] then
+    usage_error("ctl: unknown command '" .. printable(cmd) .. "' (status, start, stop, restart, signal, logs)")
+  end
+  if cmd ~= "status" and not name then usage_error("ctl: " .. cmd .. " needs a service NAME") end
+  local timeout = tonumber(opts.timeout or "5")
+  if not timeout or timeout <= 0 or timeout > 3600 then usage_error("ctl: --timeout needs 0 < seconds <= 3600") end
+  local req = { cmd = cmd, name = name }
+  if cmd == "signal" then req.signal = extra or "TERM" end
+  if cmd == "logs" then req.lines = tonumber(extra or "50") end
+  local r, err = S.request(sock, req, timeout)
+  if not r then fail("ctl: " .. sock .. ": " .. err) end
+  if opts.json then
+    io.write(S.json_encode(r), "\n")
+  elseif not r.ok then
+    io.stderr:write("takana ctl: ", tostring(r.error), "\n")
+  elseif cmd == "status" then
+    io.write(S.format_status(r.services))
+  elseif cmd == "logs" then
+    for _, l in ipairs(r.lines) do io.write(printable(l), "\n") end
+  end
+  return r.ok and 0 or 1
+end
+
+local commands = { "probe", "ps", "top", "watch", "cgroup", "export", "bench", "supervise", "ctl" }
 
 function M.main(args)
   local cmd = args[1]
@@ -902,7 +973,7 @@ function M.main(args)
   end
   local f = M[cmd]
   if type(f) ~= "function" or not ({ probe = 1, ps = 1, top = 1, watch = 1, cgroup = 1,
-      export = 1, bench = 1 })[cmd] then
+      export = 1, bench = 1, supervise = 1, ctl = 1 })[cmd] then
     usage_error("unknown command '" .. cmd .. "' (" .. table.concat(commands, ", ") .. ")")
   end
   return f({ table.unpack(args, 2) })

@@ -343,6 +343,15 @@ end
 -- `takana.cgroup.self()`, `takana.cgroup.of(pid|pidfd)`.
 M.cgroup = require "takana.cgroup"
 
+--- A supervisor: services as cgroups, restart policy in Lua; see
+-- `takana.supervisor` (loaded on first use).
+-- @tparam table opts
+-- @treturn[1] supervisor
+-- @treturn[2] nil, message, errno
+function M.supervisor(opts, ...)
+  return require("takana.supervisor").new(opts, ...)
+end
+
 local function read_first_line(path)
   local f = io.open(path)
   if not f then return nil end

@@ -1,0 +1,1464 @@
+--- takana.supervisor: services as cgroups, restart policy in Lua.
+--
+-- One supervisor owns a cgroup; each service runs in its own child cgroup,
+-- so whatever a service forks stays the service. The supervisor is a set of
+-- non-blocking descriptors gathered in one epoll set: `sup:run()` drives it,
+-- or `sup:step(timeout)` inside another loop (`sup:pollfd()`, `sup:events()`
+-- and `sup:timeout()` are cqueues' pollable protocol).
+--
+-- Service states: "waiting" (for its dependencies), "starting" (spawned,
+-- not yet ready), "running", "stopping", "backoff" (a restart is due),
+-- "stopped", "failed" (start limit hit, or it cannot start: `reason`).
+-- @module takana.supervisor
+local takana = require "takana"
+local core = require "takana.core"
+
+local M = {}
+
+local E = core.errno
+local EAGAIN, ENOENT, EEXIST, ESRCH, ETIMEDOUT, EBADMSG = E.EAGAIN, E.ENOENT, E.EEXIST, E.ESRCH,
+  E.ETIMEDOUT, E.EBADMSG
+
+local function now() return (takana.now or core.monotime)() end
+
+local function argerror(fname, n, msg)
+  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
+end
+
+-- ---- JSON ----
+-- A small JSON codec for the control protocol (one object a line).
+
+local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
+  ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+
+local function encode(v, out)
+  local t = type(v)
+  if t == "nil" then out[#out + 1] = "null"
+  elseif t == "boolean" then out[#out + 1] = tostring(v)
+  elseif t == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then out[#out + 1] = "null"
+    elseif math.type(v) == "integer" then out[#out + 1] = tostring(v)
+    else out[#out + 1] = ("%.17g"):format(v) end
+  elseif t == "string" then
+    out[#out + 1] = '"' .. v:gsub('[%c"\\\128-\255]', function(c)
+      if escapes[c] then return escapes[c] end
+      if c:byte() < 32 or c:byte() == 127 then return ("\\u%04x"):format(c:byte()) end
+      return c
+    end) .. '"'
+  elseif t == "table" then
+    local n = #v
+    if n > 0 or next(v) == nil and getmetatable(v) == M.array then
+      out[#out + 1] = "["
+      for i = 1, n do
+        if i > 1 then out[#out + 1] = "," end
+        encode(v[i], out)
+      end
+      out[#out + 1] = "]"
+    else
+      local keys = {}
+      for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+      table.sort(keys)
+      out[#out + 1] = "{"
+      for i, k in ipairs(keys) do
+        if i > 1 then out[#out + 1] = "," end
+        encode(k, out)
+        out[#out + 1] = ":"
+        local val = v[k]
+        if val == nil then val = v[tonumber(k)] end
+        encode(val, out)
+      end
+      out[#out + 1] = "}"
+    end
+  else
+    out[#out + 1] = "null"
+  end
+end
+
+M.array = {}
+
+--- Encodes a Lua value as one line of JSON (invalid UTF-8 passes through
+-- as bytes; control characters are escaped).
+function M.json_encode(v)
+  local out = {}
+  encode(v, out)
+  return table.concat(out)
+end
+
+local function decode_error(_, i, what)
+  error(("json: %s at byte %d"):format(what, i), 0)
+end
+
+local decode_value
+
+local function skip(s, i)
+  return s:find("[^ \t\r\n]", i) or #s + 1
+end
+
+local function decode_string(s, i)
+  local out, j = {}, i + 1
+  while true do
+    local k = s:find('["\\]', j)
+    if not k then decode_error(s, i, "unterminated string") end
+    out[#out + 1] = s:sub(j, k - 1)
+    if s:sub(k, k) == '"' then return table.concat(out), k + 1 end
+    local e = s:sub(k + 1, k + 1)
+    local simple = { b = "\b", f = "\f", n = "\n", r = "\r", t = "\t", ['"'] = '"', ["\\"] = "\\", ["/"] = "/" }
+    if simple[e] then
+      out[#out + 1] = simple[e]
+      j = k + 2
+    elseif e == "u" then
+      local hex = s:sub(k + 2, k + 5)
+      if not hex:match("^%x%x%x%x$") then decode_error(s, k, "bad \\u escape") end
+      local cp = tonumber(hex, 16)
+      j = k + 6
+      if cp >= 0xD800 and cp <= 0xDBFF and s:sub(j, j + 1) == "\\u" then
+        local lo = tonumber(s:sub(j + 2, j + 5), 16)
+        if lo and lo >= 0xDC00 and lo <= 0xDFFF then
+          cp = 0x10000 + (cp - 0xD800) * 0x400 + (lo - 0xDC00)
+          j = j + 6
+        end
+      end
+      out[#out + 1] = utf8.char(cp)
+    else
+      decode_error(s, k, "bad escape")
+    end
+  end
+end
+
+function decode_value(s, i, depth)
+  if depth > 64 then decode_error(s, i, "nested too deep") end
+  i = skip(s, i)
+  local c = s:sub(i, i)
+  if c == "{" then
+    local t = {}
+    i = skip(s, i + 1)
+    if s:sub(i, i) == "}" then return t, i + 1 end
+    while true do
+      if s:sub(i, i) ~= '"' then decode_error(s, i, "key expected") end
+      local k
+      k, i = decode_string(s, i)
+      i = skip(s, i)
+      if s:sub(i, i) ~= ":" then decode_error(s, i, "':' expected") end
+      t[k], i = decode_value(s, i + 1, depth + 1)
+      i = skip(s, i)
+      local d = s:sub(i, i)
+      if d == "}" then return t, i + 1 end
+      if d ~= "," then decode_error(s, i, "',' or '}' expected") end
+      i = skip(s, i + 1)
+    end
+  elseif c == "[" then
+    local t = setmetatable({}, M.array)
+    i = skip(s, i + 1)
+    if s:sub(i, i) == "]" then return t, i + 1 end
+    while true do
+      t[#t + 1], i = decode_value(s, i, depth + 1)
+      i = skip(s, i)
+      local d = s:sub(i, i)
+      if d == "]" then return t, i + 1 end
+      if d ~= "," then decode_error(s, i, "',' or ']' expected") end
+      i = i + 1
+    end
+  elseif c == '"' then
+    return decode_string(s, i)
+  elseif s:sub(i, i + 3) == "true" then return true, i + 4
+  elseif s:sub(i, i + 4) == "false" then return false, i + 5
+  elseif s:sub(i, i + 3) == "null" then return nil, i + 4
+  else
+    local num = s:match("^-?%d+%.?%d*[eE]?[-+]?%d*", i)
+    if not num or num == "" then decode_error(s, i, "value expected") end
+    local v = math.tointeger(tonumber(num)) or tonumber(num)
+    if v == nil then decode_error(s, i, "bad number") end
+    return v, i + #num
+  end
+end
+
+--- Decodes one JSON text.
+-- @treturn[1] value
+-- @treturn[2] nil, message
+function M.json_decode(s)
+  if type(s) ~= "string" then argerror("json_decode", 1, "string expected, got " .. type(s)) end
+  local ok, v, i = pcall(decode_value, s, 1, 0)
+  if not ok then return nil, v end
+  if skip(s, i) <= #s then return nil, ("json: trailing data at byte %d"):format(i) end
+  return v
+end
+
+-- ---- helpers ----
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function environ()
+  if takana.environ then return takana.environ() end
+  local env, s = {}, read_file("/proc/self/environ") or ""
+  for kv in s:gmatch("([^%z]+)") do
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    if k then env[k] = v end
+  end
+  return env
+end
+
+local function euid()
+  local s = read_file("/proc/self/status") or ""
+  return tonumber(s:match("\nUid:%s+%d+%s+(%d+)")) or -1
+end
+
+-- The cgroup2 path of a live process, "/a/b", from /proc/<pid>/cgroup.
+local function cgroup_of_pid(pid)
+  local s = read_file("/proc/" .. math.tointeger(pid) .. "/cgroup")
+  if not s then return nil end
+  return s:match("0::([^\n]*)")
+end
+
+local signums = { HUP = 1, INT = 2, QUIT = 3, KILL = 9, USR1 = 10, USR2 = 12, PIPE = 13,
+  ALRM = 14, TERM = 15, CONT = 18, STOP = 19, TSTP = 20, WINCH = 28 }
+
+local function signum(fname, n, sig)
+  if math.type(sig) == "integer" and sig >= 1 and sig <= 64 then return sig end
+  if type(sig) == "string" then
+    local s = signums[sig:upper():gsub("^SIG", "")]
+    if s then return s end
+  end
+  argerror(fname, n, "a signal number or name (TERM, KILL, HUP...) expected, got " .. tostring(sig))
+end
+
+-- ---- supervisor ----
+
+local Sup = {}
+Sup.__index = Sup
+M.Supervisor = Sup
+
+local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string",
+  adopt = "boolean", reload = "function", signals = "boolean", runtime = "string",
+  log_size = "number", log_files = "number", log_lines = "number", on_exit = "function" }
+
+local function check_type(fname, n, key, v, want)
+  for w in want:gmatch("[^|]+") do
+    if type(v) == w then return end
+  end
+  argerror(fname, n, ("option '%s': %s expected, got %s"):format(key, want:gsub("|", " or "), type(v)))
+end
+
+local function mkdir_p(path)
+  local lfs = require "lfs"
+  local acc = path:sub(1, 1) == "/" and "" or "."
+  for part in path:gmatch("[^/]+") do
+    acc = acc .. "/" .. part
+    local ok, err = lfs.mkdir(acc)
+    if not ok and not lfs.attributes(acc, "mode") then return nil, err end
+  end
+  return true
+end
+
+--- Creates a supervisor.
+-- @tparam table opts
+--   `cgroup` (required): the supervisor's cgroup, a path under the cgroup2
+--   mount (created if missing) or a handle; it must not hold this process.
+--   `log`: a directory for `<service>.log` files (rotated: `log_files`
+--   files of `log_size` bytes, default 5 x 1 MiB), or `function(name,
+--   stream, line)`, or false (lines are only kept in memory);
+--   `log_lines`: lines kept in memory a service for `logs` (default 200);
+--   `control`: a unix socket path for `takana ctl` (mode 0600);
+--   `adopt`: adopt services found running in their cgroups (default: stop
+--   them first); `reload`: `function(sup)` called on SIGHUP;
+--   `signals`: catch TERM, INT and HUP (default true);
+--   `runtime`: a directory for notify sockets (default: next to `control`,
+--   else /tmp/takana-sup-<pid>); `on_exit`: `function(svc, record)` after
+--   each exit record.
+-- @treturn[1] supervisor
+-- @treturn[2] nil, message, errno
+function M.new(opts, ...)
+  if select("#", ...) > 0 then argerror("supervisor", 2, "no more than 1 argument expected") end
+  if type(opts) ~= "table" then argerror("supervisor", 1, "table expected, got " .. type(opts)) end
+  for k, v in pairs(opts) do
+    if not sup_options[k] then argerror("supervisor", 1, "unknown option '" .. tostring(k) .. "'") end
+    check_type("supervisor", 1, k, v, sup_options[k])
+  end
+  if opts.cgroup == nil then argerror("supervisor", 1, "option 'cgroup' is required") end
+  local self = setmetatable({
+    services = {}, order = {}, fds = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
+    reload_hook = opts.reload, on_exit = opts.on_exit,
+    log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
+    log_lines = opts.log_lines or 200, uid = euid(), shutting = false, done = false,
+    started_at = now(),
+  }, Sup)
+  local cg, err, errno
+  if type(opts.cgroup) == "string" then
+    cg, err, errno = takana.cgroup(opts.cgroup)
+    if not cg and errno == ENOENT then
+      local parent, name = opts.cgroup:match("^(.-)/?([^/]+)$")
+      local p
+      p, err, errno = takana.cgroup(parent or "")
+      if p then
+        if p.mkdir and pcall(p.mkdir, p, name, { exist_ok = true }) then
+          cg, err, errno = p:mkdir(name, { exist_ok = true })
+        else
+          cg, err, errno = p:mkdir(name)
+          if not cg and errno == EEXIST then cg, err, errno = takana.cgroup(opts.cgroup) end
+        end
+        p:close()
+      end
+    end
+    if not cg then return nil, "supervisor: cgroup " .. opts.cgroup .. ": " .. tostring(err), errno end
+  else
+    cg = opts.cgroup
+  end
+  self.cg = cg
+  self.cgpath = "/" .. (cg.relpath or "")
+  local ep
+  ep, err, errno = core.epoll()
+  if not ep then return nil, "supervisor: " .. err, errno end
+  self.ep = ep
+  local rt = opts.runtime
+  if not rt then
+    rt = opts.control and opts.control:match("^(.*)/[^/]+$") or ("/tmp/takana-sup-" .. (cg.relpath or ""):gsub("[^%w]", "_"))
+  end
+  local ok
+  ok, err = mkdir_p(rt)
+  if not ok then return nil, "supervisor: runtime directory " .. rt .. ": " .. tostring(err), ENOENT end
+  self.runtime = rt
+  if type(self.log) == "string" then
+    ok, err = mkdir_p(self.log)
+    if not ok then return nil, "supervisor: log directory " .. self.log .. ": " .. tostring(err), ENOENT end
+  end
+  if opts.control then
+    os.remove(opts.control)
+    local ls
+    ls, err, errno = core.unix_listen(opts.control, 384)
+    if not ls then return nil, "supervisor: control socket: " .. err, errno end
+    self.control = ls
+    self.control_path = opts.control
+    self:_watch(ls, function() self:_accept() end)
+  end
+  if opts.signals ~= false and takana.signals then
+    local sig
+    sig, err, errno = takana.signals { "TERM", "INT", "HUP" }
+    if not sig then return nil, "supervisor: signals: " .. tostring(err), errno end
+    self.sigfd = sig
+    self:_watch(sig, function() self:_signals() end)
+  end
+  return self
+end
+
+function Sup:_watch(obj, fn, pri)
+  local fd = obj:fileno()
+  assert(self.ep:add(fd, pri))
+  self.fds[fd] = { obj = obj, fn = fn }
+  return fd
+end
+
+function Sup:_unwatch(obj)
+  if obj == nil then return end
+  local ok, fd = pcall(obj.fileno, obj)
+  if ok and fd and self.fds[fd] and self.fds[fd].obj == obj then
+    self.ep:del(fd)
+    self.fds[fd] = nil
+  end
+end
+
+local svc_options = { name = "string", cmd = "table", env = "table", cwd = "string",
+  restart = "string|function", backoff = "table", start_limit = "table", ready = "string|table",
+  stop = "table", depends = "table", limits = "table", log = "string|function|boolean",
+  autostart = "boolean", user = "string|number", group = "string|number", groups = "table",
+  umask = "number", rlimits = "table", no_new_privs = "boolean", pdeathsig = "string|number" }
+
+--- Declares a service (see the module's README section for every option).
+-- `name`, `cmd = {prog, args...}`, `env` (added to the supervisor's
+-- environment), `cwd`, `restart` ("on-failure" default, "always", "never",
+-- or `function(svc, record) -> delay or false`), `backoff = {initial=0.1,
+-- max=30, factor=2, reset_after=60}`, `start_limit = {burst=5,
+-- interval=10}`, `ready` ("notify" or `{fd=n}`), `stop = {signal="TERM",
+-- timeout=5}`, `depends = {names}`, `limits = {["memory.max"]=...}`,
+-- `autostart` (default true); `user`, `group`, `groups`, `umask`,
+-- `rlimits`, `no_new_privs`, `pdeathsig` go to spawn.
+-- @treturn service the service table (read its `state`)
+function Sup:service(t, ...)
+  if select("#", ...) > 0 then argerror("service", 2, "no more than 1 argument expected") end
+  if type(t) ~= "table" then argerror("service", 1, "table expected, got " .. type(t)) end
+  for k, v in pairs(t) do
+    if not svc_options[k] then argerror("service", 1, "unknown option '" .. tostring(k) .. "'") end
+    check_type("service", 1, k, v, svc_options[k])
+  end
+  local name = t.name
+  if type(name) ~= "string" or not name:match("^[%w][%w_.@-]*$") or #name > 64 then
+    argerror("service", 1, "option 'name': 1-64 of [A-Za-z0-9_.@-], not starting with a punctuation mark")
+  end
+  if self.services[name] then argerror("service", 1, "service '" .. name .. "' is already declared") end
+  if type(t.cmd) ~= "table" or #t.cmd == 0 then argerror("service", 1, "option 'cmd': {prog, args...} expected") end
+  for i, a in ipairs(t.cmd) do
+    if type(a) ~= "string" and type(a) ~= "number" then argerror("service", 1, ("cmd[%d]: string expected"):format(i)) end
+  end
+  if type(t.restart) == "string" and not ({ always = 1, ["on-failure"] = 1, never = 1 })[t.restart] then
+    argerror("service", 1, "option 'restart': \"always\", \"on-failure\", \"never\" or a function expected")
+  end
+  if type(t.ready) == "string" and t.ready ~= "notify" then
+    argerror("service", 1, "option 'ready': \"notify\" or {fd = n} expected")
+  end
+  if type(t.ready) == "table" and not (math.type(t.ready.fd) == "integer" and t.ready.fd >= 3 and t.ready.fd < 1024) then
+    argerror("service", 1, "option 'ready': {fd = 3..1023} expected")
+  end
+  local b = t.backoff or {}
+  for k, v in pairs(b) do
+    if not ({ initial = 1, max = 1, factor = 1, reset_after = 1 })[k] or type(v) ~= "number" or v < 0 or v ~= v then
+      argerror("service", 1, "option 'backoff': {initial=, max=, factor=, reset_after=} non-negative numbers expected")
+    end
+  end
+  local sl = t.start_limit or {}
+  for k, v in pairs(sl) do
+    if not ({ burst = 1, interval = 1 })[k] or type(v) ~= "number" or v < 0 or v ~= v then
+      argerror("service", 1, "option 'start_limit': {burst=, interval=} non-negative numbers expected")
+    end
+  end
+  local st = t.stop or {}
+  for k, v in pairs(st) do
+    if k == "signal" then signum("service", 1, v)
+    elseif k ~= "timeout" or type(v) ~= "number" or v < 0 or v ~= v then
+      argerror("service", 1, "option 'stop': {signal=, timeout=} expected")
+    end
+  end
+  for i, d in ipairs(t.depends or {}) do
+    if type(d) ~= "string" then argerror("service", 1, ("depends[%d]: a service name expected"):format(i)) end
+  end
+  local svc = {
+    name = name, cmd = t.cmd, env = t.env, cwd = t.cwd, restart = t.restart or "on-failure",
+    backoff = { initial = b.initial or 0.1, max = b.max or 30, factor = b.factor or 2,
+      reset_after = b.reset_after or 60 },
+    start_limit = { burst = sl.burst or 5, interval = sl.interval or 10 },
+    ready_mode = t.ready, stop_signal = signum("service", 1, st.signal or "TERM"),
+    stop_timeout = st.timeout or 5, depends = t.depends or {}, limits = t.limits,
+    log = t.log, spawn_extra = {},
+    state = "stopped", want = t.autostart == false and "down" or "up",
+    restarts = 0, fails = 0, starts = {}, oom_kills = 0, lines = {}, exits = {},
+  }
+  for _, k in ipairs { "user", "group", "groups", "umask", "rlimits", "no_new_privs", "pdeathsig" } do
+    svc.spawn_extra[k] = t[k]
+  end
+  self.services[name] = svc
+  self.order[#self.order + 1] = name
+  return svc
+end
+
+--- Removes a service: stops it first (the stop sequence), then forgets it.
+function Sup:remove(name)
+  local svc = self.services[name]
+  if not svc then return nil, "remove: no service '" .. tostring(name) .. "'", ENOENT end
+  svc.removing = true
+  self:stop(name)
+  return true
+end
+
+--- The service table of name, or nil.
+function Sup:get(name) return self.services[name] end
+
+-- ---- cgroups ----
+
+function Sup:_svc_cgroup(svc)
+  if svc.cg then return svc.cg end
+  local cg, err, errno
+  local ok = pcall(function() cg, err, errno = self.cg:mkdir(svc.name, { exist_ok = true }) end)
+  if not ok then
+    cg, err, errno = self.cg:mkdir(svc.name)
+  end
+  if not cg and errno == EEXIST then
+    local rel = ((self.cg.relpath or "") .. "/" .. svc.name):gsub("^/", "")
+    cg, err, errno = takana.cgroup(rel)
+  end
+  if not cg then return nil, err, errno end
+  svc.cg = cg
+  svc.cgpath = "/" .. cg.relpath
+  self:_watch(cg, function() self:_cgroup_event(svc) end, true)
+  svc.cg_watched = true
+  return cg
+end
+
+-- Whether processes remain in cg. cgroup.events can still say populated
+-- for a moment after the last process exited (newer kernels unlink a dead
+-- task from its cgroup only after its last switch), while cgroup.procs no
+-- longer lists a dying leader: so "populated" is confirmed by cgroup.procs,
+-- and an exit is handled at once instead of at the next cgroup.events
+-- notification (rate-limited by the kernel to one per 10 ms).
+local function populated(cg)
+  local st = cg:stat()
+  if st and st.events and not st.events.populated then return false end
+  local p = cg:procs()
+  if p == nil then return true end
+  if #p > 0 then return true end
+  if cg.children then
+    -- A sub-cgroup may hold processes: then cgroup.events is trusted.
+    local kids = cg:children() or {}
+    for _, k in ipairs(kids) do
+      if type(k) ~= "string" then k:close() end
+    end
+    return #kids > 0
+  end
+  return st == nil or st.events == nil or false
+end
+
+local function oom_count(cg)
+  local s = cg:get("memory.events")
+  return s and tonumber(s:match("oom_kill (%d+)")) or nil
+end
+
+local function cpu_ns(cg)
+  local st = cg:stat()
+  return st and st.cpu and st.cpu.usage_ns or nil
+end
+
+-- Signals every process of the service's cgroup (and beneath it).
+local function cg_signal(cg, sig)
+  if cg.signal then return cg:signal(sig) end
+  for _, pid in ipairs(cg:procs() or {}) do
+    local p = takana.pidfd(pid)
+    if p then
+      if cgroup_of_pid(pid) and (cgroup_of_pid(pid) .. "/"):find("/" .. cg.relpath .. "/", 1, true) then
+        p:signal(sig)
+      end
+      p:close()
+    end
+  end
+  return true
+end
+
+-- ---- logs ----
+
+function Sup:_log_line(svc, stream, line)
+  local ring = svc.lines
+  ring[#ring + 1] = ("%s %s %s"):format(os.date("!%Y-%m-%dT%H:%M:%SZ"), stream, line)
+  if #ring > self.log_lines * 2 then
+    table.move(ring, #ring - self.log_lines + 1, #ring, 1)
+    for i = #ring, self.log_lines + 1, -1 do ring[i] = nil end
+  end
+  local sink = svc.log
+  if sink == nil then sink = self.log end
+  if type(sink) == "function" then
+    local ok, err = pcall(sink, svc.name, stream, line)
+    if not ok then svc.log_error = tostring(err) end
+  elseif type(sink) == "string" then
+    self:_log_file(svc, sink, ring[#ring])
+  end
+end
+
+function Sup:_log_file(svc, dir, text)
+  local path = dir .. "/" .. svc.name .. ".log"
+  if not svc.logf then
+    svc.logf = io.open(path, "a")
+    if not svc.logf then svc.log_error = "cannot open " .. path return end
+    svc.logf:setvbuf("full", 65536)
+    svc.log_bytes = svc.logf:seek("end") or 0
+  end
+  svc.logf:write(text, "\n")
+  svc.log_bytes = svc.log_bytes + #text + 1
+  if svc.log_bytes >= self.log_size then
+    svc.logf:close()
+    svc.logf = nil
+    for i = self.log_files - 1, 1, -1 do
+      os.rename(i == 1 and path or (path .. "." .. (i - 1)), path .. "." .. i)
+    end
+    os.remove(path)
+  end
+end
+
+-- Reads what one pipe holds, at most 256 KiB a call so that a flood from
+-- one service cannot starve the others or the control socket.
+function Sup:_drain(svc, which)
+  local p = svc[which]
+  if not p then return end
+  local stream = which == "out" and "stdout" or "stderr"
+  local key = which .. "_partial"
+  for _ = 1, 4 do
+    local data, _, errno = p:read(65536)
+    if data == nil then
+      if errno == EAGAIN then return end
+      data = ""
+    end
+    if data == "" then
+      if svc[key] and svc[key] ~= "" then self:_log_line(svc, stream, svc[key]) end
+      svc[key] = nil
+      self:_unwatch(p)
+      p:close()
+      svc[which] = nil
+      return
+    end
+    local buf = (svc[key] or "") .. data
+    local start = 1
+    while true do
+      local nl = buf:find("\n", start, true)
+      if not nl then break end
+      self:_log_line(svc, stream, buf:sub(start, nl - 1))
+      start = nl + 1
+    end
+    buf = buf:sub(start)
+    if #buf > 65536 then
+      self:_log_line(svc, stream, buf)
+      buf = ""
+    end
+    svc[key] = buf
+  end
+  if svc.logf then svc.logf:flush() end
+end
+
+-- ---- readiness ----
+
+function Sup._set_ready(_, svc)
+  if svc.state == "starting" then
+    svc.state = "running"
+    svc.ready = true
+    svc.ready_at = now()
+  end
+end
+
+function Sup:_notify(svc)
+  while svc.notify do
+    local data, pid, uid, errno = svc.notify:recv()
+    if not data then
+      if uid == EAGAIN or errno == EAGAIN then return end
+      return
+    end
+    -- Only processes of this service's cgroup (or below it) may speak for
+    -- it, as systemd decides: a sender already gone cannot be checked and
+    -- is not believed (systemd-notify waits on its barrier until we have
+    -- read the message, so it is still there).
+    local where = cgroup_of_pid(pid)
+    local ok = where ~= nil and (where == svc.cgpath or where:sub(1, #svc.cgpath + 1) == svc.cgpath .. "/")
+    if not ok then
+      svc.notify_rejected = (svc.notify_rejected or 0) + 1
+    else
+      for line in data:gmatch("[^\n]+") do
+        local k, v = line:match("^([%u_]+)=(.*)$")
+        if k == "READY" and v == "1" then self:_set_ready(svc)
+        elseif k == "STATUS" then svc.status_text = v
+        elseif k == "MAINPID" then svc.main_pid = math.tointeger(tonumber(v))
+        elseif k == "WATCHDOG" then svc.watchdog_at = now()
+        elseif k == "STOPPING" and v == "1" then svc.stopping_notified = true
+        end
+      end
+    end
+  end
+end
+
+function Sup:_readyfd(svc)
+  local p = svc.readyp
+  if not p then return end
+  local data, _, errno = p:read(4096)
+  if data == nil and errno == EAGAIN then return end
+  if data and data:find("\n", 1, true) then self:_set_ready(svc) end
+  if data == nil or data == "" or data:find("\n", 1, true) then
+    self:_unwatch(p)
+    p:close()
+    svc.readyp = nil
+  end
+end
+
+-- ---- start ----
+
+function Sup:_deps_ready(svc)
+  for _, d in ipairs(svc.depends) do
+    local dep = self.services[d]
+    if not dep or dep.state ~= "running" then return false end
+  end
+  return true
+end
+
+function Sup._fail(_, svc, reason)
+  svc.state = "failed"
+  svc.reason = reason
+  svc.deadline = nil
+end
+
+local function close_obj(self, o)
+  if o then self:_unwatch(o); o:close() end
+end
+
+function Sup:_start(svc)
+  local t = now()
+  local sl = svc.start_limit
+  local kept = {}
+  for _, s in ipairs(svc.starts) do if t - s < sl.interval then kept[#kept + 1] = s end end
+  svc.starts = kept
+  if sl.burst > 0 and #kept >= sl.burst then
+    return self:_fail(svc, ("start limit: %d starts within %g s"):format(#kept, sl.interval))
+  end
+  local cg, err = self:_svc_cgroup(svc)
+  if not cg then return self:_fail(svc, "cgroup: " .. tostring(err)) end
+  if populated(cg) then
+    if self.adopt then return self:_adopt(svc) end
+    -- Leftovers of an earlier supervisor: stop them, then start fresh.
+    svc.cleaning = true
+    return self:_begin_stop(svc)
+  end
+  if svc.limits then
+    local keys = {}
+    for k in pairs(svc.limits) do keys[#keys + 1] = k end
+    table.sort(keys)
+    -- The controllers the limits need, enabled for the services' cgroups
+    -- (once each); a controller that cannot be enabled fails the service
+    -- with the reason, never a silent run without its limit.
+    self.enabled = self.enabled or {}
+    for _, k in ipairs(keys) do
+      local c = k:match("^(%w+)%.")
+      if c and not self.enabled[c] then
+        local ok, eerr = self.cg:enable { c }
+        if not ok then return self:_fail(svc, "limit " .. k .. ": " .. tostring(eerr)) end
+        self.enabled[c] = true
+      end
+    end
+    for _, k in ipairs(keys) do
+      local ok, serr = cg:set(k, svc.limits[k])
+      if not ok then return self:_fail(svc, "limit " .. k .. ": " .. tostring(serr)) end
+    end
+  end
+  kept[#kept + 1] = t
+  self.env0 = self.env0 or environ()
+  local env = {}
+  for k, v in pairs(self.env0) do env[k] = v end
+  for k, v in pairs(svc.env or {}) do env[k] = tostring(v) end
+  env.NOTIFY_SOCKET = nil
+  local spec = table.move(svc.cmd, 1, #svc.cmd, 1, {})
+  for i, a in ipairs(spec) do spec[i] = tostring(a) end
+  for k, v in pairs(svc.spawn_extra) do spec[k] = v end
+  spec.cgroup = cg
+  spec.cwd = svc.cwd
+  spec.stdin = "null"
+  local cleanup = {}
+  local sink = svc.log
+  if sink == nil then sink = self.log end
+  local rout, wout, rerr, werr
+  if sink ~= false or true then
+    rout, wout = core.pipe()
+    rerr, werr = core.pipe()
+    if not rout or not rerr then
+      close_obj(self, rout) close_obj(self, wout) close_obj(self, rerr) close_obj(self, werr)
+      return self:_schedule(svc, { error = "pipe: " .. tostring(wout or werr) })
+    end
+    spec.stdout = wout:fileno()
+    spec.stderr = werr:fileno()
+    cleanup[#cleanup + 1] = wout
+    cleanup[#cleanup + 1] = werr
+  end
+  local notify, readyr, readyw
+  if svc.ready_mode == "notify" then
+    local path = self.runtime .. "/" .. svc.name .. ".notify"
+    os.remove(path)
+    local nerr, nerrno
+    notify, nerr, nerrno = core.unix_dgram(path, 438)
+    if not notify then
+      for _, o in ipairs(cleanup) do o:close() end
+      rout:close() rerr:close()
+      return self:_fail(svc, "notify socket: " .. tostring(nerr) .. " (" .. tostring(nerrno) .. ")")
+    end
+    env.NOTIFY_SOCKET = path
+  elseif type(svc.ready_mode) == "table" then
+    readyr, readyw = core.pipe()
+    spec.fds = { [svc.ready_mode.fd] = readyw }
+    cleanup[#cleanup + 1] = readyw
+  end
+  spec.env = env
+  local ok, child, serr, serrno = pcall(takana.spawn, spec)
+  for _, o in ipairs(cleanup) do o:close() end
+  if not ok then
+    rout:close() rerr:close()
+    if notify then notify:close() end
+    if readyr then readyr:close() end
+    return self:_fail(svc, "spawn: " .. tostring(child))
+  end
+  if not child then
+    rout:close() rerr:close()
+    if notify then notify:close() end
+    if readyr then readyr:close() end
+    return self:_schedule(svc, { error = serr, errno = serrno, runtime = 0 })
+  end
+  svc.child = child
+  if svc.restart_pending then svc.restarts = svc.restarts + 1 end
+  svc.restart_pending = nil
+  svc.pid = child.pid
+  svc.main_pid = child.pid
+  svc.started_at = t
+  svc.ready = false
+  svc.reason = nil
+  svc.status_text = nil
+  svc.adopted = false
+  svc.oom_before = oom_count(cg)
+  svc.cpu_before = cpu_ns(cg)
+  svc.out, svc.err = rout, rerr
+  self:_watch(child, function() self:_child_exit(svc) end)
+  self:_watch(rout, function() self:_drain(svc, "out") end)
+  self:_watch(rerr, function() self:_drain(svc, "err") end)
+  if notify then
+    svc.notify = notify
+    self:_watch(notify, function() self:_notify(svc) end)
+  end
+  if readyr then
+    svc.readyp = readyr
+    self:_watch(readyr, function() self:_readyfd(svc) end)
+  end
+  svc.state = "starting"
+  if svc.ready_mode == nil then self:_set_ready(svc) end
+  if svc.want == "down" then self:_begin_stop(svc) end
+end
+
+function Sup._adopt(_, svc)
+  svc.state = "running"
+  svc.ready = true
+  svc.adopted = true
+  svc.child = nil
+  svc.pid = nil
+  local procs = svc.cg:procs() or {}
+  svc.main_pid = procs[1]
+  svc.started_at = now()
+  svc.oom_before = oom_count(svc.cg)
+  svc.cpu_before = cpu_ns(svc.cg)
+end
+
+-- ---- exits ----
+
+function Sup:_child_exit(svc)
+  local child = svc.child
+  if not child then return end
+  local st = child:wait(0)
+  if not st then return end
+  self:_unwatch(child)
+  child:close()
+  svc.child = nil
+  svc.pid = nil
+  svc.status = st
+  if svc.state ~= "stopping" and populated(svc.cg) then
+    if st.exited and st.code == 0 then
+      -- The main process left the rest behind (a daemon that forked): the
+      -- cgroup is the service, so it keeps running until that empties.
+      local procs = svc.cg:procs() or {}
+      svc.main_pid = procs[1]
+      return
+    end
+    -- A failed main process: what it left is stopped with it.
+    svc.after_failure = true
+    return self:_begin_stop(svc)
+  end
+  self:_maybe_finished(svc)
+end
+
+function Sup:_cgroup_event(svc)
+  -- Reading cgroup.events through the polled descriptor (stat does) is
+  -- what clears its POLLPRI: without it the epoll set stays ready.
+  if populated(svc.cg) then return end
+  if svc.state == "stopping" or (svc.child == nil and (svc.state == "running" or svc.state == "starting")) then
+    self:_maybe_finished(svc)
+  end
+end
+
+-- A run is over when the main process is reaped and the cgroup is empty.
+function Sup:_maybe_finished(svc)
+  if svc.child then return end
+  if svc.cg and populated(svc.cg) then return end
+  if svc.state ~= "running" and svc.state ~= "starting" and svc.state ~= "stopping" then return end
+  self:_drain(svc, "out")
+  self:_drain(svc, "err")
+  close_obj(self, svc.out) svc.out = nil
+  close_obj(self, svc.err) svc.err = nil
+  close_obj(self, svc.notify) svc.notify = nil
+  close_obj(self, svc.readyp) svc.readyp = nil
+  local st = svc.status or {}
+  local t = now()
+  local rec = { code = st.code, signal = st.signal, core = st.core, time = os.time(),
+    runtime = svc.started_at and t - svc.started_at or 0, adopted = svc.adopted or nil,
+    stopped = svc.stop_requested or nil, pid = svc.main_pid }
+  local oom = svc.cg and oom_count(svc.cg)
+  if oom and svc.oom_before then
+    rec.oom = oom > svc.oom_before
+    if rec.oom then svc.oom_kills = svc.oom_kills + (oom - svc.oom_before) end
+  end
+  local cpu = svc.cg and cpu_ns(svc.cg)
+  if cpu and svc.cpu_before then rec.cpu_ns = cpu - svc.cpu_before end
+  svc.status = nil
+  svc.deadline = nil
+  svc.ready = false
+  svc.main_pid = nil
+  svc.killing = nil
+  if svc.cg_killed then
+    -- A cgroup once killed through cgroup.kill is not reused: on some
+    -- kernels (6.18.44 here) a process later spawned into it is SIGKILLed
+    -- too. The next start makes a fresh one of the same name.
+    svc.cg_killed = nil
+    self:_unwatch(svc.cg)
+    svc.cg_watched = false
+    svc.cg:remove()
+    svc.cg:close()
+    svc.cg = nil
+  end
+  local cleaning = svc.cleaning
+  svc.cleaning = nil
+  if cleaning then
+    svc.state = "stopped"
+    svc.stop_requested = nil
+    return
+  end
+  svc.last_exit = rec
+  table.insert(svc.exits, rec)
+  if #svc.exits > 20 then table.remove(svc.exits, 1) end
+  if self.on_exit then pcall(self.on_exit, svc, rec) end
+  if svc.want == "down" or svc.stop_requested then
+    svc.stop_requested = nil
+    svc.state = "stopped"
+    if svc.removing then self:_forget(svc) end
+    return
+  end
+  self:_schedule(svc, rec)
+end
+
+function Sup:_forget(svc)
+  if svc.cg_watched then self:_unwatch(svc.cg) end
+  if svc.cg then
+    svc.cg:remove()
+    svc.cg:close()
+  end
+  self.services[svc.name] = nil
+  for i, n in ipairs(self.order) do
+    if n == svc.name then table.remove(self.order, i) break end
+  end
+end
+
+-- Decides what follows an exit: a restart after the backoff, or nothing.
+function Sup:_schedule(svc, rec)
+  local failed = rec.error ~= nil or rec.code ~= 0 or rec.signal ~= nil or rec.oom
+  if rec.code == nil and rec.signal == nil and rec.error == nil then failed = true end
+  local b = svc.backoff
+  if (rec.runtime or 0) >= b.reset_after then svc.fails = 0 end
+  local delay
+  if type(svc.restart) == "function" then
+    local ok, d = pcall(svc.restart, svc, rec)
+    if not ok then
+      return self:_fail(svc, "restart function: " .. tostring(d))
+    end
+    delay = d
+    if delay ~= false and delay ~= nil and (type(delay) ~= "number" or delay < 0 or delay ~= delay) then
+      return self:_fail(svc, "restart function returned " .. tostring(d) .. " (a delay in seconds or false expected)")
+    end
+  elseif svc.restart == "always" or (svc.restart == "on-failure" and failed) then
+    delay = math.min(b.max, b.initial * b.factor ^ svc.fails)
+  end
+  if not delay then
+    -- Not restarted: it stays down until asked (start, restart).
+    svc.want = "down"
+    svc.state = rec.error and "failed" or "stopped"
+    svc.reason = rec.error
+    return
+  end
+  svc.fails = svc.fails + 1
+  svc.restart_pending = true
+  svc.reason = rec.error
+  svc.state = "backoff"
+  svc.deadline = now() + delay
+  svc.next_delay = delay
+end
+
+-- ---- stop ----
+
+function Sup:_begin_stop(svc)
+  svc.state = "stopping"
+  svc.stop_requested = not svc.cleaning and not svc.after_failure or nil
+  svc.after_failure = nil
+  local sig = svc.stop_signal
+  if svc.cleaning then sig = 15 end
+  if svc.child then svc.child:signal(sig) end
+  cg_signal(svc.cg, sig)
+  if sig ~= 9 then cg_signal(svc.cg, 18) end   -- a stopped process must see the TERM
+  svc.deadline = now() + svc.stop_timeout
+  svc.killing = false
+  self:_maybe_finished(svc)
+end
+
+function Sup._stop_timeout(_, svc)
+  if svc.killing then
+    -- cgroup.kill was written a stop timeout ago and it is still not empty.
+    svc.reason = "stop: still populated after cgroup.kill"
+    svc.deadline = now() + 1
+    return
+  end
+  svc.killing = true
+  svc.cg_killed = true
+  local ok, err = svc.cg:kill()
+  if not ok then svc.reason = "stop: " .. tostring(err) end
+  svc.deadline = now() + math.max(svc.stop_timeout, 1)
+end
+
+--- Starts a stopped, failed or waiting service (resets its start limit).
+function Sup:start(name)
+  local svc = self.services[name]
+  if not svc then return nil, "start: no service '" .. tostring(name) .. "'", ENOENT end
+  svc.want = "up"
+  if svc.state == "failed" or svc.state == "stopped" or svc.state == "backoff" then
+    svc.starts = {}
+    svc.fails = 0
+    svc.state = "stopped"
+    svc.deadline = nil
+    svc.reason = nil
+  end
+  return true
+end
+
+--- Stops a service with its stop sequence: stop.signal to the whole
+-- cgroup, then after stop.timeout cgroup.kill, then wait until empty.
+function Sup:stop(name)
+  local svc = self.services[name]
+  if not svc then return nil, "stop: no service '" .. tostring(name) .. "'", ENOENT end
+  svc.want = "down"
+  if svc.state == "running" or svc.state == "starting" then
+    self:_begin_stop(svc)
+  elseif svc.state == "backoff" or svc.state == "waiting" or svc.state == "failed" then
+    svc.state = "stopped"
+    svc.deadline = nil
+    if svc.removing then self:_forget(svc) end
+  elseif svc.state == "stopped" and svc.removing then
+    self:_forget(svc)
+  end
+  return true
+end
+
+--- Stops then starts a service.
+function Sup:restart(name)
+  local svc = self.services[name]
+  if not svc then return nil, "restart: no service '" .. tostring(name) .. "'", ENOENT end
+  if svc.state == "running" or svc.state == "starting" then
+    self:_begin_stop(svc)
+    svc.stop_requested = nil
+    svc.restart_now = true
+  end
+  svc.want = "up"
+  svc.starts = {}
+  if svc.state ~= "stopping" then svc.state = "stopped" end
+  return true
+end
+
+--- Sends a signal to every process of a service.
+function Sup:signal(name, sig)
+  local svc = self.services[name]
+  if not svc then return nil, "signal: no service '" .. tostring(name) .. "'", ENOENT end
+  local n = signum("signal", 2, sig)
+  if not svc.cg then return nil, "signal: service '" .. name .. "' has no processes", ESRCH end
+  return cg_signal(svc.cg, n)
+end
+
+--- Stops every service in reverse dependency order; `run()` returns
+-- once all are stopped.
+function Sup:shutdown()
+  self.shutting = true
+  for _, svc in pairs(self.services) do svc.want = "down" end
+end
+
+-- ---- the loop ----
+
+local function active(svc)
+  return svc.state == "running" or svc.state == "starting" or svc.state == "stopping"
+end
+
+function Sup:_tick()
+  local t = now()
+  for _, name in ipairs(self.order) do
+    local svc = self.services[name]
+    if svc and svc.deadline and t >= svc.deadline then
+      svc.deadline = nil
+      if svc.state == "backoff" then
+        svc.state = "stopped"
+      elseif svc.state == "stopping" then
+        self:_stop_timeout(svc)
+      end
+    end
+  end
+  -- Stops: a service goes down only after everything depending on it has.
+  for _, name in ipairs(self.order) do
+    local svc = self.services[name]
+    if svc and svc.want == "down" and (svc.state == "running" or svc.state == "starting") then
+      local blocked = false
+      for _, other in pairs(self.services) do
+        for _, d in ipairs(other.depends) do
+          if d == name and active(other) and other.want == "down" then blocked = true end
+        end
+      end
+      if not blocked then self:_begin_stop(svc) end
+    elseif svc and svc.want == "down" and (svc.state == "backoff" or svc.state == "waiting") then
+      svc.state = "stopped"
+      svc.deadline = nil
+    end
+  end
+  if self.shutting then
+    local any = false
+    for _, svc in pairs(self.services) do if active(svc) then any = true end end
+    if not any then self.done = true end
+    return
+  end
+  -- Starts: in declaration order, each once its dependencies are ready.
+  local progress = true
+  while progress do
+    progress = false
+    for _, name in ipairs(self.order) do
+      local svc = self.services[name]
+      if svc and svc.want == "up" and (svc.state == "stopped" or svc.state == "waiting") then
+        if self:_deps_ready(svc) then
+          svc.restart_now = nil
+          self:_start(svc)
+          if svc.state == "running" then progress = true end
+        else
+          svc.state = "waiting"
+        end
+      end
+    end
+  end
+end
+
+--- Seconds until the supervisor has something to do without input (nil:
+-- nothing pending). cqueues' pollable protocol.
+function Sup:timeout()
+  local t, best = now(), nil
+  for _, svc in pairs(self.services) do
+    if svc.deadline then
+      local d = math.max(0, svc.deadline - t)
+      if not best or d < best then best = d end
+    end
+    if svc.want == "up" and (svc.state == "stopped") then best = 0 end
+  end
+  if self.pending_out then best = math.min(best or 0.05, 0.05) end
+  return best
+end
+
+--- The epoll descriptor gathering every descriptor of the supervisor.
+function Sup:pollfd() return self.ep:fileno() end
+Sup.fileno = Sup.pollfd
+
+--- cqueues' pollable protocol: "r".
+function Sup.events() return "r" end
+
+--- Handles what is ready, waiting up to timeout seconds for it (nil: until
+-- the next deadline or input).
+-- @treturn boolean false once a shutdown has completed
+function Sup:step(timeout)
+  if not self.begun then
+    self.begun = true
+    self:_sweep()
+  end
+  self:_tick()
+  if self.done then return false end
+  local wait = self:timeout()
+  if timeout and (not wait or timeout < wait) then wait = timeout end
+  local ready, err, errno = self.ep:wait(wait)
+  if not ready then return nil, err, errno end
+  for _, fd in ipairs(ready) do
+    local w = self.fds[fd]
+    if w then w.fn() end
+  end
+  self:_flush_conns()
+  self:_tick()
+  return not self.done
+end
+
+--- Runs until a shutdown (SIGTERM, SIGINT, `sup:shutdown()`) completes.
+function Sup:run()
+  while true do
+    local more, err, errno = self:step()
+    if more == nil then return nil, err, errno end
+    if not more then break end
+  end
+  self:close()
+  return true
+end
+
+--- Closes the supervisor's descriptors (services are not touched).
+function Sup:close()
+  if self.closed then return end
+  self.closed = true
+  for _, svc in pairs(self.services) do
+    for _, k in ipairs { "child", "out", "err", "notify", "readyp" } do
+      if svc[k] then svc[k]:close() svc[k] = nil end
+    end
+    if svc.logf then svc.logf:close() svc.logf = nil end
+  end
+  for _, c in pairs(self.conns) do c.sock:close() end
+  self.conns = {}
+  if self.control then
+    self.control:close()
+    os.remove(self.control_path)
+  end
+  if self.sigfd then self.sigfd:close() end
+  self.ep:close()
+end
+
+-- At the first step: cgroups under the supervisor's that belong to no
+-- declared service are the leftovers of services removed from the
+-- configuration; they are killed (their processes have nobody to watch).
+function Sup:_sweep()
+  if not self.cg.children then return end
+  local kids = self.cg:children()
+  if type(kids) ~= "table" then return end
+  for _, k in ipairs(kids) do
+    local name = type(k) == "string" and k or (k.relpath or ""):match("([^/]+)$")
+    if name and not self.services[name] then
+      local cg = type(k) == "string" and takana.cgroup((self.cg.relpath .. "/" .. k)) or k
+      if cg then
+        if populated(cg) then
+          if cg.kill then cg:kill({ wait = 5 }) end
+        end
+        cg:remove()
+      end
+    end
+  end
+end
+
+function Sup:_signals()
+  while true do
+    local s = self.sigfd:read()
+    if not s then return end
+    if s.signo == 15 or s.signo == 2 then
+      self:shutdown()
+    elseif s.signo == 1 then
+      self:reload()
+    end
+  end
+end
+
+--- Calls the reload hook (`reload` option), as SIGHUP does. The hook may
+-- add (`sup:service`), remove (`sup:remove`) or change services.
+function Sup:reload()
+  if not self.reload_hook then return true end
+  local ok, err = pcall(self.reload_hook, self)
+  self.reload_error = not ok and tostring(err) or nil
+  return ok, err
+end
+
+-- ---- status ----
+
+local function round(x, d) local m = 10 ^ (d or 3) return math.floor(x * m + 0.5) / m end
+
+--- The status of one service as a plain table (what `takana ctl status`
+-- prints).
+function Sup.status_of(_, svc)
+  local t = now()
+  local ex = svc.last_exit
+  return {
+    name = svc.name, state = svc.state, pid = svc.pid or svc.main_pid, ready = svc.ready or false,
+    uptime = (active(svc) and svc.started_at) and round(t - svc.started_at) or nil,
+    restarts = svc.restarts, reason = svc.reason, status = svc.status_text,
+    adopted = svc.adopted or nil, oom_kills = svc.oom_kills, cgroup = svc.cgpath,
+    last_exit = ex and { code = ex.code, signal = ex.signal, oom = ex.oom, runtime = round(ex.runtime),
+      cpu_ns = ex.cpu_ns, error = ex.error, stopped = ex.stopped } or nil,
+    next_start = svc.state == "backoff" and svc.deadline and round(svc.deadline - t) or nil,
+    depends = #svc.depends > 0 and svc.depends or nil,
+  }
+end
+
+--- Every service's status, in declaration order.
+function Sup:status()
+  local out = {}
+  for _, name in ipairs(self.order) do out[#out + 1] = self:status_of(self.services[name]) end
+  return out
+end
+
+-- ---- control ----
+
+function Sup:_accept()
+  while true do
+    local c, pid, uid = self.control:accept()
+    if not c then return end
+    -- The socket is 0600 already; the peer's uid is checked as well, so a
+    -- socket file moved or chmod'ed by mistake still admits nobody else.
+    if uid ~= self.uid and uid ~= 0 then
+      c:write(M.json_encode { ok = false, error = "permission denied: uid " .. uid } .. "\n")
+      c:close()
+    else
+      local conn = { sock = c, inbuf = "", outbuf = "", pid = pid }
+      self.conns[c:fileno()] = conn
+      self:_watch(c, function() self:_conn_read(conn) end)
+    end
+  end
+end
+
+function Sup:_conn_close(conn)
+  self:_unwatch(conn.sock)
+  self.conns[conn.sock:fileno()] = nil
+  conn.sock:close()
+end
+
+function Sup:_conn_read(conn)
+  local data, _, errno = conn.sock:read(65536)
+  if data == nil and errno == EAGAIN then return end
+  if not data or data == "" then
+    conn.eof = true
+    if conn.outbuf == "" then return self:_conn_close(conn) end
+    return
+  end
+  conn.inbuf = conn.inbuf .. data
+  if #conn.inbuf > 65536 then
+    conn.outbuf = conn.outbuf .. M.json_encode { ok = false, error = "request longer than 64 KiB" } .. "\n"
+    conn.inbuf = ""
+  end
+  while true do
+    local line, rest = conn.inbuf:match("^([^\n]*)\n(.*)$")
+    if not line then break end
+    conn.inbuf = rest
+    conn.outbuf = conn.outbuf .. M.json_encode(self:_command(line)) .. "\n"
+  end
+  self:_flush(conn)
+end
+
+function Sup:_flush(conn)
+  while conn.outbuf ~= "" do
+    local n, _, errno = conn.sock:write(conn.outbuf)
+    if not n then
+      if errno ~= EAGAIN then conn.outbuf = "" break end
+      self.pending_out = true
+      return
+    end
+    conn.outbuf = conn.outbuf:sub(n + 1)
+  end
+  if conn.eof then self:_conn_close(conn) end
+end
+
+function Sup:_flush_conns()
+  if not self.pending_out then return end
+  self.pending_out = false
+  for _, conn in pairs(self.conns) do
+    if conn.outbuf ~= "" then self:_flush(conn) end
+  end
+end
+
+local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true }
+
+function Sup:_command(line)
+  local req, err = M.json_decode(line)
+  if type(req) ~= "table" then return { ok = false, error = "bad request: " .. tostring(err or "an object expected") } end
+  local cmd = req.cmd
+  if not commands[cmd] then
+    return { ok = false, error = "unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs)" }
+  end
+  local name = req.name
+  if cmd == "status" and name == nil then return { ok = true, services = self:status(), pid = self.pid } end
+  local svc = type(name) == "string" and self.services[name]
+  if not svc then return { ok = false, error = "no service '" .. tostring(name) .. "'" } end
+  if cmd == "status" then return { ok = true, services = { self:status_of(svc) } } end
+  if cmd == "logs" then
+    local n = math.tointeger(req.lines) or 50
+    local ring = svc.lines
+    return { ok = true, lines = setmetatable(table.move(ring, math.max(1, #ring - n + 1), #ring, 1, {}), M.array) }
+  end
+  if cmd == "signal" then
+    local ok, sig = pcall(signum, "signal", 2, req.signal or "TERM")
+    if not ok then return { ok = false, error = "bad signal '" .. tostring(req.signal) .. "'" } end
+    local r, e = self:signal(name, sig)
+    return r and { ok = true } or { ok = false, error = e }
+  end
+  local r, e = self[cmd](self, name)
+  return r and { ok = true } or { ok = false, error = e }
+end
+
+-- ---- client ----
+
+--- Sends one request to a supervisor's control socket and waits (up to
+-- timeout seconds, default 5) for the answer.
+-- @tparam string path the control socket
+-- @tparam table req `{cmd = "status"|"start"|..., name = ..., signal = ...}`
+-- @number[opt=5] timeout seconds
+-- @treturn[1] table the decoded answer (`ok`, and `error` or the data)
+-- @treturn[2] nil, message, errno
+function M.request(path, req, timeout)
+  if type(path) ~= "string" then argerror("request", 1, "string expected, got " .. type(path)) end
+  if type(req) ~= "table" then argerror("request", 2, "table expected, got " .. type(req)) end
+  local c, err, errno = core.unix_connect(path)
+  if not c then return nil, err, errno end
+  local out = M.json_encode(req) .. "\n"
+  local deadline = now() + (timeout or 5)
+  while out ~= "" do
+    local n, werr, werrno = c:write(out)
+    if not n and werrno ~= EAGAIN then c:close() return nil, werr, werrno end
+    if n then out = out:sub(n + 1) else takana.poll({}, 0.01) end
+    if now() > deadline then c:close() return nil, "request: timed out", ETIMEDOUT end
+  end
+  local buf = ""
+  while not buf:find("\n", 1, true) do
+    local left = deadline - now()
+    if left <= 0 then c:close() return nil, "request: no answer within the timeout", ETIMEDOUT end
+    takana.poll({ c }, left)
+    local data, rerr, rerrno = c:read(1048576)
+    if data == "" then break end
+    if data then buf = buf .. data
+    elseif rerrno ~= EAGAIN then c:close() return nil, rerr, rerrno end
+  end
+  c:close()
+  local line = buf:match("^([^\n]*)")
+  local v, derr = M.json_decode(line or "")
+  if v == nil then return nil, "request: bad answer: " .. tostring(derr), EBADMSG end
+  return v
+end
+
+local function fmt_secs(x)
+  if x == nil then return "-" end
+  if x < 60 then return ("%.1fs"):format(x) end
+  if x < 3600 then return ("%dm%02ds"):format(x // 60, math.floor(x % 60)) end
+  return ("%dh%02dm"):format(x // 3600, math.floor(x % 3600 // 60))
+end
+
+local function exit_words(ex)
+  if not ex then return "-" end
+  local w
+  if ex.error then w = "error: " .. ex.error
+  elseif ex.signal then w = "signal " .. ex.signal
+  elseif ex.code then w = "code " .. ex.code
+  else w = "unknown status" end
+  if ex.oom then w = w .. " (oom)" end
+  if ex.stopped then w = w .. " (stopped)" end
+  return w .. " after " .. fmt_secs(ex.runtime)
+end
+
+--- Formats `status` answers as `takana ctl status` prints them: one block
+-- a service, like `systemctl status`.
+-- @tparam {table,...} services
+-- @treturn string
+function M.format_status(services)
+  local out = {}
+  for _, s in ipairs(services or {}) do
+    local dot = s.state == "running" and "*" or (s.state == "failed" and "x" or "o")
+    out[#out + 1] = ("%s %s - %s%s"):format(dot, s.name, s.state, s.reason and (": " .. s.reason) or "")
+    out[#out + 1] = ("    pid: %s  uptime: %s  restarts: %d  ready: %s%s"):format(
+      s.pid and tostring(s.pid) or "-", fmt_secs(s.uptime), s.restarts or 0, s.ready and "yes" or "no",
+      s.adopted and "  (adopted)" or "")
+    out[#out + 1] = "    last exit: " .. exit_words(s.last_exit) ..
+      (s.next_start and ("  next start in " .. fmt_secs(s.next_start)) or "")
+    if s.status then out[#out + 1] = "    status: " .. s.status end
+    out[#out + 1] = "    cgroup: " .. tostring(s.cgroup or "-")
+  end
+  return table.concat(out, "\n") .. (#out > 0 and "\n" or "")
+end
+
+--- Adds a supervisor's services to a Prometheus exposition: calls
+-- `metric(name, kind, help, labels, value)` for `takana_service_up`,
+-- `takana_service_restarts_total`, `takana_service_oom_kills_total` and
+-- `takana_service_last_exit_code` (128 + signal for a signal, as shells do).
+-- @string sock the control socket
+-- @func metric
+-- @treturn[1] true
+-- @treturn[2] nil, message, errno
+function M.metrics(sock, metric)
+  local r, err, errno = M.request(sock, { cmd = "status" })
+  if not r then return nil, "supervisor " .. sock .. ": " .. err, errno end
+  if not r.ok then return nil, "supervisor " .. sock .. ": " .. tostring(r.error) end
+  for _, s in ipairs(r.services or {}) do
+    local l = { service = s.name, supervisor = sock }
+    metric("takana_service_up", "gauge", "1 when the service is running (and ready).", l,
+      s.state == "running" and 1 or 0)
+    metric("takana_service_restarts_total", "counter", "Restarts of the service by its supervisor.", l,
+      s.restarts or 0)
+    metric("takana_service_oom_kills_total", "counter", "OOM kills in the service's cgroup.", l, s.oom_kills or 0)
+    local ex = s.last_exit
+    if ex and (ex.code or ex.signal) then
+      metric("takana_service_last_exit_code", "gauge", "Exit code of the last run (128 + signal when killed).",
+        l, ex.code or 128 + ex.signal)
+    end
+  end
+  return true
+end
+
+M.signum = signum
+M.cgroup_of_pid = cgroup_of_pid
+
+return M
