@@ -3,6 +3,7 @@
 #define TAKANA_PROCESS_H
 
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 /* Timeouts are accepted up to a year. poll and epoll_wait take an int of
@@ -27,6 +28,27 @@ int tk_pidfd_alive(int pidfd);                   /* 1, 0 or -errno */
  * -ETIMEDOUT when it ran out, -ECHILD for a process that is not our child. */
 int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out);
 
+/* One resource limit to set in the child (setrlimit). */
+struct tk_spawn_rlimit {
+	int resource;               /* RLIMIT_* */
+	struct rlimit lim;
+	const char *step;           /* "setrlimit nofile": a static string, for the message */
+};
+
+/* An extra descriptor for the child: source becomes target (>= 3). */
+struct tk_spawn_fd {
+	int target;
+	int source;
+};
+
+/* rlimit names as prlimit(1) spells them; NULL-terminated. */
+struct tk_rlimit_name {
+	const char *name;
+	int resource;
+	const char *step;
+};
+extern const struct tk_rlimit_name tk_rlimit_names[];
+
 struct tk_spawn_opts {
 	char *const *argv;          /* argv[0] is the program: a path, or a name searched in search_path */
 	char *const *envp;
@@ -38,6 +60,23 @@ struct tk_spawn_opts {
 	int setsid;
 	pid_t pgroup;               /* -1: none; 0: a new group led by the child; >0 join */
 	int force_posix_spawn;      /* for specs of the fallback */
+	/* Credentials and limits, applied in the child in this order:
+	 * rlimits, setgroups, setgid, setuid, pdeathsig, no_new_privs, umask,
+	 * chdir. The fallback (posix_spawn) cannot apply them: -EOPNOTSUPP. */
+	int set_groups;             /* setgroups(ngroups, groups) */
+	const gid_t *groups;
+	size_t ngroups;
+	int set_gid, set_uid;
+	gid_t gid;
+	uid_t uid;
+	int set_umask;
+	mode_t umask;
+	const struct tk_spawn_rlimit *rlimits;
+	size_t nrlimits;
+	int pdeathsig;              /* 0: none */
+	int no_new_privs;
+	const struct tk_spawn_fd *extra_fds;  /* sorted by target, targets distinct */
+	size_t nextra_fds;
 };
 
 struct tk_spawn_result {
@@ -52,5 +91,8 @@ struct tk_spawn_result {
  * cwd) are returned here, never left to a child exiting 127. -EOPNOTSUPP
  * when a cgroup is asked for and only the non-atomic fallback remains. */
 int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res);
+/* Whether o asks for what only the clone3 child applies (credentials,
+ * limits, extra fds): the posix_spawn fallback refuses those. */
+int tk_spawn_needs_clone3(const struct tk_spawn_opts *o);
 
 #endif
