@@ -36,6 +36,31 @@ int tk_push_error(lua_State *L, const char *ctx, int err);
 /* Raises "bad argument #i (no more than n arguments expected)" on extras. */
 void tk_check_nargs(lua_State *L, int max);
 
+/* The first member of every userdata that owns a descriptor
+ * (lua_handle.c). fd is the one to poll, -1 once closed. */
+struct tk_handle {
+	int fd;
+	const char *kind;        /* in messages: "pidfd", "event stream" */
+	const char *poll_events; /* cqueues' events(): "r", "w" or "p" */
+	/* Closes fd and frees the rest; NULL: close(fd) is all there is. */
+	void (*release)(lua_State *L, struct tk_handle *h);
+};
+
+/* Sets h closed (fd -1) with its class's constants. */
+void tk_handle_init(struct tk_handle *h, const char *kind, const char *poll_events,
+                    void (*release)(lua_State *L, struct tk_handle *h));
+/* The open handle of class mt at idx; raises "attempt to use a closed
+ * <kind>" once closed. */
+struct tk_handle *tk_handle_check(lua_State *L, int idx, const char *mt);
+/* Tells cqueues, when loaded, to drop fd before it is closed. */
+void tk_handle_forget_fd(lua_State *L, int fd);
+/* Creates metatable mt with close/__gc/__close, fileno/pollfd, events,
+ * timeout and __tostring, then methods (which may override those). index,
+ * when given, is __index with the methods table as upvalue 1; tostring,
+ * when given, replaces the default. Leaves the methods table on the stack. */
+void tk_handle_newclass(lua_State *L, const char *mt, const luaL_Reg *methods,
+                        lua_CFunction index, lua_CFunction tostring);
+
 /* Registrars, one per binding file. Each adds its functions to the module
  * table on the top of the stack. */
 void tk_snapshot_open(lua_State *L);

@@ -11,8 +11,8 @@
 #define READ_BATCH 65536
 
 struct levents {
+	struct tk_handle h; /* first: the handle base; h.fd is ev.fd */
 	struct tk_events ev;
-	int open;
 };
 
 static const char *const backend_names[] = { "bpf", "connector", "poll", NULL };
@@ -23,10 +23,13 @@ static const char *const type_names[TK_EV_TYPES] = {
 
 static struct levents *events_check(lua_State *L, int idx)
 {
-	struct levents *e = luaL_checkudata(L, idx, TK_EVENTS_MT);
-	if (!e->open)
-		luaL_argerror(L, idx, "events stream is closed");
-	return e;
+	return (struct levents *)tk_handle_check(L, idx, TK_EVENTS_MT);
+}
+
+static void events_release(lua_State *L, struct tk_handle *h)
+{
+	(void)L;
+	tk_events_close(&((struct levents *)h)->ev);
 }
 
 static void set_u64(lua_State *L, const char *key, uint64_t v)
@@ -129,6 +132,7 @@ static int l_events_open(lua_State *L)
 	luaL_argcheck(L, queue >= 0 && queue <= (1 << 24), 6, "queue must be 0..16777216 events");
 	e = lua_newuserdatauv(L, sizeof *e, 1);
 	memset(e, 0, sizeof *e);
+	tk_handle_init(&e->h, "event stream", "r", events_release);
 	e->ev.fd = -1;
 	e->ev.closed = 1;
 	luaL_setmetatable(L, TK_EVENTS_MT);
@@ -153,7 +157,7 @@ static int l_events_open(lua_State *L)
 		lua_pushinteger(L, -err);
 		return 3;
 	}
-	e->open = 1;
+	e->h.fd = e->ev.fd;
 	/* Its descriptors and ring are invisible to the collector: tell it,
 	 * as the snapshots do with their records. */
 	lua_gc(L, LUA_GCSTEP, stream_cost_kib(&e->ev, (size_t)buffer));
@@ -167,7 +171,7 @@ static int events_iter(lua_State *L)
 	const struct tk_event *ev;
 	struct tk_event copy;
 
-	if (!e->open)
+	if (e->h.fd < 0)
 		return 0;
 	ev = tk_events_next(&e->ev);
 	if (ev == NULL)
@@ -249,54 +253,11 @@ static int events_stats(lua_State *L)
 	return 1;
 }
 
-static int events_fileno(lua_State *L)
-{
-	struct levents *e = events_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushinteger(L, e->ev.fd);
-	return 1;
-}
-
-static int events_events(lua_State *L)
-{
-	events_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushliteral(L, "r");
-	return 1;
-}
-
-static int events_timeout(lua_State *L)
-{
-	events_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushnil(L);
-	return 1;
-}
-
-/* __gc and __close (which passes the error object too). */
-static int events_release(lua_State *L)
-{
-	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
-
-	if (e->open || !e->ev.closed)
-		tk_events_close(&e->ev);
-	e->open = 0;
-	return 0;
-}
-
-/*** Closes the stream; safe to call twice.
- * @function events:close */
-static int events_close(lua_State *L)
-{
-	tk_check_nargs(L, 1);
-	return events_release(L);
-}
-
 static int events_tostring(lua_State *L)
 {
 	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
 
-	if (e->open)
+	if (e->h.fd >= 0)
 		lua_pushfstring(L, "takana.Events (%s, fd %d)", backend_names[e->ev.backend], e->ev.fd);
 	else
 		lua_pushliteral(L, "takana.Events (closed)");
@@ -331,24 +292,10 @@ void tk_events_open_lib(lua_State *L)
 		{ "read", events_read },
 		{ "lost", events_lost },
 		{ "stats", events_stats },
-		{ "fileno", events_fileno },
-		{ "pollfd", events_fileno },
-		{ "events", events_events },
-		{ "timeout", events_timeout },
-		{ "close", events_close },
 		{ NULL, NULL },
 	};
 
-	luaL_newmetatable(L, TK_EVENTS_MT);
-	luaL_newlib(L, methods);
-	lua_pushcclosure(L, events_index, 1);
-	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, events_release);
-	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, events_release);
-	lua_setfield(L, -2, "__close");
-	lua_pushcfunction(L, events_tostring);
-	lua_setfield(L, -2, "__tostring");
+	tk_handle_newclass(L, TK_EVENTS_MT, methods, events_index, events_tostring);
 	lua_pop(L, 1);
 	lua_pushcfunction(L, l_events_open);
 	lua_setfield(L, -2, "events_open");

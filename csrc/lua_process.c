@@ -20,7 +20,7 @@
 #define CGROUP2_SUPER_MAGIC 0x63677270
 
 struct lpidfd {
-	int fd;           /* -1 once closed */
+	struct tk_handle h; /* first: the handle base (lua_handle.c) */
 	pid_t pid;
 	int reaped;       /* status below is final */
 	struct tk_exit status;
@@ -29,10 +29,7 @@ struct lpidfd {
 
 static struct lpidfd *pidfd_check(lua_State *L, int idx)
 {
-	struct lpidfd *p = luaL_checkudata(L, idx, TK_PIDFD_MT);
-	if (p->fd < 0)
-		luaL_error(L, "attempt to use a closed pidfd");
-	return p;
+	return (struct lpidfd *)tk_handle_check(L, idx, TK_PIDFD_MT);
 }
 
 /* Created closed, then filled: an allocation failure leaves nothing open. */
@@ -40,7 +37,7 @@ static struct lpidfd *pidfd_new(lua_State *L)
 {
 	struct lpidfd *p = lua_newuserdatauv(L, sizeof *p, 1);
 	memset(p, 0, sizeof *p);
-	p->fd = -1;
+	tk_handle_init(&p->h, "pidfd", "r", NULL);
 	luaL_setmetatable(L, TK_PIDFD_MT);
 	return p;
 }
@@ -107,7 +104,7 @@ static int l_pidfd(lua_State *L)
 		snprintf(ctx, sizeof ctx, "pidfd %d", (int)pid);
 		return tk_push_error(L, ctx, fd);
 	}
-	p->fd = fd;
+	p->h.fd = fd;
 	p->pid = (pid_t)pid;
 	p->mechanism = "pidfd_open";
 	return 1;
@@ -125,7 +122,7 @@ static int pidfd_signal(lua_State *L)
 	int r;
 
 	tk_check_nargs(L, 2);
-	r = tk_pidfd_signal(p->fd, sig);
+	r = tk_pidfd_signal(p->h.fd, sig);
 	if (r < 0)
 		return tk_push_error(L, "signal", r);
 	lua_pushboolean(L, 1);
@@ -141,7 +138,7 @@ static int pidfd_alive(lua_State *L)
 	int r;
 
 	tk_check_nargs(L, 1);
-	r = tk_pidfd_alive(p->fd);
+	r = tk_pidfd_alive(p->h.fd);
 	if (r < 0)
 		return tk_push_error(L, "alive", r);
 	lua_pushboolean(L, r);
@@ -182,7 +179,7 @@ static int pidfd_wait(lua_State *L)
 
 	tk_check_nargs(L, 2);
 	if (!p->reaped) {
-		r = tk_pidfd_wait(p->fd, timeout, &p->status);
+		r = tk_pidfd_wait(p->h.fd, timeout, &p->status);
 		if (r == -ETIMEDOUT) {
 			char secs[32];
 			snprintf(secs, sizeof secs, "%g", (double)timeout / 1000.0);
@@ -206,63 +203,13 @@ static int pidfd_wait(lua_State *L)
 	return 1;
 }
 
-/*** The descriptor, for event loops (readable once the process exits).
- * @function pidfd:fileno */
-static int pidfd_fileno(lua_State *L)
-{
-	struct lpidfd *p = pidfd_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushinteger(L, p->fd);
-	return 1;
-}
-
-/* cqueues' pollable protocol */
-static int pidfd_events(lua_State *L)
-{
-	pidfd_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushliteral(L, "r");
-	return 1;
-}
-
-static int pidfd_timeout(lua_State *L)
-{
-	pidfd_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushnil(L);
-	return 1;
-}
-
-/* __gc and __close (which Lua calls with the error object as a second
- * argument): safe to call twice. */
-static int pidfd_release(lua_State *L)
-{
-	struct lpidfd *p = luaL_checkudata(L, 1, TK_PIDFD_MT);
-
-	if (p->fd >= 0) {
-		close(p->fd);
-		p->fd = -1;
-	}
-	return 0;
-}
-
-/*** Closes the pidfd; safe to call twice. __gc and __close do the same.
- * Pipe ends of a spawned child are closed with it.
- * @function pidfd:close */
-static int pidfd_close(lua_State *L)
-{
-	luaL_checkudata(L, 1, TK_PIDFD_MT);
-	tk_check_nargs(L, 1);
-	return pidfd_release(L);
-}
-
 static int pidfd_tostring(lua_State *L)
 {
 	struct lpidfd *p = luaL_checkudata(L, 1, TK_PIDFD_MT);
-	if (p->fd < 0)
+	if (p->h.fd < 0)
 		lua_pushfstring(L, "takana.Pidfd (pid %d, closed)", (int)p->pid);
 	else
-		lua_pushfstring(L, "takana.Pidfd (pid %d, fd %d)", (int)p->pid, p->fd);
+		lua_pushfstring(L, "takana.Pidfd (pid %d, fd %d)", (int)p->pid, p->h.fd);
 	return 1;
 }
 
@@ -701,7 +648,7 @@ static int l_spawn(lua_State *L)
 		spawn_state_free(st);
 		return tk_push_error(L, ctx, r);
 	}
-	p->fd = res.pidfd;
+	p->h.fd = res.pidfd;
 	p->pid = res.pid;
 	p->mechanism = res.mechanism;
 
@@ -794,11 +741,6 @@ void tk_process_open(lua_State *L)
 		{ "signal", pidfd_signal },
 		{ "alive", pidfd_alive },
 		{ "wait", pidfd_wait },
-		{ "fileno", pidfd_fileno },
-		{ "pollfd", pidfd_fileno },
-		{ "events", pidfd_events },
-		{ "timeout", pidfd_timeout },
-		{ "close", pidfd_close },
 		{ NULL, NULL },
 	};
 	static const luaL_Reg funcs[] = {
@@ -808,16 +750,7 @@ void tk_process_open(lua_State *L)
 		{ NULL, NULL },
 	};
 
-	luaL_newmetatable(L, TK_PIDFD_MT);
-	luaL_newlib(L, methods);
-	lua_pushcclosure(L, pidfd_index, 1);
-	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, pidfd_release);
-	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, pidfd_release);
-	lua_setfield(L, -2, "__close");
-	lua_pushcfunction(L, pidfd_tostring);
-	lua_setfield(L, -2, "__tostring");
+	tk_handle_newclass(L, TK_PIDFD_MT, methods, pidfd_index, pidfd_tostring);
 	lua_pop(L, 1);
 	luaL_setfuncs(L, funcs, 0);
 }

@@ -150,7 +150,7 @@ for _, backend in ipairs { "bpf", "connector" } do
       ev:close()
       local ok, err = pcall(ev.lost, ev)
       assert.is_false(ok)
-      assert.matches("events stream is closed", err)
+      assert.matches("attempt to use a closed event stream", err)
     end)
   end)
 end
@@ -287,7 +287,7 @@ describe("takana.events backend choice", function()
     assert.equal("takana.Events (closed)", tostring(ev))
     local ok, err = pcall(ev.read, ev)
     assert.is_false(ok)
-    assert.matches("events stream is closed", err)
+    assert.matches("attempt to use a closed event stream", err)
     do
       local ev2 <close> = assert(takana.events { backend = "poll" })
       assert.is_number(ev2:fileno())

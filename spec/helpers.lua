@@ -125,6 +125,11 @@ function H.count_fds()
   return n
 end
 
+-- Whether descriptor fd is open in this process.
+function H.fd_open(fd)
+  return require("luv").fs_readlink("/proc/" .. H.pid .. "/fd/" .. fd) ~= nil
+end
+
 -- A snapshot from a BPF tier, or nil and the reason when this kernel or
 -- user cannot have one: a kernel too old for the tier, no BTF, no
 -- privilege, a BPF=0 build, a foreign pid namespace. Any other failure
