@@ -5,6 +5,7 @@
 
 #include <lua.h>
 #include <lauxlib.h>
+#include <sys/types.h>
 
 #include "core.h"
 
@@ -23,6 +24,7 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_PIDFD_MT "takana.Pidfd"
 #define TK_CGROUP_MT "takana.Cgroup"
 #define TK_EVENTS_MT "takana.Events"
+#define TK_PIPE_MT "takana.Pipe"
 
 /* A kernel counter as a Lua integer, saturating rather than wrapping. */
 static inline lua_Integer tk_u64_int(uint64_t v)
@@ -71,5 +73,22 @@ void tk_events_open_lib(lua_State *L);
  * it is none or closed. */
 int tk_cgroup_dirfd(lua_State *L, int idx);
 void tk_file_open(lua_State *L);
+void tk_spawn_open(lua_State *L);
+void tk_pipe_open(lua_State *L);
+
+/* lua_process.c, for lua_spawn.c: a closed pidfd object pushed, then
+ * filled once the child exists (an allocation failure leaves no child
+ * without an owner). */
+void tk_pidfd_new(lua_State *L);
+void tk_pidfd_fill(lua_State *L, int idx, int fd, pid_t pid, const char *mechanism);
+/* A signal number from the number or name ("TERM", "SIGTERM") at idx, or
+ * -1; raises nothing. */
+int tk_signal_from(lua_State *L, int idx);
+/* Seconds at idx (nil: -1, forever) as milliseconds; raises outside
+ * 0..1 year. */
+int64_t tk_timeout_ms_check(lua_State *L, int idx);
+/* lua_pipe.c: a closed pipe object pushed (writable: a child's stdin);
+ * the caller stores the fd in the returned handle, which owns it. */
+struct tk_handle *tk_pipe_new(lua_State *L, int writable);
 
 #endif

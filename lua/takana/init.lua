@@ -104,19 +104,34 @@ M.pidfd = core.pidfd
 
 --- Starts a program; see README "pidfd + spawn".
 -- `t = {prog, args..., env=, cwd=, cgroup=, stdin=, stdout=, stderr=,
--- setsid=, pgroup=, cgroup_fallback=}`. `prog` without '/' is searched in PATH.
--- stdin/stdout/stderr: "inherit" (default), "null", "pipe", an fd or a file.
+-- setsid=, pgroup=, cgroup_fallback=, user=, group=, groups=, umask=,
+-- rlimits=, pdeathsig=, no_new_privs=, fds=}`. `prog` without '/' is searched
+-- in PATH. stdin/stdout/stderr: "inherit" (default), "null", "pipe", an fd,
+-- a file or an object with `:fileno()`. `env`: `{"K=v", ...}` or `{K = "v"}`
+-- replaces the environment; `{add = {K = "v"}, remove = {"K2"}}` edits the
+-- inherited one. `user`/`group`: name or id (`groups` defaults to the user's
+-- supplementary groups); `umask`: 0..0o777; `rlimits = {nofile = n |
+-- {soft, hard} | "unlimited", ...}` (prlimit's names); `pdeathsig`: a signal
+-- for the child when this thread exits; `no_new_privs`: true; `fds =
+-- {[3] = f, ...}`: more descriptors for the child (fd, file or `:fileno()`).
+-- All are applied in the child before exec, and a failure is returned here.
 -- @function spawn
 -- @tparam table t
 -- @treturn[1] pidfd the child, with `.pid`, `.mechanism` ("clone3" or
---   "posix_spawn"), and `.stdin`/`.stdout`/`.stderr` files for "pipe"
--- @treturn[2] nil, "spawn prog: message", errno (exec errors included)
+--   "posix_spawn"), and `.stdin`/`.stdout`/`.stderr` non-blocking pipe
+--   objects for "pipe" (their own owners: closing the child keeps them open)
+-- @treturn[2] nil, "spawn prog: step: message", errno (exec errors included)
+local spawn_options = {
+  env = 1, cwd = 1, cgroup = 1, stdin = 1, stdout = 1, stderr = 1, setsid = 1, pgroup = 1,
+  cgroup_fallback = 1, user = 1, group = 1, groups = 1, umask = 1, rlimits = 1, pdeathsig = 1,
+  no_new_privs = 1, fds = 1,
+}
+
 function M.spawn(t, ...)
   if type(t) ~= "table" then argerror("spawn", 1, "table expected, got " .. type(t)) end
   if select("#", ...) > 0 then argerror("spawn", 2, "no more than 1 argument expected") end
   for k in pairs(t) do
-    if math.type(k) ~= "integer" and not ({ env = 1, cwd = 1, cgroup = 1, stdin = 1, stdout = 1,
-        stderr = 1, setsid = 1, pgroup = 1, cgroup_fallback = 1 })[k] then
+    if math.type(k) ~= "integer" and not spawn_options[k] then
       argerror("spawn", 1, "unknown option '" .. tostring(k) .. "'")
     end
   end
@@ -138,7 +153,8 @@ function M.spawn(t, ...)
 end
 
 --- Waits until at least one object is readable (a pidfd whose process
--- exited, a pipe with data...). For scripts without an event loop.
+-- exited, a pipe with data...) or, for an object whose `events()` is "w"
+-- (a child's stdin pipe), writable. For scripts without an event loop.
 -- @tparam {object,...} objects anything with `:fileno()`
 -- @number[opt] timeout seconds, 0 to 1 year (longer raises; waits past
 --   epoll's 24.8 days go in slices); nil waits forever
@@ -162,9 +178,10 @@ function M.poll(objects, timeout, ...)
       argerror("poll", 1, ("object #%d has no usable fileno()%s"):format(i, ok and "" or ": " .. tostring(fd)))
     end
     fds[i] = fd
-    -- cgroup handles signal changes as priority data ("p"), not as input.
+    -- cgroup handles signal changes as priority data ("p"), not as input;
+    -- a child's stdin pipe is ready when writable ("w").
     local ok2, ev = pcall(function() return o:events() end)
-    pri[i] = ok2 and ev == "p"
+    pri[i] = ok2 and (ev == "p" or (ev == "w" and "w"))
   end
   local idx, err, errno = core.poll_fds(fds, timeout, pri)
   if not idx then return nil, err, errno end
