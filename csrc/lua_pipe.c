@@ -104,19 +104,36 @@ static void buf_take(lua_State *L, struct lpipe *p, size_t n, size_t skip)
 
 /*** Reads what the child has written so far, without blocking.
  * @function pipe:read
- * @int[opt=65536] max bytes at most (1..2^30)
+ * @tparam[opt=65536] int|string max bytes at most (1..2^30), or "a"/"l"
  * @treturn[1] string what is there now; "" when nothing is there yet (poll
  *   the pipe, then read again)
  * @treturn[2] nil at end of file (the child closed its end and all was read)
  * @treturn[3] nil, "read: message", errno */
+static int pipe_read_line(lua_State *L);
+static int pipe_read_all(lua_State *L);
+
 static int pipe_read(lua_State *L)
 {
 	struct lpipe *p = pipe_check(L, 1, 0);
-	lua_Integer max = luaL_optinteger(L, 2, (lua_Integer)PIPE_CHUNK);
+	lua_Integer max;
 	luaL_Buffer b;
 	ssize_t n;
 	char *out;
 
+	/* io's formats, for scripts written when this was a FILE*: the
+	 * blocking forms, spelled out. */
+	if (lua_type(L, 2) == LUA_TSTRING) {
+		const char *fmt = lua_tostring(L, 2);
+		tk_check_nargs(L, 2);
+		if (*fmt == '*')
+			fmt++;
+		if (strcmp(fmt, "a") == 0 || strcmp(fmt, "l") == 0) {
+			lua_settop(L, 1);
+			return *fmt == 'a' ? pipe_read_all(L) : pipe_read_line(L);
+		}
+		return luaL_argerror(L, 2, "max bytes, \"a\" or \"l\" expected");
+	}
+	max = luaL_optinteger(L, 2, (lua_Integer)PIPE_CHUNK);
 	luaL_argcheck(L, max >= 1 && max <= PIPE_READ_MAX, 2, "max must be 1..2^30 bytes");
 	tk_check_nargs(L, 2);
 	if (p->len > 0) {

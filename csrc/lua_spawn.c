@@ -585,14 +585,17 @@ static void rlimits_option(lua_State *L, struct spawn_state *st)
 	/* Every key was one of the names: the count matches. */
 	if (n != table_count(L, t)) {
 		for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
+			size_t klen = 0;
+			const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &klen) : NULL;
 			int known = 0;
-			for (const struct tk_rlimit_name *r = tk_rlimit_names; r->name && !known; r++)
-				known = lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), r->name) == 0;
+			for (const struct tk_rlimit_name *r = tk_rlimit_names; r->name && k && !known; r++)
+				known = klen == strlen(r->name) && memcmp(k, r->name, klen) == 0;
 			if (!known)
 				spawn_error(L, "option 'rlimits': unknown limit '%s' (as, core, cpu, data, fsize, "
 				            "locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, rttime, "
 				            "sigpending, stack)", luaL_tolstring(L, -2, NULL));
 		}
+		spawn_error(L, "option 'rlimits': changed while it was read");
 	}
 	st->o.rlimits = st->rlimits;
 	st->o.nrlimits = n;
