@@ -908,9 +908,6 @@ static void spawn_error_context(struct spawn_state *st, const struct tk_spawn_re
 		snprintf(ctx, len, "spawn %s: clone3 unavailable, a cgroup cannot be "
 		         "entered atomically (pass cgroup_fallback='attach' to move it after start)",
 		         prog);
-	else if (r == -EOPNOTSUPP && tk_spawn_needs_clone3(&st->o))
-		snprintf(ctx, len, "spawn %s: clone3 unavailable, and posix_spawn cannot apply user, "
-		         "group, groups, umask, rlimits, pdeathsig, no_new_privs or fds", prog);
 }
 
 /* Every option but argv, in an order where a failure that returns (not

@@ -150,6 +150,7 @@ struct child_ctx {
 	sigset_t mask;
 	pid_t parent;              /* for the pdeathsig check */
 	int *moved;                /* scratch: 3 + nextra_fds, allocated by the parent */
+	int reset_handlers;        /* no CLONE_CLEAR_SIGHAND: reset handled signals too */
 	volatile int err;          /* written by the child before _exit */
 	const char *volatile step; /* what failed, for the message */
 };
@@ -302,7 +303,8 @@ static int child_main(void *arg)
 		struct sigaction sa;
 		if (sig == SIGKILL || sig == SIGSTOP)
 			continue;
-		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) {
+		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL &&
+		    (sa.sa_handler == SIG_IGN || c->reset_handlers)) {
 			sa.sa_handler = SIG_DFL;
 			sa.sa_flags = 0;
 			sigaction(sig, &sa, NULL);
@@ -381,6 +383,51 @@ static int spawn_clone3(const struct tk_spawn_opts *o, struct child_ctx *c,
 #endif
 }
 
+/* clone(2) for where clone3 is refused (Docker's default seccomp profile
+ * answers ENOSYS) and the options need child_main: the same child, minus
+ * CLONE_CLEAR_SIGHAND and CLONE_INTO_CGROUP, which clone(2) lacks. The
+ * child resets every handler itself (signals are blocked until then), as
+ * glibc's posix_spawn does. */
+static int spawn_clone(struct child_ctx *c, pid_t *pid, int *pidfd)
+{
+	char *stack = malloc(CHILD_STACK);
+	int r;
+
+	if (stack == NULL)
+		return -ENOMEM;
+	c->reset_handlers = 1;
+	r = clone(child_main, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+	          c, pidfd);
+	r = r < 0 ? -errno : r;
+	free(stack);
+	if (r < 0)
+		return r;
+	*pid = (pid_t)r;
+	return 0;
+}
+
+/* Only with cgroup_fallback = "attach": a move after the fact, for the
+ * paths without CLONE_INTO_CGROUP. On failure the child is killed and
+ * reaped, and its pidfd closed. */
+static int attach_after(const struct tk_spawn_opts *o, pid_t pid, int pidfd)
+{
+	int procs = openat(o->cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	char num[16];
+	int len = snprintf(num, sizeof num, "%d", (int)pid);
+
+	if (procs < 0 || write(procs, num, (size_t)len) != len) {
+		int e = errno;
+		if (procs >= 0)
+			close(procs);
+		tk_pidfd_signal(pidfd, SIGKILL);
+		waitpid(pid, NULL, 0);
+		close(pidfd);
+		return -e;
+	}
+	close(procs);
+	return 0;
+}
+
 /* posix_spawn + pidfd_open: for kernels or sandboxes without clone3. The
  * pid is ours (an unreaped child) until we wait, so pidfd_open cannot race
  * with pid reuse here. */
@@ -439,35 +486,56 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 		waitpid(*pid, NULL, 0);
 		return e;
 	}
-	if (o->cgroup_fd >= 0) {
-		/* Only with cgroup_fallback = "attach": a move after the fact. */
-		int procs = openat(o->cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-		char num[16];
-		int len = snprintf(num, sizeof num, "%d", (int)*pid);
-		if (procs < 0 || write(procs, num, (size_t)len) != len) {
-			int e = errno;
-			if (procs >= 0)
-				close(procs);
-			tk_pidfd_signal(*pidfd, SIGKILL);
-			waitpid(*pid, NULL, 0);
-			close(*pidfd);
-			return -e;
-		}
-		close(procs);
-	}
-	return 0;
+	return o->cgroup_fd >= 0 ? attach_after(o, *pid, *pidfd) : 0;
 }
 
-int tk_spawn_needs_clone3(const struct tk_spawn_opts *o)
+int tk_spawn_needs_child(const struct tk_spawn_opts *o)
 {
 	return o->set_groups || o->set_gid || o->set_uid || o->set_umask || o->nrlimits > 0 ||
 	       o->pdeathsig > 0 || o->no_new_privs || o->nextra_fds > 0;
 }
 
-int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res)
+/* Runs child_main through clone3 (legacy: clone) and collects what it
+ * reported. 0 with pid and pidfd in res, or -errno. */
+static int spawn_child(const struct tk_spawn_opts *o, struct tk_spawn_result *res, int legacy)
 {
 	struct child_ctx c;
 	sigset_t all;
+	pid_t pid = -1;
+	int pidfd = -1, r;
+
+	memset(&c, 0, sizeof c);
+	c.o = o;
+	c.parent = getpid();
+	c.moved = calloc(3 + o->nextra_fds, sizeof *c.moved);
+	if (c.moved == NULL)
+		return -ENOMEM;
+	/* No handler may run in the child before CLONE_CLEAR_SIGHAND and
+	 * exec take effect: block everything around the clone. */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &c.mask);
+	r = legacy ? spawn_clone(&c, &pid, &pidfd) : spawn_clone3(o, &c, &pid, &pidfd);
+	sigprocmask(SIG_SETMASK, &c.mask, NULL);
+	free(c.moved);
+	if (r < 0)
+		return r;
+	if (c.err != 0) {
+		/* The child wrote its errno and exited 127: reap it. */
+		waitpid(pid, NULL, 0);
+		close(pidfd);
+		res->exec_failed = 1;
+		res->failed_step = c.step;
+		return -c.err;
+	}
+	if (legacy && o->cgroup_fd >= 0 && (r = attach_after(o, pid, pidfd)) < 0)
+		return r;
+	res->pid = pid;
+	res->pidfd = pidfd;
+	return 0;
+}
+
+int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res)
+{
 	pid_t pid = -1;
 	int pidfd = -1, r;
 
@@ -477,41 +545,18 @@ int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res)
 	res->exec_failed = 0;
 	res->failed_step = NULL;
 	if (!o->force_posix_spawn) {
-		memset(&c, 0, sizeof c);
-		c.o = o;
-		c.parent = getpid();
-		c.moved = calloc(3 + o->nextra_fds, sizeof *c.moved);
-		if (c.moved == NULL)
-			return -ENOMEM;
-		/* No handler may run in the child before CLONE_CLEAR_SIGHAND and
-		 * exec take effect: block everything around the clone. */
-		sigfillset(&all);
-		sigprocmask(SIG_SETMASK, &all, &c.mask);
-		r = spawn_clone3(o, &c, &pid, &pidfd);
-		sigprocmask(SIG_SETMASK, &c.mask, NULL);
-		free(c.moved);
-		if (r == 0) {
-			if (c.err != 0) {
-				/* The child wrote its errno and exited 127: reap it. */
-				waitpid(pid, NULL, 0);
-				close(pidfd);
-				res->exec_failed = 1;
-				res->failed_step = c.step;
-				return -c.err;
-			}
-			res->pid = pid;
-			res->pidfd = pidfd;
-			return 0;
-		}
-		if (r != -ENOSYS && r != -E2BIG && r != -EPERM)
+		r = spawn_child(o, res, 0);
+		if (r == 0 || res->exec_failed || (r != -ENOSYS && r != -E2BIG && r != -EPERM))
 			return r;
-		/* clone3 missing or refused (seccomp): the portable path. */
+		/* clone3 missing or refused (seccomp): the portable paths. */
 	}
 	if (o->cgroup_fd >= 0 && !o->cgroup_attach_fallback)
 		return -EOPNOTSUPP;
+	if (tk_spawn_needs_child(o)) {
+		res->mechanism = "clone";
+		return spawn_child(o, res, 1);
+	}
 	res->mechanism = "posix_spawn";
-	if (tk_spawn_needs_clone3(o))
-		return -EOPNOTSUPP;
 	r = spawn_posix(o, &pid, &pidfd);
 	if (r < 0) {
 		res->exec_failed = 1;

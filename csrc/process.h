@@ -62,7 +62,7 @@ struct tk_spawn_opts {
 	int force_posix_spawn;      /* for specs of the fallback */
 	/* Credentials and limits, applied in the child in this order:
 	 * rlimits, setgroups, setgid, setuid, pdeathsig, no_new_privs, umask,
-	 * chdir. The fallback (posix_spawn) cannot apply them: -EOPNOTSUPP. */
+	 * chdir. Without clone3 they go through clone(2), not posix_spawn. */
 	int set_groups;             /* setgroups(ngroups, groups) */
 	const gid_t *groups;
 	size_t ngroups;
@@ -82,7 +82,7 @@ struct tk_spawn_opts {
 struct tk_spawn_result {
 	pid_t pid;
 	int pidfd;
-	const char *mechanism;      /* "clone3" or "posix_spawn" */
+	const char *mechanism;      /* "clone3", "clone" or "posix_spawn" */
 	int exec_failed;            /* the error came from the child, not the clone */
 	const char *failed_step;    /* "chdir", "setsid", ... or NULL for exec itself */
 };
@@ -91,8 +91,9 @@ struct tk_spawn_result {
  * cwd) are returned here, never left to a child exiting 127. -EOPNOTSUPP
  * when a cgroup is asked for and only the non-atomic fallback remains. */
 int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res);
-/* Whether o asks for what only the clone3 child applies (credentials,
- * limits, extra fds): the posix_spawn fallback refuses those. */
-int tk_spawn_needs_clone3(const struct tk_spawn_opts *o);
+/* Whether o asks for what only takana's own child applies (credentials,
+ * limits, extra fds): without clone3 that child then runs through clone(2)
+ * (mechanism "clone") instead of posix_spawn. */
+int tk_spawn_needs_child(const struct tk_spawn_opts *o);
 
 #endif

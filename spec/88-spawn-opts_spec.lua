@@ -226,17 +226,42 @@ describe("takana.spawn umask, rlimits, no_new_privs", function()
     raises({ "true", no_new_privs = "yes" }, "option 'no_new_privs': boolean expected")
   end)
 
-  it("the posix_spawn fallback refuses these options rather than dropping them", function()
-    for _, opt in ipairs { { umask = 0 }, { rlimits = { core = 0 } }, { no_new_privs = true },
-                           { pdeathsig = "KILL" }, { fds = { [3] = 0 } }, { group = 0 } } do
-      local argv = { "true", _fallback = true }
-      for k, v in pairs(opt) do argv[k] = v end
-      local c, err, errno = core.spawn(argv)
-      assert.is_nil(c)
-      assert.equal("spawn true: clone3 unavailable, and posix_spawn cannot apply user, group, " ..
-        "groups, umask, rlimits, pdeathsig, no_new_privs or fds: Operation not supported", err)
-      assert.equal(EOPNOTSUPP, errno)
-    end
+  it("without clone3 they are applied through clone(2), not dropped by posix_spawn", function()
+    local f = io.tmpfile()
+    local c = assert(core.spawn { "sh", "-c", "umask; ulimit -n; grep NoNewPrivs /proc/self/status; " ..
+      "trap - INT; kill -INT $$; echo not reached", stdout = "pipe", fds = { [3] = f },
+      umask = 18, rlimits = { nofile = 64 }, no_new_privs = true, pdeathsig = "KILL", _fallback = true })
+    assert.equal("clone", c.mechanism)
+    assert.equal("0022\n64\nNoNewPrivs:\t1\n", c.stdout:read_all(30))
+    assert.same({ signaled = true, signal = 2, core = false }, c:wait(30))
+    f:close()
+    -- a step that fails comes back the same way
+    local nr_open = tonumber(H.read("/proc/sys/fs/nr_open"))
+    assert.same({ nil, "spawn true: setrlimit nofile: Operation not permitted", EPERM },
+      { core.spawn { "true", rlimits = { nofile = nr_open + 1 }, _fallback = true } })
+    assert.same({ nil, "spawn /nonexistent: No such file or directory", 2 },
+      { core.spawn { "/nonexistent", umask = 0, _fallback = true } })
+    -- and plain spawns still take posix_spawn
+    local p = assert(core.spawn { "true", _fallback = true })
+    assert.equal("posix_spawn", p.mechanism)
+    p:wait()
+  end)
+
+  it("without clone3, a cgroup is entered after the start only when asked", function()
+    local path = H.test_cgroup_path()
+    if not path then pending("needs root and a cgroup2 mount") return end
+    finally(function() H.cgroup_cleanup(path) end)
+    local c, err, errno = core.spawn { "true", cgroup = path, umask = 0, _fallback = true }
+    assert.is_nil(c)
+    assert.matches("cannot be entered atomically", err)
+    assert.equal(EOPNOTSUPP, errno)
+    local d = assert(core.spawn { "sleep", "30", cgroup = path, cgroup_fallback = "attach",
+                                  umask = 0, _fallback = true })
+    local out = H.read("/proc/" .. d.pid .. "/cgroup")
+    d:signal("KILL")
+    d:wait()
+    assert.equal("clone", d.mechanism)
+    assert.truthy(out:find("0::" .. path:sub(#H.cgroup2_mount() + 1) .. "\n", 1, true), out)
   end)
 end)
 
