@@ -39,7 +39,8 @@ struct tk_recbuf {
 
 struct tk_record *tk_recbuf_push(struct tk_recbuf *rb);   /* NULL on ENOMEM */
 void tk_recbuf_free(struct tk_recbuf *rb);
-/* Sorts by pid and drops duplicate pids (keeping the first seen). */
+/* Sorts by pid and drops duplicate pids; which duplicate stays is
+ * unspecified (qsort is not stable). */
 void tk_recbuf_sort(struct tk_recbuf *rb);
 /* Inserts in pid order unless the pid is there already. Requires a sorted
  * buffer; linear, for the odd record added after a sort. */

@@ -1,6 +1,11 @@
 /* Lua binding of cgroup handles: the directory fd, kept fds on the files
  * cg:stat() reads, raw read/write, mkdir and rmdir. Policy (diagnosis,
  * verification, lifecycle loops) lives in lua/takana/cgroup.lua. */
+
+/***
+ * cgroup handles, from C.
+ * @module takana.cgroup
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

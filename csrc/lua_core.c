@@ -1,5 +1,6 @@
 /* luaopen_takana_core: the only exported symbol. Each concern registers its
  * functions from its own lua_*.c file. */
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -33,6 +34,30 @@ static int l_monotime(lua_State *L)
 	return 1;
 }
 
+/* core.errno: the constants the third return value is compared with, so
+ * Lua code and specs name them instead of writing numbers. */
+static void errno_open(lua_State *L)
+{
+#define E(name) { #name, name }
+	static const struct { const char *name; int value; } codes[] = {
+		E(EPERM), E(ENOENT), E(ESRCH), E(EINTR), E(EIO), E(ENXIO), E(E2BIG),
+		E(ENOEXEC), E(EBADF), E(ECHILD), E(EAGAIN), E(ENOMEM), E(EACCES),
+		E(EFAULT), E(EBUSY), E(EEXIST), E(EXDEV), E(ENODEV), E(ENOTDIR),
+		E(EISDIR), E(EINVAL), E(ENFILE), E(EMFILE), E(ENOSPC), E(ESPIPE),
+		E(EROFS), E(EPIPE), E(ERANGE), E(EDEADLK), E(ENAMETOOLONG), E(ENOSYS),
+		E(ENOTEMPTY), E(ELOOP), E(ENODATA), E(EBADMSG), E(EOVERFLOW),
+		E(EOPNOTSUPP), E(ENOBUFS), E(ENOTCONN), E(ECONNREFUSED), E(ETIMEDOUT),
+		E(ESTALE), E(ECANCELED), E(EPROTO), E(EADDRINUSE),
+	};
+#undef E
+	lua_createtable(L, 0, (int)(sizeof codes / sizeof codes[0]));
+	for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+		lua_pushinteger(L, codes[i].value);
+		lua_setfield(L, -2, codes[i].name);
+	}
+	lua_setfield(L, -2, "errno");
+}
+
 __attribute__((visibility("default"))) int luaopen_takana_core(lua_State *L);
 
 int luaopen_takana_core(lua_State *L)
@@ -42,6 +67,7 @@ int luaopen_takana_core(lua_State *L)
 	lua_setfield(L, -2, "_VERSION");
 	lua_pushcfunction(L, l_monotime);
 	lua_setfield(L, -2, "monotime");
+	errno_open(L);
 	tk_snapshot_open(L);
 	tk_process_open(L);
 	tk_cgroup_open(L);

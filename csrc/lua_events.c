@@ -1,5 +1,10 @@
 /* Lua binding of process event streams: core.events_open() returns a
  * "takana.Events" userdata; events become tables only when read. */
+
+/***
+ * Event streams, from C.
+ * @module takana
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

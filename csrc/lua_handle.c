@@ -2,6 +2,11 @@
  * stream, and what comes after): one close that serves close, __gc and
  * __close, and the poll protocol of takana.poll, cqueues and luv. Each class
  * keeps only what is its own. */
+
+/***
+ * What every descriptor-owning object shares.
+ * @module takana
+ */
 #include <string.h>
 #include <unistd.h>
 
@@ -92,8 +97,10 @@ static struct tk_handle *handle_self(lua_State *L)
 }
 
 /*** The descriptor to poll: readable (or, for a cgroup, POLLPRI) when the
- * object has something to say. `pollfd` is the same, for cqueues.
+ * object has something to say.
  * @function handle:fileno */
+/*** The same as `fileno()`, by the name cqueues looks for.
+ * @function handle:pollfd */
 static int handle_fileno(lua_State *L)
 {
 	struct tk_handle *h = handle_self(L);
@@ -103,7 +110,10 @@ static int handle_fileno(lua_State *L)
 	return 1;
 }
 
-/* cqueues' pollable protocol: events() names the condition, timeout() none. */
+/*** What to wait for on `fileno()`, in cqueues' words: "r" (readable) or
+ * "p" (priority: a cgroup's cgroup.events). With luv, start a `uv.new_poll`
+ * with the same letter: `poll:start("p", cb)` for a cgroup.
+ * @function handle:events */
 static int handle_events(lua_State *L)
 {
 	struct tk_handle *h = handle_self(L);
@@ -113,6 +123,8 @@ static int handle_events(lua_State *L)
 	return 1;
 }
 
+/*** nil: the object sets no deadline of its own (cqueues' protocol).
+ * @function handle:timeout */
 static int handle_timeout(lua_State *L)
 {
 	handle_self(L);

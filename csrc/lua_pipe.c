@@ -10,6 +10,10 @@
  *                last line stays buffered until its end arrives or EOF;
  *   write(s)     bytes written (maybe fewer than #s), or nil, msg, EAGAIN
  *                when the pipe is full; never SIGPIPE. */
+/***
+ * Pipe objects of spawned children, from C.
+ * @module takana
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>

@@ -1,6 +1,11 @@
 /* Lua binding of pidfds and poll. A spawned child (lua_spawn.c) is a pidfd
  * object whose user value holds its pipe objects (lua_pipe.c); they are
  * owners of their own, so closing the child does not close them. */
+
+/***
+ * pidfds, from C.
+ * @module takana
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -113,7 +118,7 @@ static int signal_check(lua_State *L, int idx)
 	return luaL_argerror(L, idx, lua_pushfstring(L, "unknown signal name '%s'", lua_tostring(L, idx)));
 }
 
-/*** Opens a pidfd on a process.
+/* Opens a pidfd on a process.
  * @function pidfd
  * @int pid
  * @treturn[1] pidfd

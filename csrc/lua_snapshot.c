@@ -1,6 +1,11 @@
 /* Lua binding of snapshots: one userdata holding every record, record
  * views that read fields straight from it, and the delta between two
  * snapshots. Tables are only built when the caller asks for them. */
+
+/***
+ * Snapshots and records, from C.
+ * @module takana
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -375,7 +380,7 @@ static uint64_t sub_floor(uint64_t a, uint64_t b)
 	return a > b ? a - b : 0;
 }
 
-/*** CPU used by each process between two snapshots.
+/* CPU used by each process between two snapshots.
  * @function delta
  * @tparam snapshot old
  * @tparam snapshot new
@@ -643,7 +648,7 @@ static int l_snapshot_from_stat(lua_State *L)
 	return 1;
 }
 
-/*** Open descriptors of the /proc fd cache: this state's snapshots' (`fds`),
+/* Open descriptors of the /proc fd cache: this state's snapshots' (`fds`),
  * every /proc reader's in the process together, poll event streams
  * included (`process_fds`), and the budget they share (`limit`).
  * @function proc_cache_info
@@ -663,7 +668,7 @@ static int l_proc_cache_info(lua_State *L)
 	return 1;
 }
 
-/*** Closes every cached /proc descriptor; the next snapshot reopens them.
+/* Closes every cached /proc descriptor; the next snapshot reopens them.
  * @function proc_cache_close */
 static int l_proc_cache_close(lua_State *L)
 {

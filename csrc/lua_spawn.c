@@ -7,6 +7,10 @@
  * in its number, so no pointer into a Lua string and no caller's fd may
  * outlive the option read that produced it. Nested option tables (env,
  * rlimits, groups, fds) are read raw. */
+/***
+ * spawn, from C.
+ * @module takana
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -948,14 +952,38 @@ static int spawn_options(lua_State *L, struct spawn_state *st, int io_idx)
 
 /*** Starts a program: clone3 + CLONE_VFORK on a small stack, straight into
  * a cgroup when asked; every option is applied in the child before exec,
- * and its failure (or exec's) is returned here.
+ * and its failure (or exec's) is returned here, never left to a child that
+ * exits 127. `prog` without '/' is searched in the caller's PATH.
+ *
+ * - `stdin`/`stdout`/`stderr`: "inherit" (default), "null", "pipe" (a
+ *   non-blocking pipe object), an fd, a Lua file or an object with `:fileno()`.
+ * - `env`: `{"K=v", ...}` or `{K = "v"}` replaces the environment;
+ *   `{add = {K = "v"}, remove = {"K2"}}` edits the inherited one (the added
+ *   names come last, sorted).
+ * - `user` (name or uid), `group` (name or gid), `groups` (names or gids;
+ *   default with `user`: that user's supplementary groups, as initgroups):
+ *   set in the child with setgroups, setgid, setuid in that order.
+ * - `umask` (0..0o777), `rlimits = {nofile = n | {soft, hard} | "unlimited"
+ *   | math.huge, ...}` (prlimit's names: as core cpu data fsize locks memlock
+ *   msgqueue nice nofile nproc rss rtprio rttime sigpending stack; one number
+ *   sets both), `pdeathsig` (a signal name or number, sent when the thread
+ *   that spawned exits), `no_new_privs = true`.
+ * - `fds = {[3] = f, ...}`: more descriptors (fd, file or `:fileno()`) at
+ *   the numbers 3..65535; every other descriptor is closed in the child.
+ * - `setsid`, `pgroup` (true: a new group; or a pgid), `cgroup` (path or
+ *   handle), `cgroup_fallback` ("attach" to move the child after the start
+ *   where clone3 is unavailable).
  * @function spawn
  * @tparam table t `{prog, arg1, ..., env=, cwd=, cgroup=, stdin=, stdout=,
  *   stderr=, setsid=, pgroup=, cgroup_fallback=, user=, group=, groups=,
  *   umask=, rlimits=, pdeathsig=, no_new_privs=, fds=}`
- * @treturn[1] pidfd the child, with `.pid`, `.mechanism`, and `.stdin` /
- *   `.stdout` / `.stderr` pipe objects for "pipe"
- * @treturn[2] nil, "spawn prog: step: message", errno */
+ * @treturn[1] pidfd the child, with `.pid`, `.mechanism` ("clone3";
+ *   "clone" or "posix_spawn" where clone3 is refused), and `.stdin` /
+ *   `.stdout` / `.stderr` pipe objects for "pipe": their own owners, so
+ *   closing the child leaves them open
+ * @treturn[2] nil, "spawn prog: step: message", errno (step: "setuid",
+ *   "setrlimit nofile", "chdir /x", ...; none for exec itself)
+ */
 static int l_spawn(lua_State *L)
 {
 	struct spawn_state *st;

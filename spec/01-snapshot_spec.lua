@@ -348,19 +348,19 @@ describe("the stat parser", function()
       local r, err, errno = parse(text)
       assert.is_nil(r, ("%q"):format(text))
       assert.matches("^stat_parse: ", err)
-      assert.equal(74, errno) -- EBADMSG
+      assert.equal(require("takana").errno.EBADMSG, errno)
     end
     local r, err, errno = parse("19766 (fixture) X 0 -1 -1 0 -1 4227148 17 0 0 0 0 0 0 0 20 0 0 0 " ..
                                 "30930 0 0 0 0 0 0 0 0 0 0 0 0 1 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n")
     assert.is_nil(r)
     assert.equal("stat_parse: No such process", err)
-    assert.equal(3, errno)
+    assert.equal(require("takana").errno.ESRCH, errno)
     -- Seen under a fork storm: a zombie being released, pids detached.
     r, err, errno = parse("30402 (fixture) Z 0 -1 -1 0 -1 4227148 0 0 0 0 0 0 0 0 20 0 0 0 457474 0 0 0 " ..
                           "0 0 0 0 0 0 0 0 0 1 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n")
     assert.is_nil(r)
     assert.equal("stat_parse: No such process", err)
-    assert.equal(3, errno)
+    assert.equal(require("takana").errno.ESRCH, errno)
     assert.has_error(function() parse() end)
     assert.has_error(function() parse({}) end)
   end)

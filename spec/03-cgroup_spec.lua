@@ -1,7 +1,8 @@
 local takana = require "takana"
 local H = require "helpers"
 
-local ENOENT, EBUSY = 2, 16
+local E = require("takana").errno
+local ENOENT, EBUSY = E.ENOENT, E.EBUSY
 
 describe("takana.cgroup", function()
   it("refuses hostile paths", function()

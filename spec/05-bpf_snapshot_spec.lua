@@ -271,10 +271,10 @@ describe("takana.snapshot{backend=...} when a tier cannot run", function()
       assert.is_nil(snap)
       if core.bpf_built then
         assert.equal("snapshot: kfunc backend unavailable: EPERM: loading BPF needs CAP_BPF and CAP_PERFMON (or root)", why)
-        assert.equal(1, errno)
+        assert.equal(require("takana").errno.EPERM, errno)
       else
         assert.equal("snapshot: kfunc backend unavailable: this takana was built without BPF (make BPF=0)", why)
-        assert.equal(95, errno)
+        assert.equal(require("takana").errno.EOPNOTSUPP, errno)
       end
       assert.equal("proc", takana.snapshot().backend)
       local probe = takana.probe()

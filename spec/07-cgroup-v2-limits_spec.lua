@@ -10,7 +10,8 @@ local takana = require "takana"
 local core = require "takana.core"
 local H = require "helpers"
 
-local ENOENT = 2
+local E = require("takana").errno
+local ENOENT = E.ENOENT
 local MiB = 1024 * 1024
 
 local function has_word(list, w)

@@ -3,7 +3,8 @@
 local takana = require "takana"
 local H = require "helpers"
 
-local EMFILE = 24
+local E = require("takana").errno
+local EMFILE = E.EMFILE
 
 -- The BPF tiers this kernel and this user can load; the reason for the rest.
 local function loadable_tiers()

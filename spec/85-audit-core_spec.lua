@@ -7,7 +7,8 @@ local takana = require "takana"
 local core = require "takana.core"
 local H = require "helpers"
 
-local EMFILE, ETIMEDOUT, EACCES = 24, 110, 13
+local E = require("takana").errno
+local EMFILE, ETIMEDOUT, EACCES = E.EMFILE, E.ETIMEDOUT, E.EACCES
 
 local COLLECTED = "snapshot used after its __gc ran"
 

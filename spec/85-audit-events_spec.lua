@@ -7,7 +7,8 @@ local takana = require "takana"
 local core = require "takana.core"
 local H = require "helpers"
 
-local EXDEV, EMFILE, EBADF = 18, 24, 9
+local E = require("takana").errno
+local EXDEV, EMFILE, EBADF = E.EXDEV, E.EMFILE, E.EBADF
 
 local function need_root()
   if not H.is_root() then return "needs root (CAP_NET_ADMIN, CAP_BPF)" end

@@ -6,7 +6,8 @@ local H = require "helpers"
 local takana = require "takana"
 local core = require "takana.core"
 
-local EPERM, EAGAIN, EPIPE, EOPNOTSUPP = 1, 11, 32, 95
+local E = takana.errno
+local EPERM, EAGAIN, EPIPE, EOPNOTSUPP = E.EPERM, E.EAGAIN, E.EPIPE, E.EOPNOTSUPP
 
 local function spawn_ok(t)
   local c, err = takana.spawn(t)
@@ -240,7 +241,7 @@ describe("takana.spawn umask, rlimits, no_new_privs", function()
     local nr_open = tonumber(H.read("/proc/sys/fs/nr_open"))
     assert.same({ nil, "spawn true: setrlimit nofile: Operation not permitted", EPERM },
       { core.spawn { "true", rlimits = { nofile = nr_open + 1 }, _fallback = true } })
-    assert.same({ nil, "spawn /nonexistent: No such file or directory", 2 },
+    assert.same({ nil, "spawn /nonexistent: No such file or directory", E.ENOENT },
       { core.spawn { "/nonexistent", umask = 0, _fallback = true } })
     -- and plain spawns still take posix_spawn
     local p = assert(core.spawn { "true", _fallback = true })
@@ -460,7 +461,7 @@ describe("takana.spawn pipe objects", function()
     local s, err, errno = c.stdout:read_line(0.01)
     assert.is_nil(s)
     assert.equal("read_line: nothing more after 0.01 s (what was read stays buffered: call again)", err)
-    assert.equal(110, errno)
+    assert.equal(E.ETIMEDOUT, errno)
     c.stdin:close()
     assert.equal("second", c.stdout:read_line(30))
     assert.equal("rest", c.stdout:read("a"))

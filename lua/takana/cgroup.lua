@@ -10,8 +10,10 @@
 local core = require "takana.core"
 
 local methods = core.cgroup_methods
-local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = 3, 16, 22, 2, 110, 5
-local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = 1, 13, 11, 35, 18, 95
+local E = core.errno
+local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = E.ESRCH, E.EBUSY, E.EINVAL, E.ENOENT, E.ETIMEDOUT, E.EIO
+local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = E.EPERM, E.EACCES, E.EAGAIN, E.EDEADLK, E.EXDEV,
+  E.EOPNOTSUPP
 
 -- Directories a search or a subtree walk may visit: far more than any
 -- real hierarchy, small enough to bound the time.

@@ -14,7 +14,7 @@ local M = {
   _VERSION = core._VERSION,
 }
 
-local ENOENT = 2
+local ENOENT = core.errno.ENOENT
 
 local function argerror(fname, n, msg)
   error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
@@ -81,6 +81,51 @@ function M.snapshot(opts, ...)
   end
 end
 
+--- One process in a snapshot: what `snap:get(pid)`, `rec:totable()` and
+-- the views `snap:each()` yields hold. Every backend fills every field with
+-- the same meaning and unit.
+-- @table record
+-- @field pid the process id (tgid)
+-- @field ppid the parent's pid
+-- @field pgid the process group
+-- @field sid the session
+-- @field uid the effective uid: the owner of `/proc/<pid>`
+-- @field state the letter /proc shows (`R`, `S`, `D`, `Z`, `T`, `t`, `X`, `I`)
+-- @field comm the command name (at most 15 bytes, as the kernel keeps it)
+-- @field nthreads the number of threads
+-- @field nice the nice value, -20..19
+-- @field start_ns start time, ns since boot
+-- @field utime_ns user CPU of the whole process (all threads, exited ones included)
+-- @field stime_ns system CPU likewise
+-- @field rss_bytes resident memory
+-- @field vsize_bytes virtual memory
+-- @field minflt minor faults
+-- @field majflt major faults
+-- @field kthread true for a kernel thread
+
+--- An event, as `events:read()` yields it. Fields a backend cannot know
+-- are absent, never zero.
+-- @table event
+-- @field type `"fork"`, `"exec"`, `"exit"`, `"comm"` or `"lost"`
+-- @field time_ns when it happened, CLOCK_BOOTTIME ns
+-- @field pid the process (tgid)
+-- @field tid the thread that did it
+-- @field ppid the parent (fork; exec and exit where known)
+-- @field comm the command name
+-- @field filename the program executed (exec, bpf)
+-- @field code the exit code (exit, when it exited)
+-- @field signal the signal that killed it (exit, when it was killed)
+-- @field core true when it dumped core (exit)
+-- @field utime_ns user CPU of the whole process at exit (bpf)
+-- @field stime_ns system CPU at exit (bpf)
+-- @field maxrss_bytes peak resident memory at exit (bpf)
+-- @field cgroup_id the cgroup2 id of the process (bpf)
+-- @field start_ns the exiting process's start time, ns since boot (bpf)
+-- @field observed true when the poll backend only saw the change between
+--   two snapshots (no status, time approximate)
+-- @field count events dropped (lost); absent on a connector overrun
+-- @field overrun true for a connector overrun: the gap's size comes later
+
 --- CPU used by each process between two snapshots.
 -- @function delta
 -- @tparam snapshot old
@@ -89,6 +134,10 @@ end
 --   `stime_ns[pid]`, `share[pid]` (1.0 = one CPU busy for the whole interval);
 --   `started` and `exited`: pid lists in pid order. A pid reused between the
 --   two snapshots is in both lists.
+--- errno constants by name (`takana.errno.ESRCH`): what the third value
+-- of a runtime failure is compared with.
+M.errno = core.errno
+
 M.delta = core.delta
 
 --- Opens a pidfd on a process: signals reach that process even after its
@@ -102,25 +151,8 @@ M.delta = core.delta
 -- @treturn[2] nil, message, errno (ESRCH when the process is gone)
 M.pidfd = core.pidfd
 
---- Starts a program; see README "pidfd + spawn".
--- `t = {prog, args..., env=, cwd=, cgroup=, stdin=, stdout=, stderr=,
--- setsid=, pgroup=, cgroup_fallback=, user=, group=, groups=, umask=,
--- rlimits=, pdeathsig=, no_new_privs=, fds=}`. `prog` without '/' is searched
--- in PATH. stdin/stdout/stderr: "inherit" (default), "null", "pipe", an fd,
--- a file or an object with `:fileno()`. `env`: `{"K=v", ...}` or `{K = "v"}`
--- replaces the environment; `{add = {K = "v"}, remove = {"K2"}}` edits the
--- inherited one. `user`/`group`: name or id (`groups` defaults to the user's
--- supplementary groups); `umask`: 0..0o777; `rlimits = {nofile = n |
--- {soft, hard} | "unlimited", ...}` (prlimit's names); `pdeathsig`: a signal
--- for the child when this thread exits; `no_new_privs`: true; `fds =
--- {[3] = f, ...}`: more descriptors for the child (fd, file or `:fileno()`).
--- All are applied in the child before exec, and a failure is returned here.
--- @function spawn
--- @tparam table t
--- @treturn[1] pidfd the child, with `.pid`, `.mechanism` ("clone3" or
---   "posix_spawn"), and `.stdin`/`.stdout`/`.stderr` non-blocking pipe
---   objects for "pipe" (their own owners: closing the child keeps them open)
--- @treturn[2] nil, "spawn prog: step: message", errno (exec errors included)
+-- spawn: documented with core.spawn (csrc/lua_spawn.c); this checks
+-- the option names and resolves a cgroup path to a handle first.
 local spawn_options = {
   env = 1, cwd = 1, cgroup = 1, stdin = 1, stdout = 1, stderr = 1, setsid = 1, pgroup = 1,
   cgroup_fallback = 1, user = 1, group = 1, groups = 1, umask = 1, rlimits = 1, pdeathsig = 1,
