@@ -532,3 +532,29 @@ describe("takana.spawn option reading", function()
     assert.truthy(calls > 6)
   end)
 end)
+
+describe("takana.spawn descriptors", function()
+  before_each(function() if H.no_spawn then pending(H.no_spawn) end end)
+
+  it("leaks none: pipes, extra fds, and options that raise or fail after descriptors were made", function()
+    local nr_open = tonumber(H.read("/proc/sys/fs/nr_open"))
+    collectgarbage()
+    local before = H.count_fds()
+    for _ = 1, 50 do
+      local c = spawn_ok { "true", stdin = "pipe", stdout = "pipe", stderr = "pipe", fds = { [5] = 0 } }
+      c:wait()
+      assert.equal("", c.stdout:read_all(30))
+      c.stdin:close(); c.stdout:close(); c.stderr:close(); c:close()
+      -- raises after the pipes and the extra fd were made
+      assert.has_error(function()
+        takana.spawn { "true", stdout = "pipe", fds = { [5] = 0 }, cgroup = 5 }
+      end)
+      -- fails in the child after them
+      assert.is_nil(takana.spawn { "/nonexistent", stdout = "pipe", stdin = "pipe", fds = { [5] = 0 } })
+      assert.is_nil(takana.spawn { "true", stdout = "pipe", rlimits = { nofile = nr_open + 1 }, fds = { [7] = 0 } })
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.equal(before, H.count_fds())
+  end)
+end)
