@@ -31,9 +31,10 @@ LLVM_STRIP ?= llvm-strip
 BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 
 CORE_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c \
-	csrc/bpf_snapshot.c csrc/events.c
+	csrc/bpf_snapshot.c csrc/events.c csrc/procinfo.c csrc/cgroup_path.c csrc/signals.c
 BIND_SRC := csrc/lua_core.c csrc/lua_handle.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c \
-	csrc/lua_events.c csrc/lua_file.c csrc/lua_spawn.c csrc/lua_pipe.c
+	csrc/lua_events.c csrc/lua_file.c csrc/lua_procinfo.c csrc/lua_signals.c csrc/lua_timer.c csrc/lua_self.c \
+	csrc/lua_spawn.c csrc/lua_pipe.c
 OBJS := $(patsubst csrc/%.c,$(OUT)/%.o,$(CORE_SRC) $(BIND_SRC))
 HDRS := $(wildcard csrc/*.h bpf/*.h)
 BPF_PROGS := kfunc iter events
@@ -132,6 +133,7 @@ bench: deps all bench/takana_bench.so spec/fixture
 	$(LUA) bench/spawn.lua
 	$(LUA) bench/cgroup.lua
 	$(LUA) bench/events.lua
+	$(LUA) bench/psutil.lua
 
 # The main job on this machine: what the host offers, then every process.
 RUN_ENV = LUA_PATH="./lua/?.lua;./lua/?/init.lua;;" LUA_CPATH="./?.so;;"
@@ -142,8 +144,9 @@ run: deps all
 # libFuzzer harnesses for every parser and the pid-order sort; `make fuzz FUZZ_SECONDS=600` runs
 # each that long from the committed seed corpus (fuzz/corpus/<name>).
 FUZZ_SECONDS ?= 60
-FUZZ_NAMES := stat kv cn order
-FUZZ_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/cgroup.c csrc/events.c
+FUZZ_NAMES := stat kv cn order procinfo
+FUZZ_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/cgroup.c csrc/events.c \
+	csrc/procinfo.c csrc/process.c
 fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DTK_NO_BPF \
 		-Icsrc -o $@ $< $(FUZZ_SRC)

@@ -24,6 +24,9 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_PIDFD_MT "takana.Pidfd"
 #define TK_CGROUP_MT "takana.Cgroup"
 #define TK_EVENTS_MT "takana.Events"
+#define TK_PROCESS_MT "takana.Process"
+#define TK_SIGNALS_MT "takana.Signals"
+#define TK_TIMER_MT "takana.Timer"
 #define TK_PIPE_MT "takana.Pipe"
 
 /* A kernel counter as a Lua integer, saturating rather than wrapping. */
@@ -37,6 +40,13 @@ static inline lua_Integer tk_u64_int(uint64_t v)
 int tk_push_error(lua_State *L, const char *ctx, int err);
 /* Raises "bad argument #i (no more than n arguments expected)" on extras. */
 void tk_check_nargs(lua_State *L, int max);
+/* A signal by number (0..NSIG-1) or name ("TERM", "SIGTERM", "term"):
+ * tk_signal_parse returns it, or -1 with *why set (a static string);
+ * tk_signal_check raises a bad-argument error instead. */
+int tk_signal_parse(lua_State *L, int idx, const char **why);
+int tk_signal_check(lua_State *L, int idx);
+/* Pushes "TERM", "RTMIN+2", or the number as a string when it has no name. */
+void tk_signal_push_name(lua_State *L, int sig);
 
 /* The first member of every userdata that owns a descriptor
  * (lua_handle.c). fd is the one to poll, -1 once closed. */
@@ -73,6 +83,23 @@ void tk_events_open_lib(lua_State *L);
  * it is none or closed. */
 int tk_cgroup_dirfd(lua_State *L, int idx);
 void tk_file_open(lua_State *L);
+void tk_signals_open_lib(lua_State *L);
+void tk_timer_open_lib(lua_State *L);
+void tk_self_open(lua_State *L);
+
+/* Shared by pidfds and process objects (lua_process.c): a timeout in
+ * seconds (nil: -1, forever) as ms, and wait. */
+#include <sys/types.h>
+#include "process.h"
+int64_t tk_timeout_check(lua_State *L, int idx);
+int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *reaped,
+                       struct tk_exit *status);
+/* takana.process (lua_procinfo.c), and snap:process for lua_snapshot.c. */
+void tk_procinfo_open(lua_State *L);
+int tk_snapshot_process(lua_State *L);
+/* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
+void tk_cgroup_path_open(lua_State *L);
+
 void tk_spawn_open(lua_State *L);
 void tk_pipe_open(lua_State *L);
 
@@ -81,12 +108,6 @@ void tk_pipe_open(lua_State *L);
  * without an owner). */
 void tk_pidfd_new(lua_State *L);
 void tk_pidfd_fill(lua_State *L, int idx, int fd, pid_t pid, const char *mechanism);
-/* A signal number from the number or name ("TERM", "SIGTERM") at idx, or
- * -1; raises nothing. */
-int tk_signal_from(lua_State *L, int idx);
-/* Seconds at idx (nil: -1, forever) as milliseconds; raises outside
- * 0..1 year. */
-int64_t tk_timeout_ms_check(lua_State *L, int idx);
 /* lua_pipe.c: a closed pipe object pushed (writable: a child's stdin);
  * the caller stores the fd in the returned handle, which owns it. */
 struct tk_handle *tk_pipe_new(lua_State *L, int writable);

@@ -12,10 +12,12 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/openat2.h>
 
 #include "cgroup.h"
+#include "process.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
 
@@ -259,6 +261,250 @@ int tk_cg_walk_procs(int dirfd, int max_dirs, tk_pid_cb cb, void *ctx)
 {
 	struct walk w = { max_dirs, 0, cb, ctx };
 	return walk_dir(&w, dirfd);
+}
+
+struct children {
+	tk_name_cb cb;
+	void *ctx;
+};
+
+static int child_name(void *ctx, int parent_fd, const char *name)
+{
+	struct children *c = ctx;
+
+	(void)parent_fd;
+	return c->cb(c->ctx, name);
+}
+
+int tk_cg_children(int dirfd, tk_name_cb cb, void *ctx)
+{
+	struct children c = { cb, ctx };
+	return each_subdir(dirfd, child_name, &c);
+}
+
+/* ---- cgroup-wide signal ------------------------------------------------- */
+
+/* pidfds open at once while a listing is checked: far below a login's
+ * 1,024 descriptors. */
+#define SIGNAL_BATCH 128
+/* Descriptors a listing of a shallow subtree opens at once. */
+#define SIGNAL_SPARE 4
+
+/* A set of pids (> 0): open addressing, grown at half load. */
+struct pidset {
+	int *slot;
+	size_t cap, len;
+};
+
+static size_t pid_hash(int pid, size_t cap)
+{
+	return (size_t)((uint32_t)pid * 2654435761u) & (cap - 1);
+}
+
+static int pidset_has(const struct pidset *s, int pid)
+{
+	if (s->cap == 0)
+		return 0;
+	for (size_t i = pid_hash(pid, s->cap);; i = (i + 1) & (s->cap - 1)) {
+		if (s->slot[i] == pid)
+			return 1;
+		if (s->slot[i] == 0)
+			return 0;
+	}
+}
+
+static int pidset_add(struct pidset *s, int pid)
+{
+	size_t i;
+
+	if ((s->len + 1) * 2 > s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		int *slot = calloc(cap, sizeof *slot);
+		if (slot == NULL)
+			return -ENOMEM;
+		for (size_t k = 0; k < s->cap; k++) {
+			if (s->slot[k] == 0)
+				continue;
+			for (i = pid_hash(s->slot[k], cap); slot[i] != 0; i = (i + 1) & (cap - 1))
+				;
+			slot[i] = s->slot[k];
+		}
+		free(s->slot);
+		s->slot = slot;
+		s->cap = cap;
+	}
+	for (i = pid_hash(pid, s->cap); s->slot[i] != 0; i = (i + 1) & (s->cap - 1)) {
+		if (s->slot[i] == pid)
+			return 0;
+	}
+	s->slot[i] = pid;
+	s->len++;
+	return 0;
+}
+
+static void pidset_clear(struct pidset *s)
+{
+	if (s->cap)
+		memset(s->slot, 0, s->cap * sizeof *s->slot);
+	s->len = 0;
+}
+
+struct pidlist {
+	int *v;
+	size_t len, cap;
+	int skip;
+};
+
+static int pidlist_add(void *ctx, int pid)
+{
+	struct pidlist *l = ctx;
+
+	/* 0: a process outside our pid namespace, which no pidfd reaches. */
+	if (pid <= 0 || pid == l->skip)
+		return 0;
+	if (l->len == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 256;
+		int *v = realloc(l->v, cap * sizeof *v);
+		if (v == NULL)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->len++] = pid;
+	return 0;
+}
+
+static int pidset_add_cb(void *ctx, int pid)
+{
+	return pid > 0 ? pidset_add(ctx, pid) : 0;
+}
+
+static void pause_ms(long ms)
+{
+	struct timespec ts = { 0, ms * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Closes up to k of the pidfds fds[1..*n) from the end, keeping the first:
+ * the listing that follows needs a few descriptors too. Those pids wait
+ * for the next round. */
+static void give_back(const int *fds, size_t *n, int k)
+{
+	while (k-- > 0 && *n > 1) {
+		(*n)--;
+		if (fds[*n] >= 0)
+			close(fds[*n]);
+	}
+}
+
+/* Signals pids[0..n) (at most SIGNAL_BATCH): each is opened as a pidfd,
+ * the subtree is listed once more, and only the pidfds whose pid is still
+ * listed get the signal. Returns how many of the pids were handled (and
+ * marked seen): fewer than n at the descriptor limit, the rest waiting for
+ * the next round. A negative errno on failure. */
+static int signal_batch(int dirfd, int sig, int max_dirs, const int *pids, size_t n,
+                        struct pidset *seen, struct pidset *still,
+                        struct tk_cg_signal_result *res)
+{
+	int fds[SIGNAL_BATCH];
+	int r = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int fd = tk_pidfd_open(pids[i]);
+		if (fd == -EMFILE || fd == -ENFILE) {
+			if (i == 0)
+				return fd;
+			n = i;
+			give_back(fds, &n, SIGNAL_SPARE);
+			break;
+		}
+		fds[i] = fd;
+	}
+	for (;;) {
+		pidset_clear(still);
+		r = tk_cg_walk_procs(dirfd, max_dirs, pidset_add_cb, still);
+		if ((r != -EMFILE && r != -ENFILE) || n == 1)
+			break;
+		give_back(fds, &n, SIGNAL_SPARE);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (fds[i] < 0) {
+			/* ESRCH: gone before it could be opened. */
+			if (r == 0 && fds[i] != -ESRCH && res->failed_err == 0) {
+				res->failed_err = fds[i];
+				res->failed_pid = pids[i];
+			}
+		} else {
+			if (r == 0 && pidset_has(still, pids[i])) {
+				int e = tk_pidfd_signal(fds[i], sig);
+				if (e == 0) {
+					res->signalled++;
+				} else if (e != -ESRCH && res->failed_err == 0) {
+					res->failed_err = e;
+					res->failed_pid = pids[i];
+				}
+			}
+			close(fds[i]);
+		}
+		if (r == 0)
+			r = pidset_add(seen, pids[i]);
+	}
+	return r < 0 ? r : (int)n;
+}
+
+int tk_cg_signal(int dirfd, int sig, int skip_pid, int max_dirs, int max_rounds,
+                 int64_t timeout_ms, struct tk_cg_signal_result *res)
+{
+	/* Pauses before the confirming listings, in ms. */
+	static const long confirm_ms[] = { 1, 4 };
+	struct pidset seen = { NULL, 0, 0 }, still = { NULL, 0, 0 };
+	struct pidlist list = { NULL, 0, 0, skip_pid };
+	int64_t deadline = tk_monotonic_ms() + timeout_ms;
+	size_t quiet = 0;
+	int r = 0;
+
+	memset(res, 0, sizeof *res);
+	for (;;) {
+		size_t fresh = 0;
+
+		if (res->rounds >= max_rounds || tk_monotonic_ms() > deadline) {
+			r = -EBUSY;
+			break;
+		}
+		res->rounds++;
+		list.len = 0;
+		r = tk_cg_walk_procs(dirfd, max_dirs, pidlist_add, &list);
+		if (r < 0)
+			break;
+		res->listed = (int)list.len;
+		/* Compacted in place to the pids not signalled yet. */
+		for (size_t i = 0; i < list.len; i++) {
+			if (!pidset_has(&seen, list.v[i]))
+				list.v[fresh++] = list.v[i];
+		}
+		if (fresh == 0) {
+			/* Nobody left who could be forking, or confirmed twice. */
+			if (list.len == 0 || quiet == sizeof confirm_ms / sizeof *confirm_ms)
+				break;
+			pause_ms(confirm_ms[quiet++]);
+			continue;
+		}
+		quiet = 0;
+		for (size_t i = 0; i < fresh && r >= 0;) {
+			size_t n = fresh - i < SIGNAL_BATCH ? fresh - i : SIGNAL_BATCH;
+			r = signal_batch(dirfd, sig, max_dirs, list.v + i, n, &seen, &still, res);
+			if (r >= 0 && (size_t)r < n)
+				break;   /* out of descriptors: the rest next round */
+			i += n;
+		}
+		if (r < 0)
+			break;
+	}
+	free(list.v);
+	free(seen.slot);
+	free(still.slot);
+	return r;
 }
 
 struct find {

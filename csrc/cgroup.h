@@ -31,6 +31,32 @@ int tk_cg_has_pid(int dirfd, int pid);
  * 0 to go on, anything else stops the walk and is returned. */
 typedef int (*tk_pid_cb)(void *ctx, int pid);
 int tk_cg_walk_procs(int dirfd, int max_dirs, tk_pid_cb cb, void *ctx);
+/* Calls cb with the name of every child cgroup (subdirectory) of dirfd, in
+ * directory order. cb returns 0 to go on. */
+typedef int (*tk_name_cb)(void *ctx, const char *name);
+int tk_cg_children(int dirfd, tk_name_cb cb, void *ctx);
+
+struct tk_cg_signal_result {
+	int signalled;   /* processes the signal was delivered to */
+	int rounds;      /* listings of the subtree that were taken */
+	int listed;      /* processes (skip_pid aside) in the last listing */
+	int failed_pid;  /* the first process the kernel refused the signal to */
+	int failed_err;  /* ... and why (negative errno), 0 when none */
+};
+/* Sends sig to every process of dirfd's cgroup and its descendants but
+ * skip_pid, listing the subtree's cgroup.procs again and again until no
+ * process appears that was not signalled yet (then twice more after a
+ * short pause: a fork that passed its signal check just before the parent
+ * was signalled shows its child a moment later). Each pid is opened as a
+ * pidfd first and signalled only if the subtree still lists it after
+ * that, so a pid reused by a process elsewhere is never signalled.
+ * A pid reused inside the subtree during the call is signalled once.
+ * 0 when quiet; -EBUSY after max_rounds listings or past timeout_ms with
+ * processes still appearing; another negative errno on failure. res holds
+ * the counts either way. */
+int tk_cg_signal(int dirfd, int sig, int skip_pid, int max_dirs, int max_rounds,
+                 int64_t timeout_ms, struct tk_cg_signal_result *res);
+
 /* The directory exactly depth levels beneath mount_fd whose subpath suffix
  * ("" for itself) lists pid in its cgroup.procs (pid > 0), or has cgroup id
  * id (id != 0). Writes that path, relative to the mount, into out. -ENOENT
@@ -59,5 +85,15 @@ struct tk_psi_line {
 };
 /* One pressure line; -EBADMSG on anything else (pure). */
 int tk_psi_parse_line(const char *line, size_t len, struct tk_psi_line *out);
+
+/* cgroup_path.c: the path of cgroup id beneath mount_fd, relative to it
+ * ("" for the mount's root), by open_by_handle_at: -EPERM without
+ * CAP_DAC_READ_SEARCH, -ESTALE (or -ENOENT) when no such cgroup exists,
+ * -EXDEV when it lies outside the mount's view. */
+int tk_cg_path_by_handle(int mount_fd, uint64_t id, char *out, size_t cap);
+/* Calls cb(ctx, id, relpath) for the mount's root ("") and every cgroup
+ * beneath it, parents first, at most max_dirs (-E2BIG past that). */
+typedef int (*tk_cg_id_cb)(void *ctx, uint64_t id, const char *rel);
+int tk_cg_walk_ids(int mount_fd, int max_dirs, tk_cg_id_cb cb, void *ctx);
 
 #endif

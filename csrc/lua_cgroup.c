@@ -32,17 +32,17 @@ static const char *const cg_files[CGF_COUNT] = {
 };
 
 struct lcgroup {
-	int dirfd;              /* -1 once closed */
+	/* First: the handle base (lua_handle.c). Its fd is the directory fd,
+	 * the handle's identity; the descriptor to poll is cgroup.events,
+	 * fds[CGF_EVENTS], opened by fileno(). */
+	struct tk_handle h;
 	int mountfd;
 	int fds[CGF_COUNT];     /* -1: not open (absent or not tried yet) */
 };
 
 static struct lcgroup *cg_check(lua_State *L, int idx)
 {
-	struct lcgroup *cg = luaL_checkudata(L, idx, TK_CGROUP_MT);
-	if (cg->dirfd < 0)
-		luaL_error(L, "attempt to use a closed cgroup handle");
-	return cg;
+	return (struct lcgroup *)tk_handle_check(L, idx, TK_CGROUP_MT);
 }
 
 /* Reads one of the stat files through its kept fd. -ENOENT when absent. */
@@ -52,11 +52,15 @@ static int cg_file_read(struct lcgroup *cg, int f, char *buf, size_t *len)
 
 	*len = 0;
 	if (cg->fds[f] < 0) {
-		cg->fds[f] = openat(cg->dirfd, cg_files[f], O_RDONLY | O_CLOEXEC);
+		cg->fds[f] = openat(cg->h.fd, cg_files[f], O_RDONLY | O_CLOEXEC);
 		if (cg->fds[f] < 0)
 			return -errno;
 	}
 	err = tk_cg_read(cg->fds[f], buf, READ_BUF, len);
+	/* cgroup.events goes only with the cgroup: its fd, the one polled,
+	 * stays, so an event loop never holds a closed descriptor. */
+	if (err < 0 && f == CGF_EVENTS)
+		return err == -ENODEV ? -ENOENT : err;
 	if (err < 0) {
 		/* A controller disabled since: the file is gone (ENODEV). */
 		close(cg->fds[f]);
@@ -192,6 +196,29 @@ static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf, struct s
 	return 1;
 }
 
+/* Pushes the handle's cgroup.events as {populated=bool, frozen=bool}
+ * (every key the kernel gives; the two known ones as booleans), or
+ * nothing and returns the error. */
+static int events_push(lua_State *L, struct lcgroup *cg, char *buf)
+{
+	int err = kv_file_push(L, cg, CGF_EVENTS, buf);
+
+	if (err < 0)
+		return err;
+	for (int i = 0; i < 2; i++) {
+		const char *k = i ? "frozen" : "populated";
+		if (lua_getfield(L, -1, k) == LUA_TNUMBER) {
+			int b = lua_tointeger(L, -1) != 0;
+			lua_pop(L, 1);
+			lua_pushboolean(L, b);
+			lua_setfield(L, -2, k);
+		} else {
+			lua_pop(L, 1);
+		}
+	}
+	return 0;
+}
+
 /*** Reads the unit's accounting: sections `cpu`, `memory`, `pids`,
  * `pressure`, `events`. A section whose files are absent is absent;
  * `cg:why(section)` says why.
@@ -252,27 +279,14 @@ static int cg_stat(lua_State *L)
 	else
 		lua_pop(L, 1);
 
-	if (stat_note(&se, CGF_EVENTS, kv_file_push(L, cg, CGF_EVENTS, buf)) == 0) {
-		/* populated/frozen as booleans */
-		for (int i = 0; i < 2; i++) {
-			const char *k = i ? "frozen" : "populated";
-			if (lua_getfield(L, -1, k) == LUA_TNUMBER) {
-				int b = lua_tointeger(L, -1) != 0;
-				lua_pop(L, 1);
-				lua_pushboolean(L, b);
-				lua_setfield(L, -2, k);
-			} else {
-				lua_pop(L, 1);
-			}
-		}
+	if (stat_note(&se, CGF_EVENTS, events_push(L, cg, buf)) == 0)
 		lua_setfield(L, -2, "events");
-	}
 	if (se.err < 0)
 		return tk_push_error(L, lua_pushfstring(L, "stat %s", cg_files[se.file]), se.err);
 	/* Every cgroup, the root included, has cgroup.controllers: a handle
 	 * whose directory was removed finds none, and that is an error, not a
 	 * cgroup without sections. */
-	if (faccessat(cg->dirfd, "cgroup.controllers", F_OK, 0) < 0 &&
+	if (faccessat(cg->h.fd, "cgroup.controllers", F_OK, 0) < 0 &&
 	    (errno == ENOENT || errno == ENODEV)) {
 		lua_getiuservalue(L, 1, 1);
 		lua_pushnil(L);
@@ -280,6 +294,36 @@ static int cg_stat(lua_State *L)
 		                "open it again once it is recreated", lua_tostring(L, -2));
 		lua_pushinteger(L, ENOENT);
 		return 3;
+	}
+	return 1;
+}
+
+/*** Reads cgroup.events alone, through the descriptor `fileno()` polls:
+ * reading it is what re-arms that descriptor's POLLPRI, so a loop that
+ * polls and then calls `state()` never misses a change. (`events()` is
+ * taken: it is cqueues' pollable protocol and answers "p".)
+ * @function cgroup:state
+ * @treturn[1] table `{populated = bool, frozen = bool}`
+ * @treturn[2] nil, "state /path: message", errno (ENOENT for the root
+ *   cgroup, which has no cgroup.events, and for a removed cgroup) */
+static int cg_state(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	char *buf;
+	int err;
+
+	tk_check_nargs(L, 1);
+	buf = lua_newuserdatauv(L, READ_BUF, 0);
+	err = events_push(L, cg, buf);
+	if (err < 0) {
+		lua_getiuservalue(L, 1, 1);
+		if (*lua_tostring(L, -1) == '\0' && err == -ENOENT)
+			return tk_push_error(L, "state /: the root cgroup has no cgroup.events", err);
+		if (err == -ENOENT)
+			return tk_push_error(L, lua_pushfstring(L, "state /%s: the cgroup was removed "
+			                     "(cgroup.events is gone)", lua_tostring(L, -1)), err);
+		return tk_push_error(L, lua_pushfstring(L, "state /%s: cgroup.events",
+		                                        lua_tostring(L, -1)), err);
 	}
 	return 1;
 }
@@ -311,7 +355,7 @@ static int cg_get(lua_State *L)
 
 	file_name_check(L, 2);
 	tk_check_nargs(L, 2);
-	fd = openat(cg->dirfd, file, O_RDONLY | O_CLOEXEC);
+	fd = openat(cg->h.fd, file, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int saved = errno; /* the message allocates */
 		return tk_push_error(L, lua_pushfstring(L, "get %s", file), -saved);
@@ -351,7 +395,7 @@ static int l_cgroup_write(lua_State *L)
 
 	file_name_check(L, 2);
 	tk_check_nargs(L, 3);
-	err = tk_cg_write(cg->dirfd, file, value, len);
+	err = tk_cg_write(cg->h.fd, file, value, len);
 	if (err < 0)
 		return tk_push_error(L, file, err);
 	lua_pushboolean(L, 1);
@@ -366,7 +410,7 @@ static int l_cgroup_mkdir(lua_State *L)
 
 	file_name_check(L, 2);
 	tk_check_nargs(L, 2);
-	if (mkdirat(cg->dirfd, name, 0755) < 0) {
+	if (mkdirat(cg->h.fd, name, 0755) < 0) {
 		int saved = errno; /* the message allocates */
 		return tk_push_error(L, lua_pushfstring(L, "mkdir %s", name), -saved);
 	}
@@ -387,7 +431,7 @@ static int l_cgroup_rmdir(lua_State *L)
 	rel = lua_tostring(L, -1);
 	if (rel == NULL || *rel == '\0')
 		return tk_push_error(L, "remove", -EINVAL);
-	err = tk_cg_rmdir(cg->mountfd, rel, cg->dirfd);
+	err = tk_cg_rmdir(cg->mountfd, rel, cg->h.fd);
 	if (err < 0)
 		return tk_push_error(L, "remove", err);
 	lua_pushboolean(L, 1);
@@ -402,7 +446,7 @@ static int l_cgroup_id(lua_State *L)
 	int err;
 
 	tk_check_nargs(L, 1);
-	err = tk_cg_id(cg->dirfd, &id);
+	err = tk_cg_id(cg->h.fd, &id);
 	if (err < 0)
 		return tk_push_error(L, "cgroup id", err);
 	lua_pushinteger(L, tk_u64_int(id));
@@ -418,7 +462,7 @@ static int l_cgroup_has_pid(lua_State *L)
 
 	tk_check_nargs(L, 2);
 	luaL_argcheck(L, pid > 0 && pid <= 0x7fffffff, 2, "pid out of range");
-	r = tk_cg_has_pid(cg->dirfd, (int)pid);
+	r = tk_cg_has_pid(cg->h.fd, (int)pid);
 	if (r < 0)
 		return tk_push_error(L, "cgroup.procs", r);
 	lua_pushboolean(L, r);
@@ -445,7 +489,7 @@ static int l_cgroup_subtree_procs(lua_State *L)
 	tk_check_nargs(L, 2);
 	luaL_argcheck(L, max > 0 && max <= 1 << 20, 2, "directory bound out of range");
 	lua_newtable(L);
-	r = tk_cg_walk_procs(cg->dirfd, (int)max, procs_append, L);
+	r = tk_cg_walk_procs(cg->h.fd, (int)max, procs_append, L);
 	if (r < 0)
 		return tk_push_error(L, "cgroup.procs", r);
 	return 1;
@@ -479,6 +523,86 @@ static int l_cgroup_find(lua_State *L)
 	if (r < 0)
 		return tk_push_error(L, "search", r);
 	lua_pushstring(L, out);
+	return 1;
+}
+
+/* core.signum(sig) -> the signal number of a name or number; raises on
+ * anything else (the Lua side words the error for its own function). */
+static int l_signum(lua_State *L)
+{
+	int sig = tk_signal_check(L, 1);
+
+	tk_check_nargs(L, 1);
+	lua_pushinteger(L, sig);
+	return 1;
+}
+
+/* core.cgroup_signal(cg, sig, skip_pid, max_rounds, timeout_s) ->
+ * {signalled=, rounds=, listed=, errno=?, failed_pid=?, failed_errno=?}:
+ * errno/error are set when the rounds stopped early (EBUSY: the bound),
+ * the failed_ fields when the kernel refused a signal to some process. */
+static int l_cgroup_signal(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	lua_Integer sig = luaL_checkinteger(L, 2);
+	lua_Integer skip = luaL_checkinteger(L, 3);
+	lua_Integer rounds = luaL_checkinteger(L, 4);
+	lua_Number timeout = luaL_checknumber(L, 5);
+	struct tk_cg_signal_result res;
+	int r;
+
+	tk_check_nargs(L, 5);
+	luaL_argcheck(L, sig >= 0 && sig < 65, 2, "signal number out of range");
+	luaL_argcheck(L, skip >= 0 && skip <= 0x7fffffff, 3, "pid out of range");
+	luaL_argcheck(L, rounds > 0 && rounds <= 1 << 20, 4, "round bound out of range");
+	luaL_argcheck(L, timeout >= 0 && timeout <= 86400, 5, "timeout out of range");
+	r = tk_cg_signal(cg->h.fd, (int)sig, (int)skip, 100000, (int)rounds,
+	                 (int64_t)(timeout * 1000.0), &res);
+	lua_createtable(L, 0, 6);
+	lua_pushinteger(L, res.signalled);
+	lua_setfield(L, -2, "signalled");
+	lua_pushinteger(L, res.rounds);
+	lua_setfield(L, -2, "rounds");
+	lua_pushinteger(L, res.listed);
+	lua_setfield(L, -2, "listed");
+	if (r < 0) {
+		lua_pushinteger(L, -r);
+		lua_setfield(L, -2, "errno");
+		lua_pushstring(L, strerror(-r));
+		lua_setfield(L, -2, "error");
+	}
+	if (res.failed_err < 0) {
+		lua_pushinteger(L, res.failed_pid);
+		lua_setfield(L, -2, "failed_pid");
+		lua_pushinteger(L, -res.failed_err);
+		lua_setfield(L, -2, "failed_errno");
+		lua_pushstring(L, strerror(-res.failed_err));
+		lua_setfield(L, -2, "failed_error");
+	}
+	return 1;
+}
+
+static int child_append(void *ctx, const char *name)
+{
+	lua_State *L = ctx;
+
+	lua_pushstring(L, name);
+	lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+	return 0;
+}
+
+/* core.cgroup_children(cg) -> {name...} in directory order | nil, msg,
+ * errno */
+static int l_cgroup_children(lua_State *L)
+{
+	struct lcgroup *cg = cg_check(L, 1);
+	int r;
+
+	tk_check_nargs(L, 1);
+	lua_newtable(L);
+	r = tk_cg_children(cg->h.fd, child_append, L);
+	if (r < 0)
+		return tk_push_error(L, "children", r);
 	return 1;
 }
 
@@ -530,16 +654,32 @@ static int l_pidfd_cgroup_id(lua_State *L)
 	return 1;
 }
 
-/*** The cgroup.events descriptor: priority-readable (`events()` is "p")
- * when populated or frozen changes.
- * @function cgroup:fileno */
+/*** The descriptor to poll: the cgroup's cgroup.events, which the kernel
+ * marks priority-readable (POLLPRI, with POLLERR) when `populated` or
+ * `frozen` changes. It is a regular file, so it is always readable too:
+ * polled for input ("r") it wakes at once, forever. Poll it for POLLPRI:
+ *
+ * * `takana.poll{cg}` does (it asks `cg:events()`, which is "p");
+ * * cqueues: `cqueues.poll(cg)` reads `pollfd()` and `events()` ("p")
+ *   itself; closing the handle tells cqueues to forget the descriptor;
+ * * luv: `uv.new_poll(cg:fileno()):start("p", cb)` -- "p", never "r";
+ *   stop the poll handle before closing the cgroup handle.
+ *
+ * After each wake, read the state with `cg:state()` (or `cg:stat()`): the
+ * read, through this same descriptor, re-arms it; a level-triggered loop
+ * that does not read wakes again at once. `cg:get("cgroup.events")`
+ * opens another descriptor and does not re-arm this one.
+ * @function cgroup:fileno
+ * @treturn[1] int descriptor
+ * @treturn[2] nil, "fileno /path: cgroup.events: message", errno
+ * @raise for the root cgroup, which has no cgroup.events */
 static int cg_fileno(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
 
 	tk_check_nargs(L, 1);
 	if (cg->fds[CGF_EVENTS] < 0) {
-		cg->fds[CGF_EVENTS] = openat(cg->dirfd, "cgroup.events", O_RDONLY | O_CLOEXEC);
+		cg->fds[CGF_EVENTS] = openat(cg->h.fd, "cgroup.events", O_RDONLY | O_CLOEXEC);
 		if (cg->fds[CGF_EVENTS] < 0) {
 			int e = errno;
 			lua_getiuservalue(L, 1, 1);
@@ -562,52 +702,27 @@ int tk_cgroup_dirfd(lua_State *L, int idx)
 
 	if (cg == NULL)
 		return luaL_error(L, "bad argument #1 to 'spawn' (cgroup: path or takana.cgroup handle expected)");
-	if (cg->dirfd < 0)
+	if (cg->h.fd < 0)
 		return luaL_error(L, "bad argument #1 to 'spawn' (cgroup: the handle is closed)");
-	return cg->dirfd;
+	return cg->h.fd;
 }
 
-static int cg_events(lua_State *L)
+/* The base's release: every kept descriptor, cgroup.events (the polled
+ * one) told to cqueues first, the directory and the mount. */
+static void cg_release(lua_State *L, struct tk_handle *h)
 {
-	cg_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushliteral(L, "p");
-	return 1;
-}
+	struct lcgroup *cg = (struct lcgroup *)h;
 
-static int cg_timeout(lua_State *L)
-{
-	cg_check(L, 1);
-	tk_check_nargs(L, 1);
-	lua_pushnil(L);
-	return 1;
-}
-
-/*** Closes the handle and its kept descriptors; safe to call twice.
- * Serves __gc and __close too.
- * @function cgroup:close */
-static int cg_close(lua_State *L)
-{
-	struct lcgroup *cg = luaL_checkudata(L, 1, TK_CGROUP_MT);
-
+	tk_handle_forget_fd(L, cg->fds[CGF_EVENTS]);
 	for (int i = 0; i < CGF_COUNT; i++) {
 		if (cg->fds[i] >= 0)
 			close(cg->fds[i]);
 		cg->fds[i] = -1;
 	}
-	if (cg->dirfd >= 0)
-		close(cg->dirfd);
 	if (cg->mountfd >= 0)
 		close(cg->mountfd);
-	cg->dirfd = cg->mountfd = -1;
-	return 0;
-}
-
-/* cg:close() as a method takes no arguments; __close gets two. */
-static int cg_close_method(lua_State *L)
-{
-	tk_check_nargs(L, 1);
-	return cg_close(L);
+	cg->mountfd = -1;
+	close(h->fd);
 }
 
 static int cg_tostring(lua_State *L)
@@ -615,7 +730,7 @@ static int cg_tostring(lua_State *L)
 	struct lcgroup *cg = luaL_checkudata(L, 1, TK_CGROUP_MT);
 	lua_getiuservalue(L, 1, 1);
 	lua_pushfstring(L, "takana.Cgroup (/%s%s)", lua_tostring(L, -1),
-	                cg->dirfd < 0 ? ", closed" : "");
+	                cg->h.fd < 0 ? ", closed" : "");
 	return 1;
 }
 
@@ -655,7 +770,8 @@ static int l_cgroup_open(lua_State *L)
 
 	tk_check_nargs(L, 2);
 	cg = lua_newuserdatauv(L, sizeof *cg, 2);
-	cg->dirfd = cg->mountfd = -1;
+	tk_handle_init(&cg->h, "cgroup handle", "p", cg_release);
+	cg->mountfd = -1;
 	for (int i = 0; i < CGF_COUNT; i++)
 		cg->fds[i] = -1;
 	luaL_setmetatable(L, TK_CGROUP_MT);
@@ -664,7 +780,7 @@ static int l_cgroup_open(lua_State *L)
 		int saved = errno; /* the message allocates */
 		return tk_push_error(L, lua_pushfstring(L, "cgroup: open %s", mount), -saved);
 	}
-	err = tk_cg_open(cg->mountfd, *rel ? rel : ".", &cg->dirfd);
+	err = tk_cg_open(cg->mountfd, *rel ? rel : ".", &cg->h.fd);
 	if (err < 0) {
 		close(cg->mountfd);
 		cg->mountfd = -1;
@@ -723,11 +839,9 @@ void tk_cgroup_open(lua_State *L)
 	static const luaL_Reg methods[] = {
 		{ "stat", cg_stat },
 		{ "get", cg_get },
+		{ "state", cg_state },
 		{ "fileno", cg_fileno },
 		{ "pollfd", cg_fileno },
-		{ "events", cg_events },
-		{ "timeout", cg_timeout },
-		{ "close", cg_close_method },
 		{ NULL, NULL },
 	};
 	static const luaL_Reg funcs[] = {
@@ -744,23 +858,88 @@ void tk_cgroup_open(lua_State *L)
 		{ "is_pidfd", l_is_pidfd },
 		{ "pidfd_cgroup_id", l_pidfd_cgroup_id },
 		{ "kv_parse", l_kv_parse },
+		{ "signum", l_signum },
+		{ "cgroup_signal", l_cgroup_signal },
+		{ "cgroup_children", l_cgroup_children },
 		{ "psi_parse", l_psi_parse },
 		{ NULL, NULL },
 	};
 
-	luaL_newmetatable(L, TK_CGROUP_MT);
-	luaL_newlib(L, methods);
+	tk_handle_newclass(L, TK_CGROUP_MT, methods, cg_index, cg_tostring);
 	/* The Lua front adds its methods to this same table. */
-	lua_pushvalue(L, -1);
-	lua_setfield(L, -4, "cgroup_methods");
-	lua_pushcclosure(L, cg_index, 1);
-	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, cg_close);
-	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, cg_close);
-	lua_setfield(L, -2, "__close");
-	lua_pushcfunction(L, cg_tostring);
-	lua_setfield(L, -2, "__tostring");
-	lua_pop(L, 1);
+	lua_setfield(L, -2, "cgroup_methods");
+	luaL_setfuncs(L, funcs, 0);
+}
+
+/* ---- cgroup ids to paths (cgroup_path.c) ---------------------------------- */
+
+static lua_Integer cg_id_check(lua_State *L, int idx)
+{
+	lua_Integer id = luaL_checkinteger(L, idx);
+	luaL_argcheck(L, id > 0, idx, "cgroup id must be positive");
+	return id;
+}
+
+/* core.cgroup_path_by_handle(mount, id) -> relpath | nil, msg, errno */
+static int l_cgroup_path_by_handle(lua_State *L)
+{
+	const char *mount = luaL_checkstring(L, 1);
+	lua_Integer id = cg_id_check(L, 2);
+	char *out;
+	int mfd, r;
+
+	tk_check_nargs(L, 2);
+	out = lua_newuserdatauv(L, 4096, 0);
+	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (mfd < 0) {
+		int saved = errno; /* the message allocates */
+		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -saved);
+	}
+	r = tk_cg_path_by_handle(mfd, (uint64_t)id, out, 4096);
+	close(mfd);
+	if (r < 0)
+		return tk_push_error(L, "open_by_handle_at", r);
+	lua_pushstring(L, out);
+	return 1;
+}
+
+static int id_set(void *ctx, uint64_t id, const char *rel)
+{
+	lua_State *L = ctx;
+
+	lua_pushstring(L, rel);
+	lua_rawseti(L, -2, tk_u64_int(id));
+	return 0;
+}
+
+/* core.cgroup_ids(mount, max_dirs) -> {[id] = relpath} | nil, msg, errno */
+static int l_cgroup_ids(lua_State *L)
+{
+	const char *mount = luaL_checkstring(L, 1);
+	lua_Integer max = luaL_checkinteger(L, 2);
+	int mfd, r;
+
+	tk_check_nargs(L, 2);
+	luaL_argcheck(L, max > 0 && max <= 1 << 20, 2, "directory bound out of range");
+	lua_newtable(L);
+	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (mfd < 0) {
+		int saved = errno;
+		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -saved);
+	}
+	r = tk_cg_walk_ids(mfd, (int)max, id_set, L);
+	close(mfd);
+	if (r < 0)
+		return tk_push_error(L, "walk", r);
+	return 1;
+}
+
+void tk_cgroup_path_open(lua_State *L)
+{
+	static const luaL_Reg funcs[] = {
+		{ "cgroup_path_by_handle", l_cgroup_path_by_handle },
+		{ "cgroup_ids", l_cgroup_ids },
+		{ NULL, NULL },
+	};
 	luaL_setfuncs(L, funcs, 0);
 }

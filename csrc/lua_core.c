@@ -1,6 +1,9 @@
 /* luaopen_takana_core: the only exported symbol. Each concern registers its
  * functions from its own lua_*.c file. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -23,6 +26,71 @@ void tk_check_nargs(lua_State *L, int max)
 	if (lua_gettop(L) > max)
 		luaL_argerror(L, max + 1, lua_pushfstring(L, "no more than %d argument%s expected",
 		                                        max, max == 1 ? "" : "s"));
+}
+
+int tk_signal_parse(lua_State *L, int idx, const char **why)
+{
+	if (lua_type(L, idx) == LUA_TNUMBER) {
+		lua_Integer n;
+		if (!lua_isinteger(L, idx)) {
+			*why = "signal number must be an integer";
+			return -1;
+		}
+		n = lua_tointeger(L, idx);
+		if (n < 0 || n >= NSIG) {
+			*why = "signal number out of range";
+			return -1;
+		}
+		return (int)n;
+	} else if (lua_type(L, idx) == LUA_TSTRING) {
+		size_t len;
+		const char *name = lua_tolstring(L, idx, &len);
+		char up[16];
+		const char *base;
+
+		*why = "unknown signal name";
+		if (len >= sizeof up || strlen(name) != len)
+			return -1;
+		for (size_t i = 0; i <= len; i++)
+			up[i] = (char)((name[i] >= 'a' && name[i] <= 'z') ? name[i] - 32 : name[i]);
+		base = strncmp(up, "SIG", 3) == 0 ? up + 3 : up;
+		for (int s = 1; s < SIGRTMIN; s++) {
+			const char *abbrev = sigabbrev_np(s);
+			if (abbrev != NULL && strcmp(abbrev, base) == 0)
+				return s;
+		}
+		return -1;
+	}
+	*why = "signal number or name expected";
+	return -1;
+}
+
+int tk_signal_check(lua_State *L, int idx)
+{
+	const char *why;
+	int sig = tk_signal_parse(L, idx, &why);
+
+	if (sig < 0) {
+		if (lua_type(L, idx) == LUA_TSTRING)
+			luaL_argerror(L, idx, lua_pushfstring(L, "%s '%s'", why, lua_tostring(L, idx)));
+		else if (lua_type(L, idx) == LUA_TNUMBER)
+			luaL_argerror(L, idx, why);
+		else
+			luaL_argerror(L, idx, lua_pushfstring(L, "%s, got %s", why, luaL_typename(L, idx)));
+	}
+	return sig;
+}
+
+void tk_signal_push_name(lua_State *L, int sig)
+{
+	const char *abbrev = sig > 0 && sig < SIGRTMIN ? sigabbrev_np(sig) : NULL;
+
+	if (abbrev != NULL)
+		lua_pushstring(L, abbrev);
+	else if (sig >= SIGRTMIN && sig <= SIGRTMAX)
+		lua_pushfstring(L, sig == SIGRTMIN ? "RTMIN" : "RTMIN+%d", sig - SIGRTMIN);
+	else
+		lua_pushfstring(L, "%d", sig);
 }
 
 /* core.monotime(): CLOCK_MONOTONIC seconds, for timeouts in the Lua front. */
@@ -70,8 +138,13 @@ int luaopen_takana_core(lua_State *L)
 	errno_open(L);
 	tk_snapshot_open(L);
 	tk_process_open(L);
+	tk_procinfo_open(L);
+	tk_cgroup_path_open(L);
 	tk_cgroup_open(L);
 	tk_events_open_lib(L);
 	tk_file_open(L);
+	tk_signals_open_lib(L);
+	tk_timer_open_lib(L);
+	tk_self_open(L);
 	return 1;
 }

@@ -277,7 +277,7 @@ static int timeout_error(lua_State *L, const char *what, int64_t timeout_ms)
 static int pipe_read_line(lua_State *L)
 {
 	struct lpipe *p = pipe_check(L, 1, 0);
-	int64_t timeout = tk_timeout_ms_check(L, 2);
+	int64_t timeout = tk_timeout_check(L, 2);
 	int64_t deadline = timeout > 0 ? tk_monotonic_ms() + timeout : 0;
 
 	tk_check_nargs(L, 2);
@@ -308,7 +308,7 @@ static int pipe_read_line(lua_State *L)
 static int pipe_read_all(lua_State *L)
 {
 	struct lpipe *p = pipe_check(L, 1, 0);
-	int64_t timeout = tk_timeout_ms_check(L, 2);
+	int64_t timeout = tk_timeout_check(L, 2);
 	int64_t deadline = timeout > 0 ? tk_monotonic_ms() + timeout : 0;
 
 	tk_check_nargs(L, 2);

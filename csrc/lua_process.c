@@ -66,7 +66,7 @@ static struct lpidfd *pidfd_new(lua_State *L)
 
 /* Converts seconds (nil = forever) to milliseconds, rounding up. A year
  * is 3.2e10 ms, past an int: the waits below take it in slices. */
-int64_t tk_timeout_ms_check(lua_State *L, int idx)
+int64_t tk_timeout_check(lua_State *L, int idx)
 {
 	lua_Number s;
 
@@ -75,47 +75,6 @@ int64_t tk_timeout_ms_check(lua_State *L, int idx)
 	s = luaL_checknumber(L, idx);
 	luaL_argcheck(L, s >= 0 && s <= TK_TIMEOUT_MAX_S, idx, "timeout must be 0..1 year (seconds)");
 	return (int64_t)ceil(s * 1000.0);
-}
-
-/* Signal by number or by name: "TERM", "SIGTERM", "term"; -1 when the
- * value at idx is neither (binding.h). */
-int tk_signal_from(lua_State *L, int idx)
-{
-	if (lua_type(L, idx) == LUA_TNUMBER) {
-		lua_Integer n = lua_tointeger(L, idx);
-		return lua_isinteger(L, idx) && n >= 0 && n < NSIG ? (int)n : -1;
-	} else if (lua_type(L, idx) == LUA_TSTRING) {
-		size_t len;
-		const char *name = lua_tolstring(L, idx, &len);
-		char up[16];
-		const char *base;
-
-		if (len >= sizeof up || strlen(name) != len)
-			return -1;
-		for (size_t i = 0; i <= len; i++)
-			up[i] = (char)((name[i] >= 'a' && name[i] <= 'z') ? name[i] - 32 : name[i]);
-		base = strncmp(up, "SIG", 3) == 0 ? up + 3 : up;
-		for (int s = 1; s < SIGRTMIN; s++) {
-			const char *abbrev = sigabbrev_np(s);
-			if (abbrev != NULL && strcmp(abbrev, base) == 0)
-				return s;
-		}
-	}
-	return -1;
-}
-
-static int signal_check(lua_State *L, int idx)
-{
-	int sig = tk_signal_from(L, idx);
-
-	if (sig >= 0)
-		return sig;
-	if (lua_type(L, idx) == LUA_TNUMBER) {
-		luaL_checkinteger(L, idx);
-		return luaL_argerror(L, idx, "signal number out of range");
-	}
-	luaL_checkstring(L, idx);
-	return luaL_argerror(L, idx, lua_pushfstring(L, "unknown signal name '%s'", lua_tostring(L, idx)));
 }
 
 /* Opens a pidfd on a process.
@@ -155,7 +114,7 @@ static int l_pidfd(lua_State *L)
 static int pidfd_signal(lua_State *L)
 {
 	struct lpidfd *p = pidfd_check(L, 1);
-	int sig = signal_check(L, 2);
+	int sig = tk_signal_check(L, 2);
 	int r;
 
 	tk_check_nargs(L, 2);
@@ -211,32 +170,41 @@ static void exit_push(lua_State *L, const struct tk_exit *e)
 static int pidfd_wait(lua_State *L)
 {
 	struct lpidfd *p = pidfd_check(L, 1);
-	int64_t timeout = tk_timeout_ms_check(L, 2);
-	int r;
+	int64_t timeout = tk_timeout_check(L, 2);
 
 	tk_check_nargs(L, 2);
-	if (!p->reaped) {
-		r = tk_pidfd_wait(p->h.fd, timeout, &p->status);
+	return tk_pidfd_wait_push(L, p->h.fd, p->pid, timeout, &p->reaped, &p->status);
+}
+
+/* pidfd:wait and process:wait: reaps once into *status, then returns the
+ * same table on every call. */
+int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *reaped,
+                       struct tk_exit *status)
+{
+	int r;
+
+	if (!*reaped) {
+		r = tk_pidfd_wait(fd, timeout, status);
 		if (r == -ETIMEDOUT) {
 			char secs[32];
 			snprintf(secs, sizeof secs, "%g", (double)timeout / 1000.0);
 			lua_pushnil(L);
 			lua_pushfstring(L, "wait: process %d still running after %s s (wait again, "
-			                "or signal it)", (int)p->pid, secs);
+			                "or signal it)", (int)pid, secs);
 			lua_pushinteger(L, ETIMEDOUT);
 			return 3;
 		}
 		if (r == -ECHILD) {
 			lua_pushnil(L);
-			lua_pushfstring(L, "wait: process %d is not a child of this process", (int)p->pid);
+			lua_pushfstring(L, "wait: process %d is not a child of this process", (int)pid);
 			lua_pushinteger(L, ECHILD);
 			return 3;
 		}
 		if (r < 0)
 			return tk_push_error(L, "wait", r);
-		p->reaped = 1;
+		*reaped = 1;
 	}
-	exit_push(L, &p->status);
+	exit_push(L, status);
 	return 1;
 }
 
@@ -292,7 +260,7 @@ static int l_poll_fds(lua_State *L)
 	struct epoll_event *evs;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
-	timeout = tk_timeout_ms_check(L, 2);
+	timeout = tk_timeout_check(L, 2);
 	if (!lua_isnoneornil(L, 3))
 		luaL_checktype(L, 3, LUA_TTABLE);
 	tk_check_nargs(L, 3);

@@ -705,6 +705,8 @@ void tk_snapshot_open(lua_State *L)
 
 	luaL_newmetatable(L, TK_SNAPSHOT_MT);
 	luaL_newlib(L, snap_methods);
+	lua_pushcfunction(L, tk_snapshot_process);
+	lua_setfield(L, -2, "process");
 	lua_pushcclosure(L, snap_index, 1);
 	lua_setfield(L, -2, "__index");
 	lua_pushcfunction(L, snap_len);

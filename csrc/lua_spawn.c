@@ -661,7 +661,8 @@ static void scalar_options(lua_State *L, struct spawn_state *st)
 	}
 	lua_pop(L, 1);
 	if (lua_getfield(L, 1, "pdeathsig") != LUA_TNIL) {
-		st->o.pdeathsig = tk_signal_from(L, -1);
+		const char *why;
+		st->o.pdeathsig = tk_signal_parse(L, -1, &why);
 		if (st->o.pdeathsig <= 0)
 			spawn_error(L, "option 'pdeathsig': a signal name or number 1..%d expected",
 			            (int)NSIG - 1);

@@ -26,6 +26,7 @@
 #include <linux/sched.h>
 
 #include "process.h"
+#include "signals.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -148,6 +149,7 @@ const struct tk_rlimit_name tk_rlimit_names[] = {
 struct child_ctx {
 	const struct tk_spawn_opts *o;
 	sigset_t mask;
+	sigset_t child_mask;       /* mask without what takana.signals blocked */
 	pid_t parent;              /* for the pdeathsig check */
 	int *moved;                /* scratch: 3 + nextra_fds, allocated by the parent */
 	int reset_handlers;        /* no CLONE_CLEAR_SIGHAND: reset handled signals too */
@@ -310,7 +312,7 @@ static int child_main(void *arg)
 			sigaction(sig, &sa, NULL);
 		}
 	}
-	sigprocmask(SIG_SETMASK, &c->mask, NULL);
+	sigprocmask(SIG_SETMASK, &c->child_mask, NULL);
 	c->step = NULL;
 	child_exec_path(c);
 	_exit(127);
@@ -459,6 +461,7 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 	{
 		sigset_t cur;
 		sigprocmask(SIG_SETMASK, NULL, &cur);
+		tk_signals_child_mask(&cur);
 		posix_spawnattr_setsigmask(&attr, &cur);
 	}
 	if (o->setsid)
@@ -514,6 +517,8 @@ static int spawn_child(const struct tk_spawn_opts *o, struct tk_spawn_result *re
 	 * exec take effect: block everything around the clone. */
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &c.mask);
+	c.child_mask = c.mask;
+	tk_signals_child_mask(&c.child_mask);
 	r = legacy ? spawn_clone(&c, &pid, &pidfd) : spawn_clone3(o, &c, &pid, &pidfd);
 	sigprocmask(SIG_SETMASK, &c.mask, NULL);
 	free(c.moved);

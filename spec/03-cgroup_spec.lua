@@ -14,7 +14,8 @@ describe("takana.cgroup", function()
     for _, p in ipairs(hostile) do
       assert.has_error(function() takana.cgroup(p) end, nil, ("%q"):format(p))
     end
-    for _, bad in ipairs { 5, {}, true } do
+    -- A positive integer is a cgroup id (issue 14); other numbers raise.
+    for _, bad in ipairs { 5.5, 0, -5, {}, true } do
       assert.has_error(function() takana.cgroup(bad) end)
     end
     assert.has_error(function() takana.cgroup("a", "b") end)

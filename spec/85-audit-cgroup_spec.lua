@@ -26,7 +26,12 @@ end
 -- acting on anything but the test's own cgroups; returns what was recorded.
 local function dry_run(fn)
   local rec = { signals = {}, writes = {} }
-  local real_pidfd, real_write = core.pidfd, core.cgroup_write
+  local real_pidfd, real_write, real_signal = core.pidfd, core.cgroup_write, core.cgroup_signal
+  -- cg:signal and the kill fallback signal from C: recorded too.
+  core.cgroup_signal = function(cg, sig)
+    rec.signals[#rec.signals + 1] = { cg.path, sig }
+    return { signalled = 0, rounds = 1, listed = 0 }
+  end
   core.pidfd = function(pid)
     return { signal = function(_, sig) rec.signals[#rec.signals + 1] = { pid, sig } return true end,
              close = function() end }
@@ -41,7 +46,7 @@ local function dry_run(fn)
   local real_method = methods and rawget(methods, "_write")
   if real_method then methods._write = function(...) return core.cgroup_write(...) end end
   local ok, err = pcall(fn)
-  core.pidfd, core.cgroup_write = real_pidfd, real_write
+  core.pidfd, core.cgroup_write, core.cgroup_signal = real_pidfd, real_write, real_signal
   if real_method then methods._write = real_method end
   assert(ok, err)
   return rec
@@ -267,8 +272,9 @@ describe("audit: cgroup", function()
       local names = {}
       for k in pairs(methods) do names[#names + 1] = k end
       table.sort(names)
-      assert.same({ "attach", "close", "disable", "enable", "events", "fileno", "freeze", "get", "kill", "mkdir",
-        "pollfd", "procs", "remove", "set", "stat", "thaw", "timeout", "why" }, names)
+      assert.same({ "attach", "children", "close", "disable", "enable", "events", "fileno", "freeze", "get", "kill",
+        "mkdir", "pollfd", "procs", "remove", "set", "signal", "stat", "state", "thaw", "timeout", "wait_empty",
+        "why" }, names)
       cg:close()
     end)
 

@@ -4,6 +4,7 @@
  * --life seconds at most, so a crashed spec leaves nothing behind. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -153,7 +154,8 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: fixture [--name N] [--threads N] [--exited-threads N] "
 	                "[--burn-ms MS] [--touch-mb MB] [--zombie] [--nice N] [--setsid] "
-	                "[--spin] [--tree] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS] [--thread-storm N] [--cn-send PORTID exit|seq|cpu PID]\n");
+	                "[--spin] [--tree] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS] [--thread-storm N] [--cn-send PORTID exit|seq|cpu PID] "
+	                "[--chdir DIR] [--nofile SOFT] [--oom-adj N] [--open N] [-- ARGS (ignored)]\n");
 	exit(2);
 }
 
@@ -164,6 +166,8 @@ int main(int argc, char **argv)
 	double churn_s = 0;
 	unsigned life = 60;
 	int zombie = 0, do_setsid = 0, set_nice = 0, spin = 0, tree = 0;
+	const char *chdir_to = NULL, *oom_adj = NULL;
+	long nofile = -1, open_n = 0;
 	pid_t zombie_pid = 0;
 	pthread_t t;
 
@@ -174,6 +178,10 @@ int main(int argc, char **argv)
 		if (strcmp(a, "--setsid") == 0) { do_setsid = 1; continue; }
 		if (strcmp(a, "--spin") == 0) { spin = 1; continue; }
 		if (strcmp(a, "--tree") == 0) { tree = 1; continue; }
+		/* The rest are argv for the process-object specs (spaces, empty
+		 * strings): carried, not read. */
+		if (strcmp(a, "--") == 0)
+			break;
 		if (strcmp(a, "--cn-send") == 0 && i + 3 < argc)
 			return cn_send((unsigned)strtoul(argv[i + 1], NULL, 10), argv[i + 2], atoi(argv[i + 3]));
 		if (strcmp(a, "--thread-storm") == 0 && v != NULL) {
@@ -194,6 +202,10 @@ int main(int argc, char **argv)
 		else if (strcmp(a, "--trickle") == 0) trickle = atol(v);
 		else if (strcmp(a, "--nice") == 0) { nice_v = atol(v); set_nice = 1; }
 		else if (strcmp(a, "--life") == 0) life = (unsigned)atol(v);
+		else if (strcmp(a, "--chdir") == 0) chdir_to = v;
+		else if (strcmp(a, "--nofile") == 0) nofile = atol(v);
+		else if (strcmp(a, "--oom-adj") == 0) oom_adj = v;
+		else if (strcmp(a, "--open") == 0) open_n = atol(v);
 		else usage();
 	}
 	die_with_parent(life);
@@ -203,6 +215,25 @@ int main(int argc, char **argv)
 		setpriority(PRIO_PROCESS, 0, (int)nice_v);
 	if (name != NULL)
 		prctl(PR_SET_NAME, name);
+	/* Known values for takana.process, compared with psutil's. */
+	if (chdir_to != NULL && chdir(chdir_to) < 0)
+		return 1;
+	if (nofile >= 0) {
+		struct rlimit rl;
+		getrlimit(RLIMIT_NOFILE, &rl);
+		rl.rlim_cur = (rlim_t)nofile;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			return 1;
+	}
+	if (oom_adj != NULL) {
+		int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, oom_adj, strlen(oom_adj)) < 0)
+			return 1;
+		close(fd);
+	}
+	for (long i = 0; i < open_n; i++)
+		if (open("/dev/null", O_RDONLY) < 0)
+			return 1;
 	for (long i = 0; i < exited_threads; i++) {
 		pthread_create(&t, NULL, thread_exit, NULL);
 		pthread_join(t, NULL);

@@ -6,6 +6,16 @@
 -- A handle's methods are exactly the documented ones; the raw writes,
 -- mkdir and rmdir behind them are takana.core functions that keep to the
 -- same path rules (plain names inside the handle's own directory).
+--
+-- Polling a handle: `cg:fileno()` (and `pollfd()`) is the cgroup's
+-- cgroup.events descriptor, which the kernel marks POLLPRI when `populated`
+-- or `frozen` changes; `cg:events()` is "p". `takana.poll{cg}` and
+-- `cqueues.poll(cg)` use POLLPRI by themselves; under luv poll it with
+-- `uv.new_poll(cg:fileno()):start("p", cb)`, never "r" (a regular file is
+-- always readable: "r" fires at once, forever). After a wake, `cg:state()`
+-- reads the new state and re-arms the descriptor. Closing a handle tells
+-- cqueues to forget the descriptor; a luv poll handle is stopped by its
+-- owner before the cgroup handle is closed.
 -- @module takana.cgroup
 local core = require "takana.core"
 
@@ -14,6 +24,8 @@ local E = core.errno
 local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = E.ESRCH, E.EBUSY, E.EINVAL, E.ENOENT, E.ETIMEDOUT, E.EIO
 local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = E.EPERM, E.EACCES, E.EAGAIN, E.EDEADLK, E.EXDEV,
   E.EOPNOTSUPP
+local ESTALE, ENOSYS = E.ESTALE, E.ENOSYS
+local EEXIST, ENOTDIR, ENODEV = E.EEXIST, E.ENOTDIR, E.ENODEV
 
 -- Directories a search or a subtree walk may visit: far more than any
 -- real hierarchy, small enough to bound the time.
@@ -29,6 +41,23 @@ local function nargs(fname, max, n)
     error(("bad argument #%d to '%s' (no more than %d argument%s expected)"):format(
       max + 1, fname, max, max == 1 and "" or "s"), 3)
   end
+end
+
+-- Checks an options table against spec {key = "boolean" | "timeout"}.
+local function options(fname, n, opts, spec)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then argerror(fname, n, "table expected, got " .. type(opts)) end
+  for k, v in pairs(opts) do
+    local want = spec[k]
+    if not want then argerror(fname, n, "unknown option '" .. tostring(k) .. "'") end
+    if want == "boolean" and type(v) ~= "boolean" then
+      argerror(fname, n, ("option '%s': boolean expected, got %s"):format(k, type(v)))
+    end
+    if want == "timeout" and not (type(v) == "number" and v >= 0 and v <= (86400 * 365)) then
+      argerror(fname, n, ("option '%s': seconds expected (0 to 1 year), got %s"):format(k, tostring(v)))
+    end
+  end
+  return opts
 end
 
 -- Whole file, or nil, "path: message", errno.
@@ -203,14 +232,74 @@ local C = setmetatable({}, {
   -- `..`, `.`, NUL bytes and names over 255 bytes are refused; the kernel
   -- resolves the rest beneath the mount without symlinks or mount crossings.
   -- @function cgroup
-  -- @string path e.g. "system.slice/foo.service" (a leading "/" is the mount root)
+  -- An integer is a cgroup id, resolved by `takana.cgroup.path(id)`.
+  -- @tparam string|int path e.g. "system.slice/foo.service" (a leading "/"
+  --   is the mount root), or a cgroup id
   -- @treturn[1] cgroup handle with `.path`
   -- @treturn[2] nil, message, errno
-  __call = function(_, path, ...)
+  __call = function(C, path, ...)
     if select("#", ...) > 0 then argerror("cgroup", 2, "no more than 1 argument expected") end
+    -- An integer is a cgroup id (records' and events' cgroup_id).
+    if math.type(path) == "integer" then
+      if path <= 0 then argerror("cgroup", 1, "cgroup id must be positive") end
+      local rel, err, errno = C.path(path)
+      if not rel then return nil, err, errno end
+      return open(rel)
+    end
     return open(check_path("cgroup", path))
   end,
 })
+
+-- id -> path beneath the v2 mount, from the last walk; refreshed on a miss.
+local id_cache = { mount = nil, paths = {} }
+-- nil until known: whether open_by_handle_at works for this process
+-- (CAP_DAC_READ_SEARCH). A refusal is remembered so the walk goes first.
+local by_handle
+
+--- The path of a cgroup from its id (`cgroup_id` of records and events):
+-- relative to the cgroup2 mount, "" for its root. With CAP_DAC_READ_SEARCH
+-- the kernel opens the cgroup from the id (open_by_handle_at); without it,
+-- a walk of the hierarchy, cached and refreshed when an id is missing. A
+-- cached path is checked against the id before it is returned.
+-- @int id
+-- @treturn[1] string the path, e.g. "system.slice/foo.service"
+-- @treturn[2] nil, message, errno (ENOENT: no cgroup has that id, e.g. removed)
+function C.path(id, ...)
+  nargs("cgroup.path", 1, select("#", ...) + 1)
+  if math.type(id) ~= "integer" or id <= 0 then
+    argerror("cgroup.path", 1, "cgroup id (a positive integer) expected, got " ..
+      (math.type(id) or type(id)))
+  end
+  local m, err, errno = v2_mount()
+  if not m then return nil, err, errno end
+  if by_handle ~= false then
+    local rel, herr, herrno = core.cgroup_path_by_handle(m.v2, id)
+    if rel then by_handle = true return rel end
+    if herrno == ESTALE or herrno == ENOENT then
+      return nil, ("cgroup.path: no cgroup has id %d (removed?)"):format(id), ENOENT
+    end
+    if herrno == EPERM or herrno == EACCES or herrno == EOPNOTSUPP or herrno == ENOSYS then
+      by_handle = false
+    elseif herrno ~= EXDEV then
+      return nil, "cgroup.path: " .. herr, herrno
+    end
+  end
+  if id_cache.mount ~= m.v2 then id_cache.mount, id_cache.paths = m.v2, {} end
+  local rel = id_cache.paths[id]
+  if rel then
+    local cg = core.cgroup_open(m.v2, rel)
+    local same = cg and core.cgroup_id(cg) == id
+    if cg then cg:close() end
+    if same then return rel end
+  end
+  local paths
+  paths, err, errno = core.cgroup_ids(m.v2, MAX_DIRS)
+  if not paths then return nil, ("cgroup.path: walking %s: %s"):format(m.v2, err), errno end
+  id_cache.paths = paths
+  rel = paths[id]
+  if rel then return rel end
+  return nil, ("cgroup.path: no cgroup beneath %s has id %d (removed?)"):format(m.v2, id), ENOENT
+end
 
 --- The calling process's cgroup.
 -- Inside a cgroup namespace whose cgroup2 mount shows the hierarchy from
@@ -480,17 +569,26 @@ end
 
 --- Creates a child cgroup and opens it.
 -- @string name a plain directory name
+-- @tparam[opt] table opts `{exist_ok = true}`: a child of that name that
+--   exists already is opened instead (it must be a cgroup directory)
 -- @treturn[1] cgroup handle
--- @treturn[2] nil, message, errno
-function methods:mkdir(name, ...)
-  nargs("mkdir", 1, select("#", ...) + 1)
+-- @treturn[2] nil, "mkdir <name>: why", errno (EEXIST without exist_ok)
+function methods:mkdir(name, opts, ...)
+  nargs("mkdir", 2, select("#", ...) + 2)
   if type(name) ~= "string" or name == "" or name:find("[/%z]") or name == "." or name == ".." or #name > 255 then
     argerror("mkdir", 1, "a plain directory name expected")
   end
+  opts = options("mkdir", 2, opts, { exist_ok = "boolean" })
   local ok, err, errno = core.cgroup_mkdir(self, name)
-  if not ok then return nil, err, errno end
+  if not ok and not (errno == EEXIST and opts.exist_ok) then return nil, err, errno end
   local rel = self.relpath == "" and name or self.relpath .. "/" .. name
-  return core.cgroup_open(self.mount, rel)
+  local cg
+  cg, err, errno = core.cgroup_open(self.mount, rel)
+  if not cg and errno == ENOTDIR then
+    return nil, ("mkdir %s: exists, and is not a cgroup directory but a file of %s"):format(name, self.path), EEXIST
+  end
+  if not cg then return nil, "mkdir " .. name .. ": " .. err:gsub("^cgroup ", ""), errno end
+  return cg
 end
 
 local function controller_list(fname, list)
@@ -699,63 +797,266 @@ function methods:thaw(...)
   return true
 end
 
+-- Bounds of cg:signal's listing rounds: a cgroup whose processes fork
+-- faster than they are signalled stops there, with EBUSY.
+local SIGNAL_ROUNDS, SIGNAL_TIME = 100, 2
 -- Rounds of the fallback kill, and how long each waits for the dead.
 local KILL_ROUNDS, KILL_WAIT = 10, 0.5
+local YEAR = 86400 * 365
 
-local function unpopulated(self)
-  local st = self:stat()
-  if st and st.events then return not st.events.populated end
-  local procs = core.cgroup_subtree_procs(self, MAX_DIRS)
-  return procs ~= nil and #procs == 0
+local function timeout_arg(fname, n, t)
+  if t ~= nil and not (type(t) == "number" and t >= 0 and t <= YEAR) then
+    argerror(fname, n, ("timeout in seconds expected (0 to 1 year, or nil to wait forever), got %s"):format(tostring(t)))
+  end
+  return t
 end
 
--- Without cgroup.kill: freeze (when the cgroup can be frozen and does not
--- hold the caller), SIGKILL each listed process through a pidfd, thaw, and
--- wait; at most KILL_ROUNDS rounds. A pid is signalled only if it is still
--- listed in the subtree after its pidfd was opened, so a pid reused by a
--- process elsewhere is never hit. The caller itself, when it is inside
--- and include_self was given, is signalled last.
+local function signum(fname, sig)
+  if type(sig) == "number" then
+    local n = math.tointeger(sig)
+    if not n or n < 0 or n > 64 then argerror(fname, 1, "signal number out of range (0..64)") end
+    return n
+  end
+  if type(sig) ~= "string" then argerror(fname, 1, "signal number or name expected, got " .. type(sig)) end
+  local ok, n = pcall(core.signum, sig)
+  if not ok then argerror(fname, 1, ("unknown signal name %q"):format(sig)) end
+  return n
+end
+
+-- nil, message, ENOENT when the handle's directory is gone; nothing
+-- otherwise. (A walk of a removed cgroup finds it empty, which is not the
+-- same thing.)
+local function removed(self, fname)
+  local _, _, errno = core.cgroup_has_pid(self, core.getpid())
+  if errno == ENOENT or errno == ENODEV then
+    return ("%s %s: the cgroup was removed (its directory is gone); open it again once it is recreated")
+      :format(fname, self.path), ENOENT
+  end
+end
+
+-- The refusals kill and signal share: the root, and a cgroup holding the
+-- caller, unless opts say so. Returns holds, me or nil, message, errno.
+local function refusals(self, fname, opts, verb)
+  local why, werrno = removed(self, fname)
+  if why then return nil, why, werrno end
+  if self.relpath == "" and not opts.root then
+    return nil, ("%s /: refusing to %s every process under the cgroup2 root (pid 1 and this process among them); "
+      .. "pass {root=true, include_self=true} if that is really meant"):format(fname, verb), EPERM
+  end
+  local holds, me, herrno = holds_caller(self)
+  if holds == nil then
+    return nil, ("%s %s: cannot tell whether it holds this process, so nothing was %s: %s")
+      :format(fname, self.path, verb == "kill" and "killed" or "signalled", me), herrno
+  end
+  if holds and not opts.include_self then
+    return nil, ("%s %s: this process (pid %d) is in it and would be %s too; move it out first, "
+      .. "or pass {include_self=true}"):format(fname, self.path, me, verb == "kill" and "killed" or "signalled"), EPERM
+  end
+  return holds, me
+end
+
+-- The listing rounds of cg:signal (csrc/cgroup.c tk_cg_signal), skipping
+-- the caller. Returns the count, or nil, message, errno, count.
+local function signal_rounds(self, fname, signo, me)
+  local r = core.cgroup_signal(self, signo, me, SIGNAL_ROUNDS, SIGNAL_TIME)
+  if r.errno == EBUSY then
+    return nil, ("%s %s: processes kept appearing for %d listings of cgroup.procs (%d signalled); "
+      .. "they fork faster than they are signalled, or ignore the signal and go on forking: "
+      .. "kill the cgroup instead"):format(fname, self.path, r.rounds, r.signalled), EBUSY, r.signalled
+  elseif r.errno then
+    return nil, ("%s %s: %s (%d signalled)"):format(fname, self.path, r.error, r.signalled), r.errno, r.signalled
+  elseif r.failed_errno then
+    local hint = (r.failed_errno == EPERM or r.failed_errno == EACCES) and
+      ": the process belongs to another user (run as root, or as its owner)" or ""
+    return nil, ("%s %s: process %d: %s%s (%d others signalled)"):format(fname, self.path, r.failed_pid,
+      r.failed_error, hint, r.signalled), r.failed_errno, r.signalled
+  end
+  return r.signalled
+end
+
+--- Sends a signal to every process of the cgroup and of its descendants.
+-- cgroup.procs of the subtree is listed again and again until a listing
+-- shows no process that was not signalled yet, then twice more after a
+-- pause of 1 and 4 ms (a fork already past its signal check when the
+-- parent was signalled shows its child a moment later), so a forking shell
+-- cannot leave a child behind. Each pid is opened as a pidfd and signalled
+-- through it only if the subtree still lists it after the pidfd was
+-- opened: a pid reused by a process elsewhere is never signalled. Bounded:
+-- at most 100 listings and 2 s, then EBUSY (a process that ignores the
+-- signal and keeps forking: use `kill`).
+--
+-- Refused with EPERM unless asked for in `opts`, as `kill` is:
+--
+-- * `root = true`: the cgroup is the root of the cgroup2 mount;
+-- * `include_self = true`: the cgroup holds the calling process, which
+--   then gets the signal too, last.
+-- @tparam int|string sig number (0 checks) or name: "TERM", "SIGTERM", "term"
+-- @tparam[opt] table opts `{root = bool, include_self = bool}`
+-- @treturn[1] int how many processes the signal was delivered to
+-- @treturn[2] nil, "signal <path>: why", errno (EPERM for a refusal or a
+--   process of another user, ENOENT for a removed cgroup, EBUSY past the
+--   bounds)
+function methods:signal(sig, opts, ...)
+  nargs("signal", 2, select("#", ...) + 2)
+  local signo = signum("signal", sig)
+  opts = options("signal", 2, opts, { root = "boolean", include_self = "boolean" })
+  local holds, me, errno = refusals(self, "signal", opts, "signal")
+  if holds == nil then return nil, me, errno end
+  local n, err
+  n, err, errno = signal_rounds(self, "signal", signo, me)
+  if not n then return nil, err, errno end
+  if holds then
+    local p
+    p, err, errno = core.pidfd(me)
+    if not p then return nil, ("signal %s: this process: %s (%d others signalled)"):format(self.path, err, n), errno end
+    local ok
+    ok, err, errno = p:signal(signo)
+    p:close()
+    if not ok then return nil, ("signal %s: this process: %s (%d others signalled)"):format(self.path, err, n), errno end
+    n = n + 1
+  end
+  return n
+end
+
+-- Until only the caller is left in the subtree (it is in it, so the
+-- cgroup never becomes empty); bounded.
+local function only_me_left(self, me, timeout)
+  local deadline, delay = core.monotime() + timeout, 0.001
+  while true do
+    local procs = core.cgroup_subtree_procs(self, MAX_DIRS)
+    if procs and #procs <= 1 and (procs[1] == nil or procs[1] == me) then return true end
+    local left = deadline - core.monotime()
+    if left <= 0 then return false end
+    core.poll_fds({}, math.min(delay, left))
+    delay = math.min(delay * 2, 0.1)
+  end
+end
+
+-- Waits until the subtree holds no process: through cgroup.events (POLLPRI
+-- when populated changes) where the cgroup has one, else (the root) by
+-- listing cgroup.procs with a backoff from 1 ms to 0.1 s. timeout nil:
+-- forever. true | nil, message, errno (ETIMEDOUT).
+local function wait_empty(self, fname, timeout)
+  local deadline = timeout and core.monotime() + timeout
+  local fd
+  if self.relpath ~= "" then
+    local err, errno
+    fd, err, errno = self:fileno()
+    if not fd then return nil, ("%s %s: %s"):format(fname, self.path, err), errno end
+  end
+  local delay = 0.001
+  while true do
+    local populated, n
+    if fd then
+      local st, err, errno = self:state()
+      if not st then return nil, ("%s %s"):format(fname, (err:gsub("^state ", ""))), errno end
+      populated = st.populated
+    else
+      local procs, err, errno = core.cgroup_subtree_procs(self, MAX_DIRS)
+      if not procs then return nil, ("%s %s: %s"):format(fname, self.path, err), errno end
+      populated, n = #procs > 0, #procs
+    end
+    if not populated then return true end
+    local left = deadline and deadline - core.monotime()
+    if left and left <= 0 then
+      n = n or #(core.cgroup_subtree_procs(self, MAX_DIRS) or {})
+      return nil, ("%s %s: still populated after %gs (%d process%s here or below)"):format(fname, self.path,
+        timeout, n, n == 1 and "" or "es"), ETIMEDOUT
+    end
+    if fd then
+      -- Reading cgroup.events (state above) re-armed the descriptor.
+      local ok, err, errno = core.poll_fds({ fd }, left, { true })
+      if not ok then return nil, ("%s %s: %s"):format(fname, self.path, err), errno end
+    else
+      core.poll_fds({}, left and math.min(delay, left) or delay)
+      delay = math.min(delay * 2, 0.1)
+    end
+  end
+end
+
+--- Waits until no process is left in the cgroup or beneath it.
+-- Sleeps on the cgroup.events descriptor (POLLPRI, raised when
+-- `populated` changes), so it costs nothing while it waits. The root
+-- cgroup has no cgroup.events: there cgroup.procs of the whole tree is
+-- listed with a backoff from 1 ms to 0.1 s. (A cgroup v1 hierarchy has
+-- neither `populated` nor cgroup.kill; takana's handles are cgroup2 only,
+-- and `takana.cgroup()` says so on a v1-only host.)
+-- @number[opt] timeout seconds (0 to 1 year); nil waits forever
+-- @treturn[1] true
+-- @treturn[2] nil, "wait_empty <path>: still populated after Ns (n processes
+--   here or below)", ETIMEDOUT; EDEADLK when the cgroup holds the caller,
+--   which it would wait for forever; ENOENT for a removed cgroup
+function methods:wait_empty(timeout, ...)
+  nargs("wait_empty", 1, select("#", ...) + 1)
+  timeout_arg("wait_empty", 1, timeout)
+  local why, werrno = removed(self, "wait_empty")
+  if why then return nil, why, werrno end
+  local holds, me, herrno = holds_caller(self)
+  if holds == nil then return nil, ("wait_empty %s: %s"):format(self.path, me), herrno end
+  if holds then
+    return nil, ("wait_empty %s: this process (pid %d) is in it, so it cannot become empty while this "
+      .. "process waits"):format(self.path, me), EDEADLK
+  end
+  return wait_empty(self, "wait_empty", timeout)
+end
+
+--- The cgroup's children: the names of its child cgroups, sorted.
+-- @tparam[opt] table opts `{handles = true}` gives open handles instead of
+--   names, in the same order (a child removed meanwhile is left out); the
+--   caller closes them
+-- @treturn[1] {string,...} or {cgroup,...}
+-- @treturn[2] nil, "children <path>: why", errno (ENOENT for a removed cgroup)
+function methods:children(opts, ...)
+  nargs("children", 1, select("#", ...) + 1)
+  opts = options("children", 1, opts, { handles = "boolean" })
+  local why, werrno = removed(self, "children")
+  if why then return nil, why, werrno end
+  local names, err, errno = core.cgroup_children(self)
+  if not names then return nil, ("children %s: %s"):format(self.path, err:gsub("^children: ", "")), errno end
+  table.sort(names)
+  if not opts.handles then return names end
+  local handles = {}
+  for _, name in ipairs(names) do
+    local rel = self.relpath == "" and name or self.relpath .. "/" .. name
+    local h, herr, herrno = core.cgroup_open(self.mount, rel)
+    if h then
+      handles[#handles + 1] = h
+    elseif herrno ~= ENOENT then
+      for _, o in ipairs(handles) do o:close() end
+      return nil, ("children %s: %s"):format(self.path, herr:gsub("^cgroup ", "")), herrno
+    end
+  end
+  return handles
+end
+
+-- Without cgroup.kill: rounds of SIGKILL through cg:signal's listing
+-- rounds (one code path), each followed by a wait of up to KILL_WAIT for
+-- the cgroup to empty; at most KILL_ROUNDS rounds. The caller itself, when
+-- it is inside and include_self was given, is killed last.
 local function kill_each(self, me, holds)
   for _ = 1, KILL_ROUNDS do
-    local listed, err, errno = core.cgroup_subtree_procs(self, MAX_DIRS)
-    if not listed then return nil, ("kill %s: %s"):format(self.path, err), errno end
-    local fds = {}
-    for _, pid in ipairs(listed) do
-      if pid ~= me and pid > 0 then
-        local p = core.pidfd(pid)
-        if p then fds[pid] = p end
-      end
+    local n, err, errno = signal_rounds(self, "kill", 9, me)
+    if not n and errno ~= EBUSY then return nil, err, errno end
+    if holds then
+      if only_me_left(self, me, KILL_WAIT) then break end
+    elseif wait_empty(self, "kill", KILL_WAIT) then
+      return true
     end
-    if not next(fds) then
-      if holds then break end
-      if unpopulated(self) then return true end
-    end
-    local froze = not holds and core.cgroup_write(self, "cgroup.freeze", "1")
-    local still = {}
-    for _, pid in ipairs(core.cgroup_subtree_procs(self, MAX_DIRS) or {}) do still[pid] = true end
-    for pid, p in pairs(fds) do
-      if still[pid] then p:signal(9) end
-      p:close()
-    end
-    if froze then core.cgroup_write(self, "cgroup.freeze", "0") end
-    local deadline = core.monotime() + KILL_WAIT
-    while not unpopulated(self) and core.monotime() < deadline do core.poll_fds({}, 0.02) end
   end
   if holds then
     local p = core.pidfd(me)
     if p then p:signal(9) end
     return nil, ("kill %s: this process survived SIGKILL"):format(self.path), EBUSY
   end
-  if unpopulated(self) then return true end
   return nil, ("kill %s: processes keep appearing after %d rounds of SIGKILL"):format(self.path, KILL_ROUNDS), EBUSY
 end
 
 --- Kills every process of the unit and its descendants.
 -- Writes cgroup.kill (Linux 5.14+). Without it (an older kernel, or the
 -- root cgroup, which never has one) the fallback is explicit and bounded:
--- freeze the cgroup where possible, send SIGKILL through a pidfd to each
--- process listed in the cgroup.procs of the cgroup and its descendants,
--- thaw, and wait up to 0.5 s; at most 10 rounds, then EBUSY.
+-- rounds of `cg:signal("KILL")`'s listing (each process through a pidfd),
+-- each followed by a wait of up to 0.5 s for the cgroup to empty; at most
+-- 10 rounds, then EBUSY.
 --
 -- Refused with EPERM unless asked for in `opts`:
 --
@@ -763,38 +1064,41 @@ end
 --   every process (pid 1 included, on a host);
 -- * `include_self = true`: the cgroup holds the calling process, which is
 --   then killed too (last, in the fallback).
--- @tparam[opt] table opts `{root = bool, include_self = bool}`
--- @treturn[1] true (cgroup.kill written, or the fallback saw the cgroup empty)
+--
+-- With `wait = seconds` it returns only once the cgroup is empty (see
+-- `wait_empty`), so `remove()` can follow at once; a cgroup still
+-- populated then fails with ETIMEDOUT (the processes were signalled; a
+-- process in uninterruptible sleep dies only when it wakes).
+--
+-- Spawning into the cgroup again after a kill: some kernels (6.18.44 here;
+-- spec/88 names it where it happens) SIGKILL a child born into a cgroup by
+-- CLONE_INTO_CGROUP when that cgroup was killed more often than the
+-- spawner's own (the fork-race fix of cgroup.kill compares kill_seq of the
+-- target with the one it read from the parent's cgroup). Remove the cgroup
+-- and make it again (`cg:remove()`, `parent:mkdir(name)`) before spawning
+-- into it; a fresh cgroup always works.
+-- @tparam[opt] table opts `{root = bool, include_self = bool, wait = seconds}`
+-- @treturn[1] true (cgroup.kill written, or the fallback saw the cgroup empty;
+--   with `wait`, the cgroup is empty)
 -- @treturn[2] nil, "kill <path>: why", errno
 function methods:kill(opts, ...)
   nargs("kill", 1, select("#", ...) + 1)
-  if opts ~= nil and type(opts) ~= "table" then argerror("kill", 1, "table expected, got " .. type(opts)) end
-  opts = opts or {}
-  for k, v in pairs(opts) do
-    if k ~= "root" and k ~= "include_self" then argerror("kill", 1, "unknown option '" .. tostring(k) .. "'") end
-    if type(v) ~= "boolean" then argerror("kill", 1, ("option '%s': boolean expected, got %s"):format(k, type(v))) end
-  end
-  if self.relpath == "" and not opts.root then
-    return nil, "kill /: refusing to kill every process under the cgroup2 root (pid 1 and this process among them); "
-      .. "pass {root=true, include_self=true} if that is really meant", EPERM
-  end
-  local holds, me, herrno = holds_caller(self)
-  if holds == nil then
-    return nil, ("kill %s: cannot tell whether it holds this process, so nothing was killed: %s"):format(self.path, me), herrno
-  end
-  if holds and not opts.include_self then
-    return nil, ("kill %s: this process (pid %d) is in it and would be killed too; move it out first, "
-      .. "or pass {include_self=true}"):format(self.path, me), EPERM
-  end
+  opts = options("kill", 1, opts, { root = "boolean", include_self = "boolean", wait = "timeout" })
+  local holds, me, herrno = refusals(self, "kill", opts, "kill")
+  if holds == nil then return nil, me, herrno end
   local ok, err, errno = core.cgroup_write(self, "cgroup.kill", "1")
-  if ok then return true end
-  if errno ~= ENOENT then
-    if errno == EACCES or errno == EPERM then
-      err = "cgroup.kill: permission denied (run as root, or as the owner of a delegated cgroup)"
+  if not ok then
+    if errno ~= ENOENT then
+      if errno == EACCES or errno == EPERM then
+        err = "cgroup.kill: permission denied (run as root, or as the owner of a delegated cgroup)"
+      end
+      return nil, ("kill %s: %s"):format(self.path, err), errno
     end
-    return nil, ("kill %s: %s"):format(self.path, err), errno
+    ok, err, errno = kill_each(self, me, holds)
+    if not ok then return nil, err, errno end
   end
-  return kill_each(self, me, holds)
+  if opts.wait and not holds then return wait_empty(self, "kill", opts.wait) end
+  return true
 end
 
 --- Removes the (empty) cgroup directory; refuses a populated one.

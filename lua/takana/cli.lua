@@ -1,6 +1,7 @@
 --- The `takana` command: subcommands over the module.
 -- Exit codes: 0 success, 1 runtime failure, 2 bad usage.
 local takana = require "takana"
+local core = require "takana.core"
 
 local M = {}
 
@@ -154,19 +155,78 @@ local ps_columns = {
   cpu = { "CPU_MS", "%9d", function(p) return (p.utime_ns + p.stime_ns) // 1000000 end },
   start = { "START_S", "%9.2f", function(p) return p.start_ns / 1e9 end },
   comm = { "COMM", "%s", function(p) return printable(p.comm) end },
+  -- Read per row, and only when the column is asked for; ctx caches.
+  user = { "USER", "%-10s", function(p, ctx) return ctx.user(p.uid) end },
+  cgroup = { "CGROUP", "%-30s", function(p, ctx) return ctx.cgroup(p) end },
+  cmd = { "CMD", "%s", function(p, ctx) return ctx.cmd(p) end },
 }
 local default_ps = "pid,ppid,uid,state,nthreads,rss,cpu,comm"
+-- Columns that may be wide text: the last one is not padded.
+local text_columns = { comm = true, cmd = true, user = true, cgroup = true }
+
+-- A word as a POSIX shell reads it back: bare when safe, else in single
+-- quotes; control bytes shown as \xNN.
+local function shell_word(w)
+  if w ~= "" and not w:find("[^%w@%%+=:,./_-]") then return w end
+  return "'" .. printable(w):gsub("'", "'\\''") .. "'"
+end
+M.shell_word = shell_word
+
+-- Per-call caches of the lookups the text columns need.
+local function row_context()
+  local users, cgroups = {}, {}
+  local ctx = {}
+  function ctx.user(uid)
+    local u = users[uid]
+    if u == nil then
+      u = core.user_name(uid) or tostring(uid)
+      users[uid] = u
+    end
+    return u
+  end
+  -- The record's cgroup_id when the snapshot has it, else the process's
+  -- /proc/<pid>/cgroup through a pidfd-anchored process object.
+  function ctx.cgroup(p)
+    local id = p.cgroup_id
+    if math.type(id) == "integer" and id > 0 then
+      local path = cgroups[id]
+      if path == nil then
+        local rel = takana.cgroup.path(id)
+        path = rel and ("/" .. rel) or "?"
+        cgroups[id] = path
+      end
+      return printable(path)
+    end
+    local proc = takana.process(p.pid)
+    local path = proc and proc:cgroup()
+    if proc then proc:close() end
+    return path and printable(path) or "?"
+  end
+  function ctx.cmd(p)
+    local proc = takana.process(p.pid)
+    local argv = proc and proc:cmdline()
+    if proc then proc:close() end
+    if not argv or #argv == 0 then return "[" .. printable(p.comm) .. "]" end
+    local words = {}
+    for i, a in ipairs(argv) do words[i] = shell_word(a) end
+    return table.concat(words, " ")
+  end
+  return ctx
+end
 
 local help = {
   ps = [[
-usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS]
+usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS] [--cgroup PATH]
   List every process from one snapshot.
   --backend B  auto, kfunc, iter or proc; by default proc below 5,000
                tasks (one snapshot does not repay a BPF load), else auto
   --tree       indent children under their parent
   --json       one JSON object per process per line
   -k           include kernel threads
-  -o FIELDS    comma-separated: pid,ppid,pgid,sid,uid,state,nthreads,nice,rss,vsz,cpu,start,comm
+  -o FIELDS    comma-separated: pid,ppid,pgid,sid,uid,user,state,nthreads,nice,rss,vsz,
+               cpu,start,comm,cgroup,cmd (user, cgroup and cmd are read per row)
+  --cgroup P   only the processes in cgroup P (relative to the cgroup2 mount)
+               or beneath it
 ]],
 }
 
@@ -224,7 +284,7 @@ end
 
 function M.ps(args)
   local opts = parse_args(args, { backend = "value", tree = "bool", json = "bool", k = "bool",
-                                  o = "value", help = "bool" }, "ps")
+                                  o = "value", cgroup = "value", help = "bool" }, "ps")
   if opts.help then io.write(help.ps) return 0 end
   local backend = M.oneshot_backend("ps", opts.backend)
   local fields = {}
@@ -232,9 +292,23 @@ function M.ps(args)
     if not ps_columns[f] then usage_error("ps: unknown field '" .. f .. "'") end
     fields[#fields + 1] = f
   end
+  -- The cgroup's members come from cgroup.procs of it and its
+  -- descendants: exact, and no per-process read.
+  local members
+  if opts.cgroup then
+    local ok, cg, cerr = pcall(takana.cgroup, opts.cgroup == "/" and "" or opts.cgroup)
+    if not ok then usage_error("ps: --cgroup: " .. tostring(cg):gsub("^.-bad argument", "bad argument")) end
+    if not cg then fail("ps: --cgroup: " .. cerr) end
+    local pids, perr = core.cgroup_subtree_procs(cg, 100000)
+    cg:close()
+    if not pids then fail("ps: --cgroup " .. opts.cgroup .. ": " .. perr) end
+    members = {}
+    for _, pid in ipairs(pids) do members[pid] = true end
+  end
   local snap, err = takana.snapshot { backend = backend }
   if not snap then fail(err) end
-  local show = function(p) return opts.k or not p.kthread end
+  local show = function(p) return (opts.k or not p.kthread) and (not members or members[p.pid]) end
+  local ctx = row_context()
 
   if opts.json then
     for p in snap:each() do
@@ -248,8 +322,12 @@ function M.ps(args)
     local cells = {}
     for i, f in ipairs(fields) do
       local c = ps_columns[f]
-      local width = tonumber(c[2]:match("%%(%d+)")) or 0
-      cells[i] = (f == "comm") and c[1] or ("%" .. width .. "s"):format(c[1])
+      local width = tonumber(c[2]:match("%%%-?(%d+)")) or 0
+      if text_columns[f] then
+        cells[i] = (i == #fields or width == 0) and c[1] or ("%-" .. width .. "s"):format(c[1])
+      else
+        cells[i] = ("%" .. width .. "s"):format(c[1])
+      end
     end
     out[#out + 1] = table.concat(cells, " ")
   end
@@ -257,9 +335,9 @@ function M.ps(args)
     local cells = {}
     for i, f in ipairs(fields) do
       local c = ps_columns[f]
-      local v = c[3](p)
-      if f == "comm" and depth then v = ("  "):rep(depth) .. v end
-      cells[i] = c[2]:format(v)
+      local v = c[3](p, ctx)
+      if (f == "comm" or f == "cmd") and depth then v = ("  "):rep(depth) .. v end
+      cells[i] = (text_columns[f] and i == #fields) and v or c[2]:format(v)
     end
     out[#out + 1] = table.concat(cells, " ")
   end
@@ -338,10 +416,19 @@ local function event_detail(e)
     end
     return d
   elseif e.type == "exec" then
-    return e.filename and printable(e.filename) or ""
+    -- argv as a shell would read it back, as execsnoop prints it.
+    if type(e.argv) == "table" and #e.argv > 0 then
+      local words = {}
+      for i, a in ipairs(e.argv) do words[i] = shell_word(a) end
+      return table.concat(words, " ") .. (e.argv_truncated and " ..." or "")
+    end
+    if e.filename then return printable(e.filename) end
+    return e.comm and printable(e.comm) or ""
   end
   return ""
 end
+
+M.event_detail = event_detail
 
 function M.watch(args)
   local opts, types = parse_args(args, { json = "bool", backend = "value", count = "value",
@@ -404,11 +491,14 @@ end
 -- ---- cgroup ---------------------------------------------------------------
 
 help.cgroup = [[
-usage: takana cgroup PATH [--json] [--watch S]
+usage: takana cgroup PATH [--json] [--watch S] [--procs]
   A cgroup's accounting, read in O(1): cpu, memory, pids, pressure, events,
   and why each absent section is absent. PATH is relative to the cgroup2
-  mount ("/" or "" for the root; "self" for this process's cgroup).
+  mount ("/" or "" for the root; "self" for this process's cgroup; a
+  number is a cgroup id).
   --watch S    print again every S seconds until interrupted
+  --procs      list the processes in it and beneath it instead: pid, user,
+               cgroup, command line
 ]]
 
 local sections = { "cpu", "memory", "pids", "pressure", "events" }
@@ -425,7 +515,7 @@ local function flatten(prefix, v, out)
 end
 
 function M.cgroup(args)
-  local opts, rest = parse_args(args, { json = "bool", watch = "value", help = "bool" }, "cgroup")
+  local opts, rest = parse_args(args, { json = "bool", watch = "value", procs = "bool", help = "bool" }, "cgroup")
   if opts.help then io.write(help.cgroup) return 0 end
   if #rest ~= 1 then usage_error("cgroup: exactly one PATH expected (see --help)") end
   local every = opts.watch and tonumber(opts.watch)
@@ -434,11 +524,17 @@ function M.cgroup(args)
   if rest[1] == "self" then
     cg, err = takana.cgroup.self()
   else
-    local ok, r, e = pcall(takana.cgroup, rest[1] == "/" and "" or rest[1])
+    local target = rest[1] == "/" and "" or rest[1]
+    if target:match("^%d+$") then target = math.tointeger(tonumber(target)) or target end
+    local ok, r, e = pcall(takana.cgroup, target)
     if not ok then usage_error("cgroup: " .. tostring(r):gsub("^.-bad argument", "bad argument")) end
     cg, err = r, e
   end
   if not cg then fail(err) end
+  if opts.procs then
+    if opts.watch then usage_error("cgroup: --procs and --watch are exclusive") end
+    return M.cgroup_procs(cg, opts.json)
+  end
   repeat
     local st, serr = cg:stat()
     if not st then fail(serr) end
@@ -464,6 +560,40 @@ function M.cgroup(args)
     if every then takana.poll({}, every) end
   until not every
   cg:close()
+  return 0
+end
+
+-- `takana cgroup PATH --procs`: the processes of a cgroup and of its
+-- descendants, in pid order.
+function M.cgroup_procs(cg, as_json)
+  local pids, err = core.cgroup_subtree_procs(cg, 100000)
+  if not pids then fail(("cgroup %s: %s"):format(cg.path, err)) end
+  cg:close()
+  table.sort(pids)
+  local ctx = row_context()
+  if not as_json then io.write(("%7s %-10s %-30s %s\n"):format("PID", "USER", "CGROUP", "CMD")) end
+  for _, pid in ipairs(pids) do
+    local proc = takana.process(pid)
+    -- Gone since cgroup.procs was read: not listed.
+    if proc then
+      local st = proc:status()
+      local argv = proc:cmdline()
+      local path = proc:cgroup()
+      local comm = first_line(("/proc/%d/comm"):format(pid)) or "?"
+      proc:close()
+      if st and argv and path then
+        if as_json then
+          io.write(json({ pid = pid, uid = st.uids.real, user = ctx.user(st.uids.real), cgroup = path,
+                          argv = argv, comm = comm }), "\n")
+        else
+          local words = {}
+          for i, a in ipairs(argv) do words[i] = shell_word(a) end
+          local cmd = #words > 0 and table.concat(words, " ") or ("[" .. printable(comm) .. "]")
+          io.write(("%7d %-10s %-30s %s\n"):format(pid, ctx.user(st.uids.real), printable(path), cmd))
+        end
+      end
+    end
+  end
   return 0
 end
 
@@ -737,18 +867,18 @@ end
 help.bench = [[
 usage: takana bench [PHASE...]
   The `make bench` tables, from a takana source tree (the current
-  directory): snapshot, spawn, cgroup, events. A progress line per phase
+  directory): snapshot, spawn, cgroup, events, psutil. A progress line per phase
   goes to stderr.
 ]]
 
 function M.bench(args)
   local opts, phases = parse_args(args, { help = "bool" }, "bench")
   if opts.help then io.write(help.bench) return 0 end
-  local all = { "snapshot", "spawn", "cgroup", "events" }
+  local all = { "snapshot", "spawn", "cgroup", "events", "psutil" }
   if #phases == 0 then phases = all end
   for _, ph in ipairs(phases) do
-    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1 })[ph] then
-      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events)")
+    if not ({ snapshot = 1, spawn = 1, cgroup = 1, events = 1, psutil = 1 })[ph] then
+      usage_error("bench: unknown phase '" .. ph .. "' (snapshot, spawn, cgroup, events, psutil)")
     end
   end
   if not io.open("bench/lib.lua") then fail("bench: run from a takana source tree (bench/lib.lua not found)") end

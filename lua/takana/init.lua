@@ -151,6 +151,9 @@ M.delta = core.delta
 -- @treturn[2] nil, message, errno (ESRCH when the process is gone)
 M.pidfd = core.pidfd
 
+-- process: documented with core.process (csrc/lua_procinfo.c).
+M.process = core.process
+
 -- spawn: documented with core.spawn (csrc/lua_spawn.c); this checks
 -- the option names and resolves a cgroup path to a handle first.
 local spawn_options = {
@@ -185,8 +188,9 @@ function M.spawn(t, ...)
 end
 
 --- Waits until at least one object is readable (a pidfd whose process
--- exited, a pipe with data...) or, for an object whose `events()` is "w"
--- (a child's stdin pipe), writable. For scripts without an event loop.
+-- exited, a pipe with data, a signals object with a signal pending, a timer
+-- that expired...) or, for an object whose `events()` is "w" (a child's
+-- stdin pipe), writable. For scripts without an event loop.
 -- @tparam {object,...} objects anything with `:fileno()`
 -- @number[opt] timeout seconds, 0 to 1 year (longer raises; waits past
 --   epoll's 24.8 days go in slices); nil waits forever
@@ -403,6 +407,74 @@ function M.probe()
   section("cgroup", M.cgroup.probe)
   return r
 end
+
+--- Subscribes to signals through a signalfd: they are blocked in the calling
+-- thread and arrive as data instead of running their default action.
+-- `t = {"TERM", "INT", "HUP", "CHLD", 10, ...}`: names (with or without
+-- "SIG", any case) or numbers. KILL and STOP cannot be caught, and the
+-- fault signals (SEGV, BUS, FPE, ILL) never reach a signalfd: asking for
+-- them raises. Several objects may hold the same signal: each arrival goes
+-- to the first that reads it, and the signal stays blocked until the last
+-- holder closes. `close` unblocks what this object alone held and was not
+-- blocked before; a signal still pending is then delivered with its
+-- disposition (TERM's default ends the process): drain with `:each()`
+-- first. A spawned child gets the mask it would have had without takana.
+-- The mask is per thread: subscribe before starting other threads (they
+-- inherit it); while another thread has one of the signals unblocked (it
+-- would take them), signals() returns `nil, message, EBUSY`. CHLD while
+-- SIGCHLD is ignored (SIG_IGN from the parent: the kernel then reaps
+-- children and sends nothing) returns `nil, message, EINVAL`. CHLD wakes a
+-- loop; it reaps nothing and merges (one CHLD for several exits): wait on
+-- each child's pidfd.
+-- @function signals
+-- @tparam {string|int,...} t
+-- @treturn[1] signals `:read([timeout])` (one table `{signo=, name=, code=,
+--   pid=, uid=, status=, child=}`, or nil when none), `:each()` (drains what
+--   is pending), `:list()`, `:fileno()`, the cqueues protocol, `:close()`
+-- @treturn[2] nil, "signals: signalfd: message", errno
+M.signals = core.signals
+
+--- A timerfd on CLOCK_MONOTONIC, pollable: readable once it has expired.
+-- `takana.timer(after, every)`: seconds until the first expiration (0: at
+-- once; nil: disarmed until `:set`), then every `every` seconds (nil or 0:
+-- once). Both 0..1 year.
+-- @function timer
+-- @treturn[1] timer `:read([timeout])` (expirations since the last read, 0
+--   when none), `:set(after, every)`, `:cancel()`, `:remaining()` (seconds
+--   to the next expiration and the period, nil when disarmed), `:fileno()`,
+--   the cqueues protocol, `:close()`
+-- @treturn[2] nil, "timer: message", errno
+M.timer = core.timer
+
+--- CLOCK_MONOTONIC in seconds (a float): for intervals and deadlines.
+-- @function now
+M.now = core.now
+
+--- CLOCK_BOOTTIME in nanoseconds (an integer): the clock of snapshot and
+-- event `time_ns` and record `start_ns`. It is CLOCK_MONOTONIC plus the time
+-- spent suspended, so `boottime_ns() >= now() * 1e9` always.
+-- @function boottime_ns
+M.boottime_ns = core.boottime_ns
+
+--- CLOCK_REALTIME in seconds since the epoch, with a fraction: for log
+-- stamps. It jumps when the clock is set; never use it for intervals.
+-- @function realtime
+M.realtime = core.realtime
+
+--- `subreaper(true|false)` sets or clears PR_SET_CHILD_SUBREAPER: orphans
+-- among this process's descendants are re-parented to it instead of init,
+-- and it must reap them. `subreaper()` returns the current flag.
+-- @function subreaper
+-- @tparam[opt] boolean on
+-- @treturn[1] boolean
+-- @treturn[2] nil, message, errno
+M.subreaper = core.subreaper
+
+--- This process's environment, `{NAME = value, ...}`, from the C library's
+-- `environ` (so setenv by C code is seen; /proc/self/environ is not read).
+-- @function environ
+-- @treturn table
+M.environ = core.environ
 
 --- Descriptors held by the /proc backend's cache: `{fds=n, process_fds=n, limit=n}`;
 -- `process_fds` counts every /proc reader of the process (poll event

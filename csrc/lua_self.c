@@ -1,0 +1,79 @@
+/* The calling process's own settings that a supervisor reads or changes:
+ * the child-subreaper flag and the environment. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "binding.h"
+
+/* environ: declared by unistd.h under _GNU_SOURCE. */
+
+
+/** Makes this process the reaper of its orphaned descendants
+ * (PR_SET_CHILD_SUBREAPER), or says whether it is.
+ * A process whose parent exits is re-parented to the nearest living
+ * subreaper ancestor instead of init, so a supervisor sees (and must reap)
+ * what its services double-fork. The flag is not inherited by children and
+ * survives exec.
+ * @function subreaper
+ * @tparam[opt] boolean on set (true) or clear (false); absent: query
+ * @treturn[1] boolean the flag (query), or true (set)
+ * @treturn[2] nil, "subreaper: message", errno */
+static int l_subreaper(lua_State *L)
+{
+	int on = 0;
+
+	tk_check_nargs(L, 1);
+	if (lua_isnone(L, 1)) {
+		if (prctl(PR_GET_CHILD_SUBREAPER, &on, 0, 0, 0) < 0)
+			return tk_push_error(L, "subreaper: PR_GET_CHILD_SUBREAPER", -errno);
+		lua_pushboolean(L, on != 0);
+		return 1;
+	}
+	luaL_checktype(L, 1, LUA_TBOOLEAN);
+	on = lua_toboolean(L, 1);
+	if (prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)on, 0, 0, 0) < 0)
+		return tk_push_error(L, "subreaper: PR_SET_CHILD_SUBREAPER", -errno);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/** This process's environment as a table, read from `environ` (so what a
+ * C library's setenv changed is seen; /proc/self/environ shows only what
+ * exec received). An entry without '=' is skipped; a name set twice keeps
+ * its first value, as getenv does.
+ * @function environ
+ * @treturn table name -> value */
+static int l_environ(lua_State *L)
+{
+	tk_check_nargs(L, 0);
+	lua_newtable(L);
+	for (char **e = environ; e != NULL && *e != NULL; e++) {
+		const char *eq = strchr(*e, '=');
+		if (eq == NULL || eq == *e)
+			continue;
+		lua_pushlstring(L, *e, (size_t)(eq - *e));
+		lua_pushvalue(L, -1);
+		if (lua_rawget(L, -3) != LUA_TNIL) {
+			lua_pop(L, 2);
+			continue;
+		}
+		lua_pop(L, 1);
+		lua_pushstring(L, eq + 1);
+		lua_rawset(L, -3);
+	}
+	return 1;
+}
+
+void tk_self_open(lua_State *L)
+{
+	static const luaL_Reg funcs[] = {
+		{ "subreaper", l_subreaper },
+		{ "environ", l_environ },
+		{ NULL, NULL },
+	};
+
+	luaL_setfuncs(L, funcs, 0);
+}

@@ -1,0 +1,240 @@
+/* Lua binding of takana.timer (a timerfd on CLOCK_MONOTONIC) and of the
+ * clocks: now() for intervals, boottime_ns() for comparing with snapshot and
+ * event times, realtime() for wall-clock stamps. */
+
+/***
+ * Timers and clocks, from C.
+ * @module takana
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "binding.h"
+#include "process.h"
+#include "signals.h"
+
+struct ltimer {
+	struct tk_handle h;   /* first: the shared close/poll protocol */
+};
+
+static struct ltimer *timer_check(lua_State *L, int idx)
+{
+	return (struct ltimer *)tk_handle_check(L, idx, TK_TIMER_MT);
+}
+
+/* Seconds to ns. A delay of 0 becomes 1 ns: a timerfd reads 0 as "disarm",
+ * a caller means "now". */
+static uint64_t seconds_check(lua_State *L, int idx, const char *what, int zero_means_now)
+{
+	lua_Number t = luaL_checknumber(L, idx);
+	uint64_t ns;
+
+	if (!(t >= 0 && t <= TK_TIMEOUT_MAX_S))
+		luaL_argerror(L, idx, lua_pushfstring(L, "%s must be 0..1 year (seconds)", what));
+	ns = (uint64_t)llround(t * 1e9);
+	if (ns == 0 && (zero_means_now || t > 0))
+		ns = 1;
+	return ns;
+}
+
+/* (after, every) at idx, idx+1; every nil or 0: one-shot. */
+static int timer_args(lua_State *L, int idx, uint64_t *after, uint64_t *every)
+{
+	*after = seconds_check(L, idx, "after", 1);
+	*every = lua_isnoneornil(L, idx + 1) ? 0 : seconds_check(L, idx + 1, "every", 0);
+	return 0;
+}
+
+/*** Arms the timer again, replacing what was set; unread expirations are
+ * dropped.
+ * @function timer:set
+ * @number after seconds until the first expiration (0: at once)
+ * @number[opt] every seconds between the following ones; nil or 0: once
+ * @treturn[1] true
+ * @treturn[2] nil, message, errno */
+static int timer_set(lua_State *L)
+{
+	struct ltimer *t = timer_check(L, 1);
+	uint64_t after, every;
+	int r;
+
+	timer_args(L, 2, &after, &every);
+	tk_check_nargs(L, 3);
+	r = tk_timer_set(t->h.fd, after, every);
+	if (r < 0)
+		return tk_push_error(L, "timer: set", r);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/*** Disarms the timer; unread expirations are dropped.
+ * @function timer:cancel
+ * @treturn[1] true
+ * @treturn[2] nil, message, errno */
+static int timer_cancel(lua_State *L)
+{
+	struct ltimer *t = timer_check(L, 1);
+	int r;
+
+	tk_check_nargs(L, 1);
+	r = tk_timer_set(t->h.fd, 0, 0);
+	if (r < 0)
+		return tk_push_error(L, "timer: cancel", r);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/*** Expirations since the last read (or set), and resets the count.
+ * @function timer:read
+ * @number[opt] timeout seconds to wait for one (0..1 year); nil or absent:
+ *   do not wait
+ * @treturn[1] int expirations, 0 when none yet
+ * @treturn[2] nil, message, errno */
+static int timer_read(lua_State *L)
+{
+	struct ltimer *t = timer_check(L, 1);
+	int64_t wait_ms = 0, deadline = 0, n;
+
+	if (!lua_isnoneornil(L, 2)) {
+		lua_Number s = luaL_checknumber(L, 2);
+		luaL_argcheck(L, s >= 0 && s <= TK_TIMEOUT_MAX_S, 2,
+		              "timeout must be 0..1 year (seconds), or nil not to wait");
+		wait_ms = (int64_t)ceil(s * 1000.0);
+		deadline = tk_monotonic_ms() + wait_ms;
+	}
+	tk_check_nargs(L, 2);
+	for (;;) {
+		int r;
+
+		n = tk_timer_read(t->h.fd);
+		if (n != 0 || wait_ms == 0)
+			break;
+		r = tk_wait_readable(t->h.fd, tk_timeout_slice(wait_ms, deadline));
+		if (r < 0)
+			return tk_push_error(L, "timer: poll", r);
+		if (r == 0 && tk_monotonic_ms() >= deadline)
+			break;
+	}
+	if (n < 0)
+		return tk_push_error(L, "timer: read", (int)n);
+	lua_pushinteger(L, (lua_Integer)n);
+	return 1;
+}
+
+/*** Seconds until the next expiration and the period.
+ * @function timer:remaining
+ * @treturn[1] number seconds to the next expiration
+ * @treturn[1] number the period (0 for a one-shot)
+ * @treturn[2] nil when disarmed (cancelled, or a one-shot that fired)
+ * @treturn[3] nil, message, errno */
+static int timer_remaining(lua_State *L)
+{
+	struct ltimer *t = timer_check(L, 1);
+	uint64_t next, every;
+	int r;
+
+	tk_check_nargs(L, 1);
+	r = tk_timer_get(t->h.fd, &next, &every);
+	if (r < 0)
+		return tk_push_error(L, "timer: get", r);
+	if (next == 0) {
+		lua_pushnil(L);
+		return 1;
+	}
+	lua_pushnumber(L, (lua_Number)next / 1e9);
+	lua_pushnumber(L, (lua_Number)every / 1e9);
+	return 2;
+}
+
+/** A timer on CLOCK_MONOTONIC, pollable: readable once it has expired.
+ * @function timer
+ * @number[opt] after seconds until the first expiration, 0..1 year (0: at
+ *   once); nil: created disarmed, for a later `:set`
+ * @number[opt] every seconds between the following ones; nil or 0: once
+ * @treturn[1] timer `:read([timeout])`, `:set(after, every)`, `:cancel()`,
+ *   `:remaining()`, `:fileno()`, the cqueues protocol, `:close()`
+ * @treturn[2] nil, "timer: message", errno */
+static int l_timer(lua_State *L)
+{
+	uint64_t after = 0, every = 0;
+	struct ltimer *t;
+	int fd, r;
+
+	if (!lua_isnoneornil(L, 1))
+		timer_args(L, 1, &after, &every);
+	else
+		luaL_argcheck(L, lua_isnoneornil(L, 2), 2, "a period needs a first delay ('after')");
+	tk_check_nargs(L, 2);
+	t = lua_newuserdatauv(L, sizeof *t, 0);
+	memset(t, 0, sizeof *t);
+	tk_handle_init(&t->h, "timer", "r", NULL);
+	luaL_setmetatable(L, TK_TIMER_MT);
+	fd = tk_timer_open();
+	if (fd < 0)
+		return tk_push_error(L, "timer: timerfd_create", fd);
+	t->h.fd = fd;
+	if (after != 0) {
+		r = tk_timer_set(fd, after, every);
+		if (r < 0)
+			return tk_push_error(L, "timer: set", r);   /* the object closes it when collected */
+	}
+	return 1;
+}
+
+/** CLOCK_MONOTONIC in seconds: for intervals and deadlines; never jumps.
+ * @function now */
+static int l_now(lua_State *L)
+{
+	tk_check_nargs(L, 0);
+	lua_pushnumber(L, (lua_Number)tk_clock_ns(CLOCK_MONOTONIC) / 1e9);
+	return 1;
+}
+
+/** CLOCK_BOOTTIME in ns: the clock of snapshot `time_ns`, record
+ * `start_ns` and event `time_ns`. It counts suspend, which now() does not.
+ * @function boottime_ns */
+static int l_boottime_ns(lua_State *L)
+{
+	tk_check_nargs(L, 0);
+	lua_pushinteger(L, tk_u64_int(tk_boottime_ns()));
+	return 1;
+}
+
+/** CLOCK_REALTIME in seconds since the epoch, with the fraction os.time()
+ * lacks: for log stamps. It jumps when the clock is set.
+ * @function realtime */
+static int l_realtime(lua_State *L)
+{
+	struct timespec ts;
+
+	tk_check_nargs(L, 0);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+	return 1;
+}
+
+void tk_timer_open_lib(lua_State *L)
+{
+	static const luaL_Reg methods[] = {
+		{ "read", timer_read },
+		{ "set", timer_set },
+		{ "cancel", timer_cancel },
+		{ "remaining", timer_remaining },
+		{ NULL, NULL },
+	};
+	static const luaL_Reg funcs[] = {
+		{ "timer", l_timer },
+		{ "now", l_now },
+		{ "boottime_ns", l_boottime_ns },
+		{ "realtime", l_realtime },
+		{ NULL, NULL },
+	};
+
+	tk_handle_newclass(L, TK_TIMER_MT, methods, NULL, NULL);
+	lua_pop(L, 1);
+	luaL_setfuncs(L, funcs, 0);
+}
