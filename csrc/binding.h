@@ -5,6 +5,7 @@
 
 #include <lua.h>
 #include <lauxlib.h>
+#include <sys/types.h>
 
 #include "core.h"
 
@@ -27,6 +28,7 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_PROCESS_MT "takana.Process"
 #define TK_SIGNALS_MT "takana.Signals"
 #define TK_TIMER_MT "takana.Timer"
+#define TK_PIPE_MT "takana.Pipe"
 
 /* A kernel counter as a Lua integer, saturating rather than wrapping. */
 static inline lua_Integer tk_u64_int(uint64_t v)
@@ -99,5 +101,17 @@ void tk_procinfo_open(lua_State *L);
 int tk_snapshot_process(lua_State *L);
 /* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
 void tk_cgroup_path_open(lua_State *L);
+
+void tk_spawn_open(lua_State *L);
+void tk_pipe_open(lua_State *L);
+
+/* lua_process.c, for lua_spawn.c: a closed pidfd object pushed, then
+ * filled once the child exists (an allocation failure leaves no child
+ * without an owner). */
+void tk_pidfd_new(lua_State *L);
+void tk_pidfd_fill(lua_State *L, int idx, int fd, pid_t pid, const char *mechanism);
+/* lua_pipe.c: a closed pipe object pushed (writable: a child's stdin);
+ * the caller stores the fd in the returned handle, which owns it. */
+struct tk_handle *tk_pipe_new(lua_State *L, int writable);
 
 #endif

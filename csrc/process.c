@@ -15,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -119,6 +123,26 @@ done:
 
 /* ---- spawn ----------------------------------------------------------------- */
 
+const struct tk_rlimit_name tk_rlimit_names[] = {
+	{ "as", RLIMIT_AS, "setrlimit as" },
+	{ "core", RLIMIT_CORE, "setrlimit core" },
+	{ "cpu", RLIMIT_CPU, "setrlimit cpu" },
+	{ "data", RLIMIT_DATA, "setrlimit data" },
+	{ "fsize", RLIMIT_FSIZE, "setrlimit fsize" },
+	{ "locks", RLIMIT_LOCKS, "setrlimit locks" },
+	{ "memlock", RLIMIT_MEMLOCK, "setrlimit memlock" },
+	{ "msgqueue", RLIMIT_MSGQUEUE, "setrlimit msgqueue" },
+	{ "nice", RLIMIT_NICE, "setrlimit nice" },
+	{ "nofile", RLIMIT_NOFILE, "setrlimit nofile" },
+	{ "nproc", RLIMIT_NPROC, "setrlimit nproc" },
+	{ "rss", RLIMIT_RSS, "setrlimit rss" },
+	{ "rtprio", RLIMIT_RTPRIO, "setrlimit rtprio" },
+	{ "rttime", RLIMIT_RTTIME, "setrlimit rttime" },
+	{ "sigpending", RLIMIT_SIGPENDING, "setrlimit sigpending" },
+	{ "stack", RLIMIT_STACK, "setrlimit stack" },
+	{ NULL, 0, NULL },
+};
+
 #define CHILD_STACK ((size_t)64 * 1024)
 #define SPAWN_HIGH_FD 100
 
@@ -126,6 +150,9 @@ struct child_ctx {
 	const struct tk_spawn_opts *o;
 	sigset_t mask;
 	sigset_t child_mask;       /* mask without what takana.signals blocked */
+	pid_t parent;              /* for the pdeathsig check */
+	int *moved;                /* scratch: 3 + nextra_fds, allocated by the parent */
+	int reset_handlers;        /* no CLONE_CLEAR_SIGHAND: reset handled signals too */
 	volatile int err;          /* written by the child before _exit */
 	const char *volatile step; /* what failed, for the message */
 };
@@ -172,11 +199,86 @@ static void child_exec_path(struct child_ctx *c)
 	c->err = seen_eacces ? EACCES : ENOENT;
 }
 
+/* Puts the stdio sources on 0..2 and the extra ones on their targets. Every
+ * source is first moved above the highest target, so a source that is
+ * itself a target number is not overwritten by an earlier dup2; then
+ * everything else from 3 up is closed (takana's own fds are CLOEXEC anyway,
+ * this catches the caller's inherited ones). The moved copies are closed
+ * with the rest. */
+static int child_fds(struct child_ctx *c)
+{
+	const struct tk_spawn_opts *o = c->o;
+	size_t n = o->nextra_fds;
+	int base = 3, lo = 3;
+
+	if (n > 0 && o->extra_fds[n - 1].target >= base)
+		base = o->extra_fds[n - 1].target + 1;
+	for (size_t i = 0; i < 3 + n; i++) {
+		int src = i < 3 ? o->fds[i] : o->extra_fds[i - 3].source;
+		c->moved[i] = -1;
+		if (src >= 0 && (c->moved[i] = fcntl(src, F_DUPFD_CLOEXEC, base)) < 0)
+			return -1;
+	}
+	for (size_t i = 0; i < 3 + n; i++) {
+		int target = i < 3 ? (int)i : o->extra_fds[i - 3].target;
+		if (c->moved[i] >= 0 && dup2(c->moved[i], target) < 0)
+			return -1;
+	}
+	/* Close the gaps between the targets (sorted, distinct), then the rest. */
+	for (size_t i = 0; i < n; i++) {
+		int t = o->extra_fds[i].target;
+		if (t > lo && syscall(SYS_close_range, lo, t - 1, 0) < 0 && errno != ENOSYS)
+			return -1;
+		lo = t + 1;
+	}
+	if (syscall(SYS_close_range, lo, ~0u, 0) < 0 && errno != ENOSYS)
+		return -1;
+	return 0;
+}
+
+/* Limits, then credentials: a hard limit can only be raised while still
+ * privileged, and setgroups/setgid need privilege that setuid drops.
+ * PR_SET_PDEATHSIG comes after them because the kernel clears it when
+ * the credentials change. */
+static int child_creds(struct child_ctx *c)
+{
+	const struct tk_spawn_opts *o = c->o;
+
+	for (size_t i = 0; i < o->nrlimits; i++) {
+		c->step = o->rlimits[i].step;
+		if (setrlimit(o->rlimits[i].resource, &o->rlimits[i].lim) < 0)
+			return -1;
+	}
+	c->step = "setgroups";
+	if (o->set_groups && setgroups(o->ngroups, o->groups) < 0)
+		return -1;
+	c->step = "setgid";
+	if (o->set_gid && setresgid(o->gid, o->gid, o->gid) < 0)
+		return -1;
+	c->step = "setuid";
+	if (o->set_uid && setresuid(o->uid, o->uid, o->uid) < 0)
+		return -1;
+	c->step = "pdeathsig";
+	if (o->pdeathsig > 0) {
+		if (prctl(PR_SET_PDEATHSIG, (unsigned long)o->pdeathsig, 0, 0, 0) < 0)
+			return -1;
+		/* The parent may have died before the prctl: then nobody will
+		 * send the signal, so it is sent now. */
+		if (getppid() != c->parent)
+			kill(getpid(), o->pdeathsig);
+	}
+	c->step = "no_new_privs";
+	if (o->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) < 0)
+		return -1;
+	if (o->set_umask)
+		umask(o->umask);
+	return 0;
+}
+
 static int child_main(void *arg)
 {
 	struct child_ctx *c = arg;
 	const struct tk_spawn_opts *o = c->o;
-	int moved[3];
 
 	c->step = "setsid";
 	if (o->setsid && setsid() < 0)
@@ -184,27 +286,16 @@ static int child_main(void *arg)
 	c->step = "setpgid";
 	if (o->pgroup >= 0 && setpgid(0, o->pgroup) < 0)
 		goto fail;
+	/* Descriptors before limits: a low nofile limit would refuse the
+	 * copies above the targets. */
+	c->step = "dup2";
+	if (child_fds(c) < 0)
+		goto fail;
+	if (child_creds(c) < 0)
+		goto fail;
+	/* As the new user, like systemd's WorkingDirectory=. */
 	c->step = "chdir";
 	if (o->cwd != NULL && chdir(o->cwd) < 0)
-		goto fail;
-	c->step = "dup2";
-	/* Move every source above 2 first, so a source that is itself 0..2
-	 * is not overwritten by an earlier dup2. */
-	for (int i = 0; i < 3; i++) {
-		moved[i] = -1;
-		if (o->fds[i] >= 0) {
-			moved[i] = fcntl(o->fds[i], F_DUPFD_CLOEXEC, 3);
-			if (moved[i] < 0)
-				goto fail;
-		}
-	}
-	for (int i = 0; i < 3; i++) {
-		if (moved[i] >= 0 && dup2(moved[i], i) < 0)
-			goto fail;
-	}
-	/* Everything not passed is closed; takana's own fds are CLOEXEC anyway,
-	 * this catches the caller's inherited ones. */
-	if (syscall(SYS_close_range, 3, ~0u, 0) < 0 && errno != ENOSYS)
 		goto fail;
 	/* CLONE_CLEAR_SIGHAND resets handled signals only; an ignored one
 	 * (SIGPIPE, SIGHUP under nohup or an event loop) would survive exec.
@@ -214,7 +305,8 @@ static int child_main(void *arg)
 		struct sigaction sa;
 		if (sig == SIGKILL || sig == SIGSTOP)
 			continue;
-		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) {
+		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL &&
+		    (sa.sa_handler == SIG_IGN || c->reset_handlers)) {
 			sa.sa_handler = SIG_DFL;
 			sa.sa_flags = 0;
 			sigaction(sig, &sa, NULL);
@@ -293,6 +385,51 @@ static int spawn_clone3(const struct tk_spawn_opts *o, struct child_ctx *c,
 #endif
 }
 
+/* clone(2) for where clone3 is refused (Docker's default seccomp profile
+ * answers ENOSYS) and the options need child_main: the same child, minus
+ * CLONE_CLEAR_SIGHAND and CLONE_INTO_CGROUP, which clone(2) lacks. The
+ * child resets every handler itself (signals are blocked until then), as
+ * glibc's posix_spawn does. */
+static int spawn_clone(struct child_ctx *c, pid_t *pid, int *pidfd)
+{
+	char *stack = malloc(CHILD_STACK);
+	int r;
+
+	if (stack == NULL)
+		return -ENOMEM;
+	c->reset_handlers = 1;
+	r = clone(child_main, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+	          c, pidfd);
+	r = r < 0 ? -errno : r;
+	free(stack);
+	if (r < 0)
+		return r;
+	*pid = (pid_t)r;
+	return 0;
+}
+
+/* Only with cgroup_fallback = "attach": a move after the fact, for the
+ * paths without CLONE_INTO_CGROUP. On failure the child is killed and
+ * reaped, and its pidfd closed. */
+static int attach_after(const struct tk_spawn_opts *o, pid_t pid, int pidfd)
+{
+	int procs = openat(o->cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	char num[16];
+	int len = snprintf(num, sizeof num, "%d", (int)pid);
+
+	if (procs < 0 || write(procs, num, (size_t)len) != len) {
+		int e = errno;
+		if (procs >= 0)
+			close(procs);
+		tk_pidfd_signal(pidfd, SIGKILL);
+		waitpid(pid, NULL, 0);
+		close(pidfd);
+		return -e;
+	}
+	close(procs);
+	return 0;
+}
+
 /* posix_spawn + pidfd_open: for kernels or sandboxes without clone3. The
  * pid is ours (an unreaped child) until we wait, so pidfd_open cannot race
  * with pid reuse here. */
@@ -352,29 +489,58 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 		waitpid(*pid, NULL, 0);
 		return e;
 	}
-	if (o->cgroup_fd >= 0) {
-		/* Only with cgroup_fallback = "attach": a move after the fact. */
-		int procs = openat(o->cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-		char num[16];
-		int len = snprintf(num, sizeof num, "%d", (int)*pid);
-		if (procs < 0 || write(procs, num, (size_t)len) != len) {
-			int e = errno;
-			if (procs >= 0)
-				close(procs);
-			tk_pidfd_signal(*pidfd, SIGKILL);
-			waitpid(*pid, NULL, 0);
-			close(*pidfd);
-			return -e;
-		}
-		close(procs);
+	return o->cgroup_fd >= 0 ? attach_after(o, *pid, *pidfd) : 0;
+}
+
+int tk_spawn_needs_child(const struct tk_spawn_opts *o)
+{
+	return o->set_groups || o->set_gid || o->set_uid || o->set_umask || o->nrlimits > 0 ||
+	       o->pdeathsig > 0 || o->no_new_privs || o->nextra_fds > 0;
+}
+
+/* Runs child_main through clone3 (legacy: clone) and collects what it
+ * reported. 0 with pid and pidfd in res, or -errno. */
+static int spawn_child(const struct tk_spawn_opts *o, struct tk_spawn_result *res, int legacy)
+{
+	struct child_ctx c;
+	sigset_t all;
+	pid_t pid = -1;
+	int pidfd = -1, r;
+
+	memset(&c, 0, sizeof c);
+	c.o = o;
+	c.parent = getpid();
+	c.moved = calloc(3 + o->nextra_fds, sizeof *c.moved);
+	if (c.moved == NULL)
+		return -ENOMEM;
+	/* No handler may run in the child before CLONE_CLEAR_SIGHAND and
+	 * exec take effect: block everything around the clone. */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &c.mask);
+	c.child_mask = c.mask;
+	tk_signals_child_mask(&c.child_mask);
+	r = legacy ? spawn_clone(&c, &pid, &pidfd) : spawn_clone3(o, &c, &pid, &pidfd);
+	sigprocmask(SIG_SETMASK, &c.mask, NULL);
+	free(c.moved);
+	if (r < 0)
+		return r;
+	if (c.err != 0) {
+		/* The child wrote its errno and exited 127: reap it. */
+		waitpid(pid, NULL, 0);
+		close(pidfd);
+		res->exec_failed = 1;
+		res->failed_step = c.step;
+		return -c.err;
 	}
+	if (legacy && o->cgroup_fd >= 0 && (r = attach_after(o, pid, pidfd)) < 0)
+		return r;
+	res->pid = pid;
+	res->pidfd = pidfd;
 	return 0;
 }
 
 int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res)
 {
-	struct child_ctx c;
-	sigset_t all;
 	pid_t pid = -1;
 	int pidfd = -1, r;
 
@@ -384,35 +550,17 @@ int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res)
 	res->exec_failed = 0;
 	res->failed_step = NULL;
 	if (!o->force_posix_spawn) {
-		memset(&c, 0, sizeof c);
-		c.o = o;
-		/* No handler may run in the child before CLONE_CLEAR_SIGHAND and
-		 * exec take effect: block everything around the clone. */
-		sigfillset(&all);
-		sigprocmask(SIG_SETMASK, &all, &c.mask);
-		c.child_mask = c.mask;
-		tk_signals_child_mask(&c.child_mask);
-		r = spawn_clone3(o, &c, &pid, &pidfd);
-		sigprocmask(SIG_SETMASK, &c.mask, NULL);
-		if (r == 0) {
-			if (c.err != 0) {
-				/* The child wrote its errno and exited 127: reap it. */
-				waitpid(pid, NULL, 0);
-				close(pidfd);
-				res->exec_failed = 1;
-				res->failed_step = c.step;
-				return -c.err;
-			}
-			res->pid = pid;
-			res->pidfd = pidfd;
-			return 0;
-		}
-		if (r != -ENOSYS && r != -E2BIG && r != -EPERM)
+		r = spawn_child(o, res, 0);
+		if (r == 0 || res->exec_failed || (r != -ENOSYS && r != -E2BIG && r != -EPERM))
 			return r;
-		/* clone3 missing or refused (seccomp): the portable path. */
+		/* clone3 missing or refused (seccomp): the portable paths. */
 	}
 	if (o->cgroup_fd >= 0 && !o->cgroup_attach_fallback)
 		return -EOPNOTSUPP;
+	if (tk_spawn_needs_child(o)) {
+		res->mechanism = "clone";
+		return spawn_child(o, res, 1);
+	}
 	res->mechanism = "posix_spawn";
 	r = spawn_posix(o, &pid, &pidfd);
 	if (r < 0) {

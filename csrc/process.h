@@ -3,6 +3,7 @@
 #define TAKANA_PROCESS_H
 
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 /* Timeouts are accepted up to a year. poll and epoll_wait take an int of
@@ -27,6 +28,27 @@ int tk_pidfd_alive(int pidfd);                   /* 1, 0 or -errno */
  * -ETIMEDOUT when it ran out, -ECHILD for a process that is not our child. */
 int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out);
 
+/* One resource limit to set in the child (setrlimit). */
+struct tk_spawn_rlimit {
+	int resource;               /* RLIMIT_* */
+	struct rlimit lim;
+	const char *step;           /* "setrlimit nofile": a static string, for the message */
+};
+
+/* An extra descriptor for the child: source becomes target (>= 3). */
+struct tk_spawn_fd {
+	int target;
+	int source;
+};
+
+/* rlimit names as prlimit(1) spells them; NULL-terminated. */
+struct tk_rlimit_name {
+	const char *name;
+	int resource;
+	const char *step;
+};
+extern const struct tk_rlimit_name tk_rlimit_names[];
+
 struct tk_spawn_opts {
 	char *const *argv;          /* argv[0] is the program: a path, or a name searched in search_path */
 	char *const *envp;
@@ -38,12 +60,29 @@ struct tk_spawn_opts {
 	int setsid;
 	pid_t pgroup;               /* -1: none; 0: a new group led by the child; >0 join */
 	int force_posix_spawn;      /* for specs of the fallback */
+	/* Credentials and limits, applied in the child in this order:
+	 * rlimits, setgroups, setgid, setuid, pdeathsig, no_new_privs, umask,
+	 * chdir. Without clone3 they go through clone(2), not posix_spawn. */
+	int set_groups;             /* setgroups(ngroups, groups) */
+	const gid_t *groups;
+	size_t ngroups;
+	int set_gid, set_uid;
+	gid_t gid;
+	uid_t uid;
+	int set_umask;
+	mode_t umask;
+	const struct tk_spawn_rlimit *rlimits;
+	size_t nrlimits;
+	int pdeathsig;              /* 0: none */
+	int no_new_privs;
+	const struct tk_spawn_fd *extra_fds;  /* sorted by target, targets distinct */
+	size_t nextra_fds;
 };
 
 struct tk_spawn_result {
 	pid_t pid;
 	int pidfd;
-	const char *mechanism;      /* "clone3" or "posix_spawn" */
+	const char *mechanism;      /* "clone3", "clone" or "posix_spawn" */
 	int exec_failed;            /* the error came from the child, not the clone */
 	const char *failed_step;    /* "chdir", "setsid", ... or NULL for exec itself */
 };
@@ -52,5 +91,9 @@ struct tk_spawn_result {
  * cwd) are returned here, never left to a child exiting 127. -EOPNOTSUPP
  * when a cgroup is asked for and only the non-atomic fallback remains. */
 int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res);
+/* Whether o asks for what only takana's own child applies (credentials,
+ * limits, extra fds): without clone3 that child then runs through clone(2)
+ * (mechanism "clone") instead of posix_spawn. */
+int tk_spawn_needs_child(const struct tk_spawn_opts *o);
 
 #endif

@@ -103,7 +103,7 @@ describe("audit 7: a connector overflow is reported at once", function()
     -- The smallest socket buffer: a storm the reader does not drain overflows it.
     local ev = assert(takana.events { backend = "connector", buffer = 1 })
     local storm = assert(takana.spawn { H.fixture_path, "--churn", "0.5", stdout = "pipe" })
-    for line in storm.stdout:lines() do if line:match("^forks") then break end end
+    for line in function() return storm.stdout:read_line() end do if line:match("^forks") then break end end
     storm:wait()
     local got = drain(ev, 1)
     assert.truthy(ev:stats().overruns > 0, "the storm did not overflow the socket")
@@ -145,7 +145,7 @@ describe("audit 8: the user-space queue is bounded", function()
       if why then return pending(why) end
       local ev = assert(takana.events { backend = backend, "fork", "exit", queue = 64, buffer = 4096 })
       local storm = assert(takana.spawn { H.fixture_path, "--churn", "0.5", stdout = "pipe" })
-      for line in storm.stdout:lines() do if line:match("^forks") then break end end
+      for line in function() return storm.stdout:read_line() end do if line:match("^forks") then break end end
       storm:wait()
       local seen_lost, taken = false, 0
       -- One event per wake-up, as a slow reader does.
@@ -203,7 +203,7 @@ describe("audit 9: one bpf exit per process", function()
         end
       end
     end
-    for line in storm.stdout:lines() do
+    for line in function() return storm.stdout:read_line() end do
       local pid = line:match("^child (%d+)")
       if pid then kids[#kids + 1] = tonumber(pid) end
       if line == "done" then break end

@@ -198,14 +198,19 @@ M.pidfd = core.pidfd
 -- process: documented with core.process (csrc/lua_procinfo.c).
 M.process = core.process
 
--- spawn: documented with core.spawn (csrc/lua_process.c); this checks
--- the cgroup option and resolves a cgroup path to a handle first.
+-- spawn: documented with core.spawn (csrc/lua_spawn.c); this checks
+-- the option names and resolves a cgroup path to a handle first.
+local spawn_options = {
+  env = 1, cwd = 1, cgroup = 1, stdin = 1, stdout = 1, stderr = 1, setsid = 1, pgroup = 1,
+  cgroup_fallback = 1, user = 1, group = 1, groups = 1, umask = 1, rlimits = 1, pdeathsig = 1,
+  no_new_privs = 1, fds = 1,
+}
+
 function M.spawn(t, ...)
   if type(t) ~= "table" then argerror("spawn", 1, "table expected, got " .. type(t)) end
   if select("#", ...) > 0 then argerror("spawn", 2, "no more than 1 argument expected") end
   for k in pairs(t) do
-    if math.type(k) ~= "integer" and not ({ env = 1, cwd = 1, cgroup = 1, stdin = 1, stdout = 1,
-        stderr = 1, setsid = 1, pgroup = 1, cgroup_fallback = 1 })[k] then
+    if math.type(k) ~= "integer" and not spawn_options[k] then
       argerror("spawn", 1, "unknown option '" .. tostring(k) .. "'")
     end
   end
@@ -228,7 +233,8 @@ end
 
 --- Waits until at least one object is readable (a pidfd whose process
 -- exited, a pipe with data, a signals object with a signal pending, a timer
--- that expired...). For scripts without an event loop.
+-- that expired...) or, for an object whose `events()` is "w" (a child's
+-- stdin pipe), writable. For scripts without an event loop.
 -- @tparam {object,...} objects anything with `:fileno()`
 -- @number[opt] timeout seconds, 0 to 1 year (longer raises; waits past
 --   epoll's 24.8 days go in slices); nil waits forever
@@ -252,9 +258,10 @@ function M.poll(objects, timeout, ...)
       argerror("poll", 1, ("object #%d has no usable fileno()%s"):format(i, ok and "" or ": " .. tostring(fd)))
     end
     fds[i] = fd
-    -- cgroup handles signal changes as priority data ("p"), not as input.
+    -- cgroup handles signal changes as priority data ("p"), not as input;
+    -- a child's stdin pipe is ready when writable ("w").
     local ok2, ev = pcall(function() return o:events() end)
-    pri[i] = ok2 and ev == "p"
+    pri[i] = ok2 and (ev == "p" or (ev == "w" and "w"))
   end
   local idx, err, errno = core.poll_fds(fds, timeout, pri)
   if not idx then return nil, err, errno end
