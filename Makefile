@@ -140,6 +140,7 @@ bench: deps all bench/takana_bench.so spec/fixture
 	$(LUA) bench/spawn.lua
 	$(LUA) bench/cgroup.lua
 	$(LUA) bench/events.lua
+	$(LUA) bench/coldstart.lua
 
 # The main job on this machine: what the host offers, then every process.
 RUN_ENV = LUA_PATH="./lua/?.lua;./lua/?/init.lua;;" LUA_CPATH="./?.so;;"
