@@ -239,3 +239,24 @@ describe("what takana ps loads", function()
     assert.equal("false false true", out)
   end)
 end)
+
+describe("snapshots in a loop", function()
+  -- The records live outside Lua's heap; the collector is told of them.
+  -- A plain loop that drops each snapshot (in a fresh interpreter, as a
+  -- script runs) must see them finalized as it goes, not all at the end.
+  for _, backend in ipairs { "proc", "kfunc", "iter" } do
+    it("are finalized as the loop goes (" .. backend .. ")", function()
+      if backend ~= "proc" and not H.bpf_tier(backend) then
+        return pending(backend .. " tier unavailable here")
+      end
+      local code = ("package.path = %q; package.cpath = %q; local t = require 'takana'; " ..
+        "local mt = debug.getregistry()['takana.Snapshot']; local real, n = mt.__gc, 0; " ..
+        "mt.__gc = function(s) n = n + 1 return real(s) end; local s; " ..
+        "for _ = 1, 60 do s = assert(t.snapshot { backend = %q }) end; io.write(n)")
+        :format(package.path, package.cpath, backend)
+      local status, out = H.run(H.lua .. " -e " .. H.shell_quote(code))
+      assert.equal(0, status, out)
+      assert.is_true(tonumber(out) >= 40, out .. " of 60 finalized")
+    end)
+  end
+end)
