@@ -1143,7 +1143,7 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	ev->ring_bytes = ring;
 	if (sh->nstreams == sh->streams_cap) {
 		size_t cap = sh->streams_cap ? sh->streams_cap * 2 : 4;
-		struct tk_events **s = realloc(sh->streams, cap * sizeof *s);
+		struct tk_events **s = realloc(sh->streams, cap * sizeof(struct tk_events *));
 
 		if (s == NULL) {
 			pthread_mutex_unlock(&shared_lock);
