@@ -796,16 +796,15 @@ static int ring_event(void *ctx, void *data, size_t size)
 	struct tk_event e;
 	int room = 0;
 
+	/* Counted on the stream whose read found them: another stream's
+	 * counters are its owner's (maybe another thread's) to touch. */
 	if (size < sizeof e) {
-		for (size_t i = 0; i < sh->nstreams; i++)
-			sh->streams[i]->malformed++;
+		sh->filling->malformed++;
 		return 0;
 	}
 	memcpy(&e, data, sizeof e);
 	if (e.type == TK_EV_EXIT && exit_seen_before(sh->exit_seen, &e)) {
-		for (size_t i = 0; i < sh->nstreams; i++)
-			if (sh->streams[i]->mask & TK_EV_BIT(TK_EV_EXIT))
-				sh->streams[i]->duplicates++;
+		sh->filling->duplicates++;
 		return 0;
 	}
 	if (e.flags & TK_EVF_ACCT) {
