@@ -1118,7 +1118,22 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	size_t ring = 1u << 22;
 	int err;
 
-	ev->wake_fd = -1;
+	/* The stream's own descriptors first: once listed in the object,
+	 * another thread's read may wake it. */
+	ev->fd = epoll_create1(EPOLL_CLOEXEC);
+	ev->wake_fd = ev->fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ev->fd < 0 || ev->wake_fd < 0) {
+		err = -errno;
+		snprintf(why, why_len, "%s: %s", ev->fd < 0 ? "epoll_create1" : "eventfd", strerror(errno));
+		return explain_fds(err, why, why_len);
+	}
+	memset(&pe, 0, sizeof pe);
+	pe.events = EPOLLIN;
+	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, ev->wake_fd, &pe) < 0) {
+		err = -errno;
+		snprintf(why, why_len, "epoll_ctl: %s", strerror(errno));
+		return err;
+	}
 	/* The ring holds a power-of-two number of pages. */
 	if (buffer) {
 		ring = 4096;
@@ -1157,27 +1172,20 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 		pthread_mutex_unlock(&shared_lock);
 		return err;
 	}
+	/* The ring's descriptor lives as long as the object, which this
+	 * stream holds from here. */
+	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, sh->ring_fd, &pe) < 0) {
+		err = -errno;
+		shared_detach(sh, ev->mask);
+		pthread_mutex_unlock(&shared_lock);
+		snprintf(why, why_len, "epoll_ctl: %s", strerror(-err));
+		return err;     /* bpf_close drops the reference */
+	}
 	sh->streams[sh->nstreams++] = ev;
 	/* Losses count from now: the program's counters are the object's. */
 	for (int t = 0; t < TK_EV_TYPES; t++)
 		ev->bpf_lost_seen[t] = sh->lost[t];
 	pthread_mutex_unlock(&shared_lock);
-
-	ev->fd = epoll_create1(EPOLL_CLOEXEC);
-	ev->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (ev->fd < 0 || ev->wake_fd < 0) {
-		err = -errno;
-		snprintf(why, why_len, "%s: %s", ev->fd < 0 ? "epoll_create1" : "eventfd", strerror(errno));
-		return explain_fds(err, why, why_len);
-	}
-	memset(&pe, 0, sizeof pe);
-	pe.events = EPOLLIN;
-	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, sh->ring_fd, &pe) < 0 ||
-	    epoll_ctl(ev->fd, EPOLL_CTL_ADD, ev->wake_fd, &pe) < 0) {
-		err = -errno;
-		snprintf(why, why_len, "epoll_ctl: %s", strerror(errno));
-		return err;
-	}
 	return 0;
 }
 
