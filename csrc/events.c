@@ -1078,8 +1078,14 @@ static int shared_attach(struct tk_ev_shared *sh, uint32_t mask, char *why, size
 	for (int t = 0; t < TK_EV_TYPES; t++) {
 		int fd;
 
-		if (!(mask & TK_EV_BIT(t)) || sh->prog_fd[t] < 0)
+		if (!(mask & TK_EV_BIT(t)) || prog_names[t] == NULL)
 			continue;
+		if (sh->prog_fd[t] < 0) {
+			/* Never a stream that silently misses a type. */
+			snprintf(why, why_len, "the loaded events object has no %s program", prog_names[t]);
+			shared_detach(sh, mask & (TK_EV_BIT(t) - 1));
+			return -ENOENT;
+		}
 		if (sh->link_refs[t] == 0) {
 			fd = bpf_raw_tracepoint_open(NULL, sh->prog_fd[t]);
 			if (fd < 0) {
