@@ -44,7 +44,8 @@ SKELS :=
 else
 TK_CFLAGS += -I$(OUT) $(if $(LIBBPF_INCDIR),-I$(LIBBPF_INCDIR))
 LIBS += $(if $(LIBBPF_LIBDIR),-L$(LIBBPF_LIBDIR)) -lbpf
-SKELS := $(patsubst %,$(OUT)/takana_%.skel.h,$(BPF_PROGS))
+SKELS := $(patsubst %,$(OUT)/takana_%.skel.h,$(BPF_PROGS)) \
+	$(patsubst %,$(OUT)/takana_%.lskel.h,$(BPF_PROGS))
 endif
 
 all: takana/core.so
@@ -72,6 +73,13 @@ $(OUT)/takana_%.bpf.o: bpf/takana_%.bpf.c $(wildcard bpf/*.h) | $(OUT)
 
 $(OUT)/takana_%.skel.h: $(OUT)/takana_%.bpf.o
 	@echo "  GEN $@"; $(BPFTOOL) gen skeleton $< name takana_$* > $@
+
+# Light skeletons of the same objects: a loader program does the CO-RE
+# relocation and the BTF lookups in the kernel, against the kernel's own
+# parsed BTF, so the process never reads /sys/kernel/btf/vmlinux (5.5 MB).
+# Tried first; the libbpf skeleton above is the fallback (bpf_snapshot.c).
+$(OUT)/takana_%.lskel.h: $(OUT)/takana_%.bpf.o
+	@echo "  GEN $@"; $(BPFTOOL) gen skeleton -L $< name takana_$*_light > $@
 
 takana/core.so: $(OBJS)
 	@mkdir -p takana
@@ -135,6 +143,7 @@ bench: deps all bench/takana_bench.so spec/fixture
 	$(LUA) bench/events.lua
 	$(LUA) bench/psutil.lua
 	$(LUA) bench/supervise.lua
+	$(LUA) bench/coldstart.lua
 
 # The main job on this machine: what the host offers, then every process.
 RUN_ENV = LUA_PATH="./lua/?.lua;./lua/?/init.lua;;" LUA_CPATH="./?.so;;"

@@ -77,7 +77,6 @@ int snapshot_kfunc(void *ctx)
 {
 	struct bpf_iter_task it;
 	struct task_struct *t;
-	__u32 n = 0;
 
 	total = 0;
 	if (reader_in_foreign_pidns())
@@ -87,10 +86,13 @@ int snapshot_kfunc(void *ctx)
 	while ((t = bpf_iter_task_next(&it))) {
 		if (t->tgid == 0)       /* the idle task; /proc does not list it */
 			continue;
-		record_task(t, n++, &want_fields);
+		/* The index counts in the global, not a stack variable: a
+		 * stack counter used as a map key is tracked precisely, so
+		 * no two iterations' states match and the verifier walked
+		 * the body ~3.5x as often (6,915 instructions against 1,999). */
+		record_task(t, total++, &want_fields);
 	}
 	bpf_iter_task_destroy(&it);
 	bpf_rcu_read_unlock();
-	total = n;
 	return 0;
 }

@@ -80,8 +80,15 @@ struct tier {
 	char why[WHY_LEN];
 	uint64_t load_ns;             /* the first load, verification included */
 	uint64_t runs;
-	/* kfunc */
+	/* both: the loaded object, through a light skeleton or libbpf's */
+	struct takana_kfunc_light *kfunc_light;
 	struct takana_kfunc *kfunc;
+	struct takana_iter_light *iter_light;
+	int prog_fd;
+	volatile uint32_t *foreign_pidns;  /* in the object's .bss */
+	volatile uint32_t *want_fields;    /* in its .data: the field selection */
+	/* kfunc */
+	volatile uint32_t *total;
 	const struct tk_wire_record *records;  /* read-only mapping of the array */
 	size_t mapped_bytes;
 	size_t capacity;
@@ -89,6 +96,7 @@ struct tier {
 	/* iter */
 	struct takana_iter *iter;
 	struct bpf_link *link;
+	int link_fd;
 	struct tk_wire_record *readbuf;
 	struct wire_buf leaders;      /* one iteration's records, by kind */
 	struct wire_buf threads;
@@ -98,9 +106,25 @@ struct tier {
 };
 
 static struct tier tiers[TK_TIER_COUNT] = {
-	[TK_TIER_KFUNC] = { .lock = PTHREAD_MUTEX_INITIALIZER },
-	[TK_TIER_ITER] = { .lock = PTHREAD_MUTEX_INITIALIZER },
+	[TK_TIER_KFUNC] = { .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
+	[TK_TIER_ITER] = { .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
 };
+
+/* TAKANA_BPF_LOADER=libbpf skips the light skeletons (to compare, or on a
+ * kernel whose loader program misbehaves). */
+int tk_bpf_light_wanted(void)
+{
+	const char *v = getenv("TAKANA_BPF_LOADER");
+
+	return v == NULL || strcmp(v, "libbpf") != 0;
+}
+
+/* A light load that failed for a reason libbpf's load would meet too is
+ * not tried again through libbpf. */
+int tk_bpf_light_final(int err)
+{
+	return err == -EPERM || err == -EACCES || err == -EMFILE || err == -ENFILE;
+}
 
 /* libbpf's messages go to one buffer while a load runs (the load lock is
  * global because libbpf's print hook is). The last "libbpf:" line is kept
@@ -212,8 +236,12 @@ static void kfunc_unload(struct tier *t)
 	if (t->records != NULL)
 		munmap((void *)(uintptr_t)t->records, t->mapped_bytes);
 	t->records = NULL;
+	takana_kfunc_light__destroy(t->kfunc_light);
+	t->kfunc_light = NULL;
 	takana_kfunc__destroy(t->kfunc);
 	t->kfunc = NULL;
+	t->prog_fd = -1;
+	t->total = t->foreign_pidns = t->want_fields = NULL;
 	t->capacity = 0;
 }
 
@@ -224,8 +252,12 @@ static void iter_unload(struct tier *t)
 	t->order_cap = 0;
 	bpf_link__destroy(t->link);
 	t->link = NULL;
+	takana_iter_light__destroy(t->iter_light);   /* closes link_fd too */
+	t->iter_light = NULL;
 	takana_iter__destroy(t->iter);
 	t->iter = NULL;
+	t->prog_fd = t->link_fd = -1;
+	t->foreign_pidns = t->want_fields = NULL;
 	free(t->readbuf);
 	t->readbuf = NULL;
 	free(t->leaders.recs);
@@ -234,15 +266,36 @@ static void iter_unload(struct tier *t)
 	memset(&t->threads, 0, sizeof t->threads);
 }
 
-static int kfunc_load(struct tier *t, size_t capacity)
+/* The light skeleton: no BTF read in this process; the kernel relocates. */
+static int kfunc_load_light(struct tier *t, size_t capacity, size_t page)
 {
-	struct takana_kfunc *skel;
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	size_t bytes;
-	void *map;
+	struct takana_kfunc_light *skel = takana_kfunc_light__open();
 	int err;
 
-	skel = takana_kfunc__open();
+	if (skel == NULL)
+		return -ENOMEM;
+	skel->rodata->page_size = page;
+	skel->maps.records.max_entries = (uint32_t)capacity;
+	err = takana_kfunc_light__load(skel);
+	if (err != 0) {
+		err = err < 0 ? err : -EINVAL;
+		snprintf(libbpf_last, sizeof libbpf_last, "light skeleton: %s", strerror(-err));
+		takana_kfunc_light__destroy(skel);
+		return err;
+	}
+	t->kfunc_light = skel;
+	t->prog_fd = skel->progs.snapshot_kfunc.prog_fd;
+	t->total = &skel->bss->total;
+	t->foreign_pidns = &skel->bss->foreign_pidns;
+	t->want_fields = &skel->data->want_fields;
+	return skel->maps.records.map_fd;
+}
+
+static int kfunc_load_libbpf(struct tier *t, size_t capacity, size_t page)
+{
+	struct takana_kfunc *skel = takana_kfunc__open();
+	int err;
+
 	if (skel == NULL)
 		return -errno;
 	skel->rodata->page_size = page;
@@ -253,30 +306,75 @@ static int kfunc_load(struct tier *t, size_t capacity)
 		takana_kfunc__destroy(skel);
 		return err < 0 ? err : -EINVAL;
 	}
+	t->kfunc = skel;
+	t->prog_fd = bpf_program__fd(skel->progs.snapshot_kfunc);
+	t->total = &skel->bss->total;
+	t->foreign_pidns = &skel->bss->foreign_pidns;
+	t->want_fields = &skel->data->want_fields;
+	return bpf_map__fd(skel->maps.records);
+}
+
+static int kfunc_load(struct tier *t, size_t capacity)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t bytes;
+	void *map;
+	int fd = -EINVAL;
+
+	if (tk_bpf_light_wanted())
+		fd = kfunc_load_light(t, capacity, page);
+	if (fd < 0 && !tk_bpf_light_final(fd))
+		fd = kfunc_load_libbpf(t, capacity, page);
+	if (fd < 0)
+		return fd;
 	bytes = (capacity * sizeof(struct tk_wire_record) + page - 1) / page * page;
-	map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, bpf_map__fd(skel->maps.records), 0);
+	map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
-		err = -errno;
-		takana_kfunc__destroy(skel);
+		int err = -errno;
+
+		kfunc_unload(t);
 		snprintf(libbpf_last, sizeof libbpf_last, "mmap of the record array: %s", strerror(-err));
 		return err;
 	}
-	t->kfunc = skel;
 	t->records = map;
 	t->mapped_bytes = bytes;
 	t->capacity = capacity;
 	return 0;
 }
 
-static int iter_load(struct tier *t)
+static int iter_load_light(struct tier *t, uint64_t page)
 {
-	struct takana_iter *skel;
+	struct takana_iter_light *skel = takana_iter_light__open();
 	int err;
 
-	skel = takana_iter__open();
+	if (skel == NULL)
+		return -ENOMEM;
+	skel->rodata->page_size = page;
+	err = takana_iter_light__load(skel);
+	if (err == 0)
+		err = takana_iter_light__attach(skel);
+	if (err != 0) {
+		err = err < 0 ? err : -EINVAL;
+		snprintf(libbpf_last, sizeof libbpf_last, "light skeleton: %s", strerror(-err));
+		takana_iter_light__destroy(skel);
+		return err;
+	}
+	t->iter_light = skel;
+	t->prog_fd = skel->progs.snapshot_iter.prog_fd;
+	t->link_fd = skel->links.snapshot_iter_fd;
+	t->foreign_pidns = &skel->bss->foreign_pidns;
+	t->want_fields = &skel->data->want_fields;
+	return 0;
+}
+
+static int iter_load_libbpf(struct tier *t, uint64_t page)
+{
+	struct takana_iter *skel = takana_iter__open();
+	int err;
+
 	if (skel == NULL)
 		return -errno;
-	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	skel->rodata->page_size = page;
 	err = takana_iter__load(skel);
 	if (err != 0) {
 		takana_iter__destroy(skel);
@@ -288,15 +386,29 @@ static int iter_load(struct tier *t)
 		takana_iter__destroy(skel);
 		return err;
 	}
-	t->readbuf = malloc(ITER_READ_RECORDS * sizeof *t->readbuf);
-	if (t->readbuf == NULL) {
-		bpf_link__destroy(t->link);
-		t->link = NULL;
-		takana_iter__destroy(skel);
-		return -ENOMEM;
-	}
 	t->iter = skel;
+	t->prog_fd = bpf_program__fd(skel->progs.snapshot_iter);
+	t->link_fd = bpf_link__fd(t->link);
+	t->foreign_pidns = &skel->bss->foreign_pidns;
+	t->want_fields = &skel->data->want_fields;
 	return 0;
+}
+
+static int iter_load(struct tier *t)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	int err = -EINVAL;
+
+	t->readbuf = malloc(ITER_READ_RECORDS * sizeof *t->readbuf);
+	if (t->readbuf == NULL)
+		return -ENOMEM;
+	if (tk_bpf_light_wanted())
+		err = iter_load_light(t, page);
+	if (err < 0 && !tk_bpf_light_final(err))
+		err = iter_load_libbpf(t, page);
+	if (err < 0)
+		iter_unload(t);
+	return err;
 }
 
 static size_t with_headroom(size_t n)
@@ -450,7 +562,9 @@ static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t 
                        uint32_t fields, struct tk_recbuf *out)
 {
 	size_t i;
-	int err = recbuf_reserve(out, n);
+	/* One more: init, when hidden from BPF, is inserted afterwards, and a
+	 * full array would double (a 1.6 MB copy at 10,000 processes). */
+	int err = recbuf_reserve(out, n + 1);
 
 	if (err < 0)
 		return err;
@@ -488,17 +602,17 @@ static int kfunc_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, cha
 		uint32_t total;
 		int err;
 
-		if (t->kfunc == NULL)
+		if (t->prog_fd < 0)
 			return -EBADF;
-		t->kfunc->data->want_fields = fields;
-		if (bpf_prog_test_run_opts(bpf_program__fd(t->kfunc->progs.snapshot_kfunc), &opts) != 0) {
+		*t->want_fields = fields;
+		if (bpf_prog_test_run_opts(t->prog_fd, &opts) != 0) {
 			err = -errno;
 			snprintf(why, why_len, "BPF_PROG_TEST_RUN: %s", strerror(errno));
 			return err;
 		}
-		if (t->kfunc->bss->foreign_pidns)
+		if (*t->foreign_pidns)
 			return reject_foreign_pidns(why, why_len);
-		total = t->kfunc->bss->total;
+		total = *t->total;
 		if (total <= t->capacity) {
 			const uint64_t *order;
 
@@ -583,8 +697,8 @@ static int iter_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, char
 	size_t i;
 	int fd, err;
 
-	t->iter->data->want_fields = fields;
-	fd = bpf_iter_create(bpf_link__fd(t->link));
+	*t->want_fields = fields;
+	fd = bpf_iter_create(t->link_fd);
 
 	if (fd < 0) {
 		err = -errno;
@@ -596,7 +710,7 @@ static int iter_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, char
 	close(fd);
 	if (err < 0)
 		return err;
-	if (t->iter->bss->foreign_pidns)
+	if (*t->foreign_pidns)
 		return reject_foreign_pidns(why, why_len);
 	err = pid_order(t, t->leaders.recs, t->leaders.len, &order);
 	if (err < 0)

@@ -174,6 +174,10 @@ void tk_bpf_load_begin(void);
 void tk_bpf_load_end(void);
 void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
                     int err, char *why, size_t why_len);
+/* Whether to try an object's light skeleton first (TAKANA_BPF_LOADER), and
+ * whether a light load's failure would be libbpf's too (no retry then). */
+int tk_bpf_light_wanted(void);
+int tk_bpf_light_final(int err);
 #endif
 
 /* ---- process events (events.c) -------------------------------------------- */
@@ -219,13 +223,16 @@ struct tk_events {
 	uint64_t duplicates;         /* bpf: second exits of one process, dropped */
 	uint64_t overrun_credit;     /* connector: overruns reported lost as 1 each,
 	                              * not yet matched by a sequence gap */
-	/* bpf */
-	void *bpf;                   /* struct takana_events * */
-	void *ring;                  /* struct ring_buffer * */
+	/* bpf: one loaded object per process (and ring size), shared by its
+	 * streams; events another stream's fill took from the ring wait in
+	 * this one's inbox (under the object's lock) and wake_fd says so. */
+	void *bpf;                   /* struct tk_ev_shared * */
 	uint64_t bpf_lost_seen[TK_EV_TYPES];
 	size_t ring_bytes;
-	int ring_full;               /* the ring callback stopped at qmax */
-	struct tk_exit_seen *exit_seen;  /* the last exits, by (pid, start) */
+	int wake_fd;                 /* eventfd, in fd's epoll set beside the ring */
+	struct tk_event *inbox;
+	size_t inlen, incap;
+	uint64_t indropped;          /* inbox full: lost for this stream */
 	/* connector */
 	struct tk_cn_seq *cn_seq;    /* one per possible CPU, sized at open */
 	size_t cn_ncpu;

@@ -853,6 +853,10 @@ static void bpf_close(struct tk_events *ev)
 #else
 
 #include <dirent.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "skeletons.h"
@@ -868,13 +872,13 @@ struct tk_exit_seen {
 	uint32_t pid;
 };
 
-static int exit_seen_before(struct tk_events *ev, const struct tk_event *e)
+static int exit_seen_before(struct tk_exit_seen *seen, const struct tk_event *e)
 {
 	struct tk_exit_seen *slot;
 
-	if (ev->exit_seen == NULL || e->start_ns == 0)
+	if (e->start_ns == 0)
 		return 0;
-	slot = &ev->exit_seen[(e->pid * 2654435761u ^ (uint32_t)(e->start_ns >> 10)) % EXIT_SEEN_SLOTS];
+	slot = &seen[(e->pid * 2654435761u ^ (uint32_t)(e->start_ns >> 10)) % EXIT_SEEN_SLOTS];
 	if (slot->pid == e->pid && slot->start_ns == e->start_ns)
 		return 1;
 	slot->pid = e->pid;
@@ -882,14 +886,78 @@ static int exit_seen_before(struct tk_events *ev, const struct tk_event *e)
 	return 0;
 }
 
+/* The events object, loaded once per process and ring size and shared by
+ * every stream open on it: a second stream costs an epoll set, an eventfd
+ * and the links of the types no other stream wanted yet. Every program is
+ * loaded (verified) with the first stream, so a later stream's types only
+ * need attaching; a type's link is held while a stream wants it. One
+ * consumer drains the ring for all: the stream whose fill runs takes its
+ * events into its own queue, the others' go to their inboxes. */
+struct tk_ev_shared {
+	struct tk_ev_shared *next;
+	unsigned refs;
+	size_t ring_bytes;
+	struct takana_events_light *light;
+	struct takana_events *skel;
+	int prog_fd[TK_EV_TYPES];
+	int link_fd[TK_EV_TYPES];
+	unsigned link_refs[TK_EV_TYPES];
+	int ring_fd;
+	volatile __u64 *lost;          /* the program's lost[], in its .bss */
+	struct ring_buffer *ring;
+	struct tk_exit_seen *exit_seen;
+	struct tk_events **streams;
+	size_t nstreams, streams_cap;
+	struct tk_events *filling;     /* the stream whose fill consumes */
+	int stopped;                   /* the callback stopped: no stream has room */
+};
+
+/* Guards the list, every object, and the inboxes of their streams. */
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tk_ev_shared *shared_list;
+
+static const char *const prog_names[TK_EV_TYPES] = {
+	[TK_EV_FORK] = "on_fork", [TK_EV_EXEC] = "on_exec",
+	[TK_EV_EXIT] = "on_exit", [TK_EV_COMM] = "on_rename",
+};
+
+static int inbox_push(struct tk_events *ev, const struct tk_event *e)
+{
+	if (ev->inlen >= ev->qmax) {
+		ev->indropped++;
+		return 0;
+	}
+	if (ev->inlen == ev->incap) {
+		size_t cap = ev->incap ? ev->incap * 2 : 256;
+		struct tk_event *in = realloc(ev->inbox, cap * sizeof *in);
+
+		if (in == NULL) {
+			ev->indropped++;
+			return 0;
+		}
+		ev->inbox = in;
+		ev->incap = cap;
+	}
+	ev->inbox[ev->inlen++] = *e;
+	return 0;
+}
+
+static int stream_has_room(const struct tk_ev_shared *sh, const struct tk_events *ev)
+{
+	return ev == sh->filling ? queue_has_room(ev) : ev->inlen < ev->qmax;
+}
+
 static int ring_event(void *ctx, void *data, size_t size)
 {
-	struct tk_events *ev = ctx;
+	struct tk_ev_shared *sh = ctx;
 	struct tk_event e;
+	int room = 0;
 
-	/* Only exec events carry argv, the event's tail. */
+	/* Only exec events carry argv, the event's tail. Counted on the
+	 * stream whose read found them: another stream's counters are its
+	 * owner's (maybe another thread's) to touch. */
 	if (size < TK_EV_BASE_SIZE) {
-		ev->malformed++;
+		sh->filling->malformed++;
 		return 0;
 	}
 	memcpy(&e, data, size < sizeof e ? size : sizeof e);
@@ -897,8 +965,8 @@ static int ring_event(void *ctx, void *data, size_t size)
 		e.argv_len = 0;
 		e.flags &= ~TK_EVF_ARGV;
 	}
-	if (e.type == TK_EV_EXIT && exit_seen_before(ev, &e)) {
-		ev->duplicates++;
+	if (e.type == TK_EV_EXIT && exit_seen_before(sh->exit_seen, &e)) {
+		sh->filling->duplicates++;
 		return 0;
 	}
 	if (e.flags & TK_EVF_ACCT) {
@@ -914,12 +982,24 @@ static int ring_event(void *ctx, void *data, size_t size)
 		e.utime_ns = r.utime_ns;
 		e.stime_ns = r.stime_ns;
 	}
-	if (queue_event(ev, &e) < 0)
-		return -ENOMEM;
+	for (size_t i = 0; i < sh->nstreams; i++) {
+		struct tk_events *ev = sh->streams[i];
+
+		if (e.type < TK_EV_TYPES && (ev->mask & TK_EV_BIT(e.type))) {
+			if (ev == sh->filling) {
+				if (queue_event(ev, &e) < 0)
+					return -ENOMEM;
+			} else {
+				inbox_push(ev, &e);
+			}
+		}
+		room |= stream_has_room(sh, ev);
+	}
 	/* libbpf has consumed a sample by the time it calls back: stop after
-	 * the one that fills the queue, and the rest stays in the ring. */
-	if (!queue_has_room(ev)) {
-		ev->ring_full = 1;
+	 * the one that leaves no stream room, and the rest stays in the ring
+	 * (with one stream: its queue is full). */
+	if (!room) {
+		sh->stopped = 1;
 		return -ECANCELED;
 	}
 	return 0;
@@ -927,11 +1007,15 @@ static int ring_event(void *ctx, void *data, size_t size)
 
 static int bpf_lost_check(struct tk_events *ev)
 {
-	struct takana_events *skel = ev->bpf;
+	struct tk_ev_shared *sh = ev->bpf;
 	uint64_t total = 0;
 
 	for (int t = 0; t < TK_EV_TYPES; t++) {
-		uint64_t now = __atomic_load_n(&skel->bss->lost[t], __ATOMIC_RELAXED);
+		uint64_t now;
+
+		if (!(ev->mask & TK_EV_BIT(t)))
+			continue;
+		now = __atomic_load_n(&sh->lost[t], __ATOMIC_RELAXED);
 		total += now - ev->bpf_lost_seen[t];
 		ev->lost_by_type[t] += now - ev->bpf_lost_seen[t];
 		ev->bpf_lost_seen[t] = now;
@@ -939,9 +1023,10 @@ static int bpf_lost_check(struct tk_events *ev)
 	return total ? queue_lost(ev, total, tk_boottime_ns()) : 0;
 }
 
-/* Descriptors a stream holds or needs while it loads: the maps (ring,
- * claims, .bss, .rodata), the BTF object, 4 programs and 4 links, the epoll
- * fd, and what libbpf opens for its feature probes. */
+/* Descriptors the first stream holds or needs while it loads: the maps
+ * (ring, claims, .bss, .rodata), the BTF object, 4 programs and 4 links,
+ * the epoll fds and the eventfd, and what libbpf opens for its feature
+ * probes. Later streams need 2. */
 #define BPF_STREAM_FDS 24
 
 /* Descriptors this process may still open under RLIMIT_NOFILE, or -1 when
@@ -1009,103 +1094,352 @@ static int reader_pidns(uint32_t *inum, char *why, size_t why_len)
 	return 0;
 }
 
+static void shared_destroy(struct tk_ev_shared *sh)
+{
+	for (int t = 0; t < TK_EV_TYPES; t++)
+		if (sh->link_fd[t] >= 0)
+			close(sh->link_fd[t]);
+	ring_buffer__free(sh->ring);
+	takana_events_light__destroy(sh->light);
+	takana_events__destroy(sh->skel);
+	free(sh->exit_seen);
+	free(sh->streams);
+	free(sh);
+}
+
+/* Each CPU has its own LRU list of max_entries / ncpu claims: 4096 on each
+ * (a claim is needed only until the group's last thread has passed the
+ * tracepoint), at most 65,536 in all. */
+static uint32_t exit_claims_entries(void)
+{
+	int ncpu = libbpf_num_possible_cpus();
+
+	if (ncpu <= 0)
+		return 0;
+	return (uint32_t)(ncpu < 16 ? ncpu * 4096 : 65536);
+}
+
+static int shared_load_light(struct tk_ev_shared *sh, uint32_t pidns)
+{
+	struct takana_events_light *skel = takana_events_light__open();
+	uint32_t claims = exit_claims_entries();
+	int err;
+
+	if (skel == NULL)
+		return -ENOMEM;
+	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	skel->rodata->reader_pidns = pidns;
+	skel->maps.events.max_entries = (uint32_t)sh->ring_bytes;
+	if (claims)
+		skel->maps.exit_claims.max_entries = claims;
+	err = takana_events_light__load(skel);
+	if (err != 0) {
+		takana_events_light__destroy(skel);
+		return err < 0 ? err : -EINVAL;
+	}
+	sh->light = skel;
+	sh->prog_fd[TK_EV_FORK] = skel->progs.on_fork.prog_fd;
+	sh->prog_fd[TK_EV_EXEC] = skel->progs.on_exec.prog_fd;
+	sh->prog_fd[TK_EV_EXIT] = skel->progs.on_exit.prog_fd;
+	sh->prog_fd[TK_EV_COMM] = skel->progs.on_rename.prog_fd;
+	sh->ring_fd = skel->maps.events.map_fd;
+	sh->lost = skel->bss->lost;
+	return 0;
+}
+
+static int shared_load_libbpf(struct tk_ev_shared *sh, uint32_t pidns)
+{
+	struct takana_events *skel = takana_events__open();
+	uint32_t claims = exit_claims_entries();
+	int err;
+
+	if (skel == NULL)
+		return -errno;
+	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	skel->rodata->reader_pidns = pidns;
+	bpf_map__set_max_entries(skel->maps.events, (uint32_t)sh->ring_bytes);
+	if (claims)
+		bpf_map__set_max_entries(skel->maps.exit_claims, claims);
+	err = takana_events__load(skel);
+	if (err != 0) {
+		takana_events__destroy(skel);
+		return err < 0 ? err : -EINVAL;
+	}
+	sh->skel = skel;
+	for (int t = 0; t < TK_EV_TYPES; t++)
+		if (prog_names[t] != NULL)
+			sh->prog_fd[t] = bpf_program__fd(
+				bpf_object__find_program_by_name(skel->obj, prog_names[t]));
+	sh->ring_fd = bpf_map__fd(skel->maps.events);
+	sh->lost = skel->bss->lost;
+	return 0;
+}
+
+/* Called with shared_lock held. */
+static int shared_load(size_t ring, struct tk_ev_shared **out, char *why, size_t why_len)
+{
+	struct tk_ev_shared *sh;
+	uint32_t pidns = 0;
+	int err;
+
+	err = reader_pidns(&pidns, why, why_len);
+	if (err < 0)
+		return err;
+	sh = calloc(1, sizeof *sh);
+	if (sh == NULL)
+		return -ENOMEM;
+	sh->ring_bytes = ring;
+	sh->ring_fd = -1;
+	for (int t = 0; t < TK_EV_TYPES; t++)
+		sh->prog_fd[t] = sh->link_fd[t] = -1;
+	sh->exit_seen = calloc(EXIT_SEEN_SLOTS, sizeof *sh->exit_seen);
+	if (sh->exit_seen == NULL) {
+		free(sh);
+		snprintf(why, why_len, "the table of recent exits: %s", strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	tk_bpf_load_begin();
+	err = -EINVAL;
+	if (tk_bpf_light_wanted())
+		err = shared_load_light(sh, pidns);
+	if (err < 0 && !tk_bpf_light_final(err))
+		err = shared_load_libbpf(sh, pidns);
+	if (err < 0) {
+		tk_bpf_explain("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
+		err = explain_fds(err, why, why_len);
+		tk_bpf_load_end();
+		shared_destroy(sh);
+		return err;
+	}
+	tk_bpf_load_end();
+	sh->ring = ring_buffer__new(sh->ring_fd, ring_event, sh, NULL);
+	if (sh->ring == NULL) {
+		err = -errno;
+		snprintf(why, why_len, "ring_buffer__new: %s", strerror(errno));
+		shared_destroy(sh);
+		return explain_fds(err, why, why_len);
+	}
+	*out = sh;
+	return 0;
+}
+
+static void shared_detach(struct tk_ev_shared *sh, uint32_t mask)
+{
+	for (int t = 0; t < TK_EV_TYPES; t++) {
+		if (!(mask & TK_EV_BIT(t)) || sh->prog_fd[t] < 0 || sh->link_refs[t] == 0)
+			continue;
+		if (--sh->link_refs[t] == 0) {
+			close(sh->link_fd[t]);
+			sh->link_fd[t] = -1;
+		}
+	}
+}
+
+static int shared_attach(struct tk_ev_shared *sh, uint32_t mask, char *why, size_t why_len)
+{
+	for (int t = 0; t < TK_EV_TYPES; t++) {
+		int fd;
+
+		if (!(mask & TK_EV_BIT(t)) || prog_names[t] == NULL)
+			continue;
+		if (sh->prog_fd[t] < 0) {
+			/* Never a stream that silently misses a type. */
+			snprintf(why, why_len, "the loaded events object has no %s program", prog_names[t]);
+			shared_detach(sh, mask & (TK_EV_BIT(t) - 1));
+			return -ENOENT;
+		}
+		if (sh->link_refs[t] == 0) {
+			fd = bpf_raw_tracepoint_open(NULL, sh->prog_fd[t]);
+			if (fd < 0) {
+				int err = -errno;
+
+				snprintf(why, why_len, "attaching %s: %s", prog_names[t], strerror(errno));
+				shared_detach(sh, mask & (TK_EV_BIT(t) - 1));
+				return explain_fds(err, why, why_len);
+			}
+			sh->link_fd[t] = fd;
+		}
+		sh->link_refs[t]++;
+	}
+	return 0;
+}
+
+static void shared_unref(struct tk_ev_shared *sh)
+{
+	struct tk_ev_shared **p;
+
+	if (--sh->refs > 0)
+		return;
+	for (p = &shared_list; *p != NULL; p = &(*p)->next) {
+		if (*p == sh) {
+			*p = sh->next;
+			break;
+		}
+	}
+	shared_destroy(sh);
+}
+
 static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
 {
-	static const struct {
-		int type;
-		const char *name;
-	} progs[] = {
-		{ TK_EV_FORK, "on_fork" }, { TK_EV_EXEC, "on_exec" },
-		{ TK_EV_EXIT, "on_exit" }, { TK_EV_COMM, "on_rename" },
-	};
-	struct takana_events *skel;
+	struct tk_ev_shared *sh;
+	struct epoll_event pe;
 	size_t ring = 1u << 22;
-	uint32_t pidns = 0;
-	int err, ncpu;
+	int err;
 
+	/* The stream's own descriptors first: once listed in the object,
+	 * another thread's read may wake it. */
+	ev->fd = epoll_create1(EPOLL_CLOEXEC);
+	ev->wake_fd = ev->fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ev->fd < 0 || ev->wake_fd < 0) {
+		err = -errno;
+		snprintf(why, why_len, "%s: %s", ev->fd < 0 ? "epoll_create1" : "eventfd", strerror(errno));
+		return explain_fds(err, why, why_len);
+	}
+	memset(&pe, 0, sizeof pe);
+	pe.events = EPOLLIN;
+	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, ev->wake_fd, &pe) < 0) {
+		err = -errno;
+		snprintf(why, why_len, "epoll_ctl: %s", strerror(errno));
+		return err;
+	}
 	/* The ring holds a power-of-two number of pages. */
 	if (buffer) {
 		ring = 4096;
 		while (ring < buffer && ring < (1u << 30))
 			ring <<= 1;
 	}
-	err = reader_pidns(&pidns, why, why_len);
-	if (err < 0)
-		return err;
-	tk_bpf_load_begin();
-	skel = takana_events__open();
-	if (skel == NULL) {
-		err = -errno;
-		tk_bpf_explain("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
-		err = explain_fds(err, why, why_len);
-		tk_bpf_load_end();
-		return err;
+	pthread_mutex_lock(&shared_lock);
+	for (sh = shared_list; sh != NULL && sh->ring_bytes != ring; sh = sh->next)
+		;
+	if (sh == NULL) {
+		err = shared_load(ring, &sh, why, why_len);
+		if (err < 0) {
+			pthread_mutex_unlock(&shared_lock);
+			return err;
+		}
+		sh->next = shared_list;
+		shared_list = sh;
 	}
-	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
-	skel->rodata->reader_pidns = pidns;
-	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring);
-	/* Each CPU has its own LRU list of max_entries / ncpu claims: 4096
-	 * on each (a claim is needed only until the group's last thread has
-	 * passed the tracepoint), at most 65,536 in all. */
-	ncpu = libbpf_num_possible_cpus();
-	if (ncpu > 0)
-		bpf_map__set_max_entries(skel->maps.exit_claims,
-		                         (uint32_t)(ncpu < 16 ? ncpu * 4096 : 65536));
-	for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
-		struct bpf_program *p = bpf_object__find_program_by_name(skel->obj, progs[i].name);
-		if (p != NULL && !(ev->mask & TK_EV_BIT(progs[i].type)))
-			bpf_program__set_autoload(p, false);
-	}
-	err = takana_events__load(skel);
-	if (err == 0)
-		err = takana_events__attach(skel);
-	if (err != 0) {
-		err = err < 0 ? err : -EINVAL;
-		takana_events__destroy(skel);
-		tk_bpf_explain("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
-		err = explain_fds(err, why, why_len);
-		tk_bpf_load_end();
-		return err;
-	}
-	tk_bpf_load_end();
-	ev->bpf = skel;
-	ev->exit_seen = calloc(EXIT_SEEN_SLOTS, sizeof *ev->exit_seen);
-	if (ev->exit_seen == NULL) {
-		snprintf(why, why_len, "the table of recent exits: %s", strerror(ENOMEM));
-		return -ENOMEM;
-	}
-	ev->ring = ring_buffer__new(bpf_map__fd(skel->maps.events), ring_event, ev, NULL);
-	if (ev->ring == NULL) {
-		err = -errno;
-		snprintf(why, why_len, "ring_buffer__new: %s", strerror(errno));
-		return explain_fds(err, why, why_len);
-	}
-	ev->fd = ring_buffer__epoll_fd(ev->ring);
+	sh->refs++;
+	ev->bpf = sh;
 	ev->ring_bytes = ring;
+	if (sh->nstreams == sh->streams_cap) {
+		size_t cap = sh->streams_cap ? sh->streams_cap * 2 : 4;
+		struct tk_events **s = realloc(sh->streams, cap * sizeof(struct tk_events *));
+
+		if (s == NULL) {
+			pthread_mutex_unlock(&shared_lock);
+			snprintf(why, why_len, "the list of streams: %s", strerror(ENOMEM));
+			return -ENOMEM;    /* bpf_close drops the reference */
+		}
+		sh->streams = s;
+		sh->streams_cap = cap;
+	}
+	err = shared_attach(sh, ev->mask, why, why_len);
+	if (err < 0) {
+		pthread_mutex_unlock(&shared_lock);
+		return err;
+	}
+	/* The ring's descriptor lives as long as the object, which this
+	 * stream holds from here. */
+	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, sh->ring_fd, &pe) < 0) {
+		err = -errno;
+		shared_detach(sh, ev->mask);
+		pthread_mutex_unlock(&shared_lock);
+		snprintf(why, why_len, "epoll_ctl: %s", strerror(-err));
+		return err;     /* bpf_close drops the reference */
+	}
+	sh->streams[sh->nstreams++] = ev;
+	/* Losses count from now: the program's counters are the object's. */
+	for (int t = 0; t < TK_EV_TYPES; t++)
+		ev->bpf_lost_seen[t] = sh->lost[t];
+	pthread_mutex_unlock(&shared_lock);
+	return 0;
+}
+
+/* Moves what other streams' fills left in the inbox (older than what is
+ * in the ring) into the queue, as far as it has room. */
+static int inbox_take(struct tk_events *ev)
+{
+	size_t i;
+
+	for (i = 0; i < ev->inlen && queue_has_room(ev); i++)
+		if (queue_event(ev, &ev->inbox[i]) < 0)
+			return -ENOMEM;
+	if (i > 0) {
+		memmove(ev->inbox, ev->inbox + i, (ev->inlen - i) * sizeof *ev->inbox);
+		ev->inlen -= i;
+	}
+	ev->qdropped += ev->indropped;
+	ev->indropped = 0;
 	return 0;
 }
 
 static int bpf_fill(struct tk_events *ev, size_t max)
 {
-	int n;
+	struct tk_ev_shared *sh = ev->bpf;
+	uint64_t count;
+	size_t before[64];
+	int n, err;
 
 	(void)max;
-	if (queue_has_room(ev)) {
-		ev->ring_full = 0;
-		n = ring_buffer__consume(ev->ring);
-		if (n < 0 && !(n == -ECANCELED && ev->ring_full))
-			return n;
+	if (read(ev->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+		return -errno;
+	pthread_mutex_lock(&shared_lock);
+	err = inbox_take(ev);
+	if (err == 0 && queue_has_room(ev)) {
+		/* Which other streams got events: their eventfds are woken. */
+		for (size_t i = 0; i < sh->nstreams && i < 64; i++)
+			before[i] = sh->streams[i]->inlen + sh->streams[i]->indropped;
+		sh->filling = ev;
+		sh->stopped = 0;
+		n = ring_buffer__consume(sh->ring);
+		sh->filling = NULL;
+		if (n < 0 && !(n == -ECANCELED && sh->stopped))
+			err = n;
+		for (size_t i = 0; i < sh->nstreams; i++) {
+			struct tk_events *other = sh->streams[i];
+
+			if (other != ev && (i >= 64 || other->inlen + other->indropped != before[i])) {
+				count = 1;
+				if (write(other->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+					continue;   /* it still finds them at its next read */
+			}
+		}
 	}
-	return bpf_lost_check(ev);
+	if (err == 0)
+		err = bpf_lost_check(ev);
+	pthread_mutex_unlock(&shared_lock);
+	return err;
 }
 
 static void bpf_close(struct tk_events *ev)
 {
-	ring_buffer__free(ev->ring);
-	ev->ring = NULL;
-	takana_events__destroy(ev->bpf);
+	struct tk_ev_shared *sh = ev->bpf;
+
+	if (sh != NULL) {
+		size_t i;
+
+		pthread_mutex_lock(&shared_lock);
+		for (i = 0; i < sh->nstreams && sh->streams[i] != ev; i++)
+			;
+		if (i < sh->nstreams) {
+			sh->streams[i] = sh->streams[--sh->nstreams];
+			shared_detach(sh, ev->mask);
+		}
+		shared_unref(sh);
+		pthread_mutex_unlock(&shared_lock);
+	}
 	ev->bpf = NULL;
-	ev->fd = -1;   /* the epoll fd belonged to the ring */
+	if (ev->wake_fd >= 0)
+		close(ev->wake_fd);
+	ev->wake_fd = -1;
+	if (ev->fd >= 0)
+		close(ev->fd);
+	ev->fd = -1;
+	free(ev->inbox);
+	ev->inbox = NULL;
+	ev->inlen = ev->incap = 0;
 }
 
 #endif
@@ -1191,8 +1525,6 @@ void tk_events_close(struct tk_events *ev)
 	free(ev->cn_ppid);
 	ev->cn_pid = ev->cn_ppid = NULL;
 	ev->cn_pcap = ev->cn_plen = 0;
-	free(ev->exit_seen);
-	ev->exit_seen = NULL;
 	free(ev->queue);
 	ev->queue = NULL;
 	ev->qlen = ev->qcap = ev->qhead = 0;

@@ -347,8 +347,16 @@ function M.events(t, ...)
 end
 
 --- cgroup v2 handles; see the takana.cgroup module: `takana.cgroup(path)`,
--- `takana.cgroup.self()`, `takana.cgroup.of(pid|pidfd)`.
-M.cgroup = require "takana.cgroup"
+-- `takana.cgroup.self()`, `takana.cgroup.of(pid|pidfd)`. Loaded on first
+-- use: a script (or `takana ps`) that never touches a cgroup does not pay
+-- for compiling it.
+-- @field cgroup
+setmetatable(M, { __index = function(t, k)
+  if k ~= "cgroup" then return nil end
+  local cgroup = require "takana.cgroup"
+  rawset(t, "cgroup", cgroup)
+  return cgroup
+end })
 
 --- A supervisor: services as cgroups, restart policy in Lua; see
 -- `takana.supervisor` (loaded on first use).
@@ -367,14 +375,30 @@ local function read_first_line(path)
   return l
 end
 
---- What this host offers and which backend each capability uses, with the
--- reason for every "no". Never raises.
--- @treturn table `kernel`, `btf`, `snapshot = {kfunc=, iter=, proc=, backend=}`,
---   `events = {bpf=, connector=, poll=, backend=}`, `proc` (with `hidepid`
---   and a `note` when other users' processes are hidden),
---   `pidfd`, `clone3`, `cgroup` (mode, v2_mount, v2_controllers, v1 mounts);
---   each capability has `ok` and, when not ok, `why`.
-function M.probe()
+local function deep_copy(v)
+  if type(v) ~= "table" then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = deep_copy(x) end
+  return c
+end
+
+local function mentions_shortage(v)
+  if type(v) == "string" then
+    return v:find("EMFILE") or v:find("ENFILE") or v:find("ENOMEM") or v:find("descriptor")
+  end
+  if type(v) == "table" then
+    for _, x in pairs(v) do
+      if mentions_shortage(x) then return true end
+    end
+  end
+  return false
+end
+
+-- What the first probe learned: the host does not change under a process,
+-- and a probe loads and attaches every backend (tens of ms).
+local probed
+
+local function probe_fresh()
   local r = {}
   -- Each section is computed on its own: one that raises (no /proc, no
   -- descriptors left) becomes { ok = false, why = ... } and the rest stand.
@@ -528,6 +552,27 @@ M.subreaper = core.subreaper
 -- @function environ
 -- @treturn table
 M.environ = core.environ
+
+--- What this host offers and which backend each capability uses, with the
+-- reason for every "no". Never raises (but for a wrong option). The first
+-- call probes (loads every backend, spawns a child); later calls return a
+-- copy of what it learned, unless `fresh` is set.
+-- @tparam[opt] table opts `fresh` (boolean): probe again (and remember that)
+-- @treturn table `kernel`, `btf`, `snapshot = {kfunc=, iter=, proc=, backend=}`,
+--   `events = {bpf=, connector=, poll=, backend=}`, `proc` (with `hidepid`
+--   and a `note` when other users' processes are hidden),
+--   `pidfd`, `clone3`, `cgroup` (mode, v2_mount, v2_controllers, v1 mounts);
+--   each capability has `ok` and, when not ok, `why`.
+function M.probe(opts)
+  opts = check_options("probe", 1, opts, { fresh = "boolean" })
+  if opts.fresh or not probed then
+    local r = probe_fresh()
+    -- A shortage passes: a probe that met one is not kept.
+    probed = not mentions_shortage(r) and r or nil
+    return r
+  end
+  return deep_copy(probed)
+end
 
 --- Descriptors held by the /proc backend's cache: `{fds=n, process_fds=n, limit=n}`;
 -- `process_fds` counts every /proc reader of the process (poll event
