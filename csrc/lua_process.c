@@ -82,9 +82,9 @@ int64_t tk_timeout_check(lua_State *L, int idx)
  * @int pid
  * @treturn[1] pidfd
  * @treturn[2] nil
- * @treturn[2] string "pidfd <pid>: No such process"
+ * @treturn[2] string "pidfd PID: No such process"
  * @treturn[2] int errno (ESRCH gone, EINVAL a thread id before Linux 6.9)
- * @see pidfd_open(2) */
+ * (pidfd_open(2)) */
 static int l_pidfd(lua_State *L)
 {
 	lua_Integer pid = luaL_checkinteger(L, 1);
@@ -164,9 +164,9 @@ static void exit_push(lua_State *L, const struct tk_exit *e)
  * @number[opt] timeout seconds (0..1 year); nil waits forever
  * @treturn[1] table `{exited=true, code=n}` or `{signaled=true, signal=n, core=bool}`;
  *   the same table again on later calls
- * @treturn[2] nil, "wait: process <pid> still running after <t> s", ETIMEDOUT
+ * @treturn[2] nil, "wait: process PID still running after T s", ETIMEDOUT
  * @treturn[3] nil, message, errno (ECHILD: not a child of this process)
- * @see waitid(2) */
+ * (waitid(2) on the pidfd) */
 static int pidfd_wait(lua_State *L)
 {
 	struct lpidfd *p = pidfd_check(L, 1);

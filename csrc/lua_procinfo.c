@@ -282,7 +282,7 @@ static void int_field(lua_State *L, const char *name, uint64_t v)
 	lua_setfield(L, -2, name);
 }
 
-/*** Identity, scheduling and memory lines of /proc/<pid>/status.
+/*** Identity, scheduling and memory lines of `/proc/<pid>/status`.
  * Signal masks are integers, bit n-1 set for signal n (as the kernel prints
  * them in hex): test with `mask & (1 << (sig - 1)) ~= 0`. Signal 64 is the
  * sign bit, so a mask with it set is negative.
@@ -334,7 +334,7 @@ static int proc_status(lua_State *L)
 	return 1;
 }
 
-/*** I/O counters (/proc/<pid>/io).
+/*** I/O counters (`/proc/<pid>/io`).
  * @function process:io
  * @treturn[1] table `rchar`, `wchar`, `syscr`, `syscw`, `read_bytes`,
  *   `write_bytes`, `cancelled_write_bytes`
@@ -425,7 +425,7 @@ static int proc_fds(lua_State *L)
 	return 1;
 }
 
-/*** Memory from /proc/<pid>/smaps_rollup: what the process would free if
+/*** Memory from `/proc/<pid>/smaps_rollup`: what the process would free if
  * it exited (uss), its proportional share (pss), resident and swapped.
  * @function process:memory_full
  * @treturn[1] table `rss_bytes`, `pss_bytes`, `uss_bytes` (Private_Clean +
@@ -462,7 +462,7 @@ static void limit_value_push(lua_State *L, uint64_t v)
 		lua_pushinteger(L, tk_u64_int(v));
 }
 
-/*** Resource limits, from /proc/<pid>/limits (readable for any process).
+/*** Resource limits, from `/proc/<pid>/limits` (readable for any process).
  * Unlimited is `math.huge`, so `soft < n` compares as it reads.
  * @function process:limits
  * @treturn[1] table name -> `{soft=, hard=}`; names as in prlimit(1) and
@@ -684,7 +684,7 @@ static int proc_affinity(lua_State *L)
 	return 1;
 }
 
-/*** The cgroup2 path, as /proc/<pid>/cgroup's "0::" line shows it
+/*** The cgroup2 path, as `/proc/<pid>/cgroup`'s "0::" line shows it
  * (relative to the reader's cgroup namespace; "/" is its root).
  * `takana.cgroup(path)` opens it.
  * @function process:cgroup

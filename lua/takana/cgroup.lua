@@ -3,7 +3,7 @@
 -- (csrc/lua_cgroup.c) owns descriptors and parsing; this file owns policy:
 -- where controllers live, why a section is absent, what a failed write means.
 --
--- A handle's methods are exactly the documented ones; the raw writes,
+-- A handle's cgroup are exactly the documented ones; the raw writes,
 -- mkdir and rmdir behind them are takana.core functions that keep to the
 -- same path rules (plain names inside the handle's own directory).
 --
@@ -19,7 +19,7 @@
 -- @module takana.cgroup
 local core = require "takana.core"
 
-local methods = core.cgroup_methods
+local cgroup = core.cgroup_methods
 local E = core.errno
 local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = E.ESRCH, E.EBUSY, E.EINVAL, E.ENOENT, E.ETIMEDOUT, E.EIO
 local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = E.EPERM, E.EACCES, E.EAGAIN, E.EDEADLK, E.EXDEV,
@@ -75,12 +75,6 @@ local function unescape(s)
   return (s:gsub("\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end))
 end
 
---- Where cgroup hierarchies are mounted: `{v2 = path|nil, v2_root = root|nil,
--- v1 = {ctrl = path}}`. `v2_root` is the mount's root as this process's
--- cgroup namespace sees it: "/" normally, "/.." or deeper when the mount
--- shows the hierarchy from above the namespace's root.
--- @treturn[1] table
--- @treturn[2] nil, message, errno when /proc/self/mountinfo cannot be read
 local function mounts(...)
   nargs("cgroup.mounts", 0, select("#", ...))
   local text, err, errno = read_file("/proc/self/mountinfo")
@@ -103,7 +97,6 @@ local function mounts(...)
   return r
 end
 
--- /proc/cgroups: {ctrl = {hierarchy = n, enabled = bool}}; hierarchy 0 is v2.
 local function proc_cgroups(...)
   nargs("cgroup.proc_cgroups", 0, select("#", ...))
   local r = {}
@@ -227,22 +220,22 @@ local function open_of(fname, pid, id)
   return cg
 end
 
-local C = setmetatable({}, {
+local M = setmetatable({}, {
   --- Opens a cgroup by its path relative to the cgroup2 mount.
   -- `..`, `.`, NUL bytes and names over 255 bytes are refused; the kernel
   -- resolves the rest beneath the mount without symlinks or mount crossings.
-  -- @function cgroup
   -- An integer is a cgroup id, resolved by `takana.cgroup.path(id)`.
+  -- @function cgroup
   -- @tparam string|int path e.g. "system.slice/foo.service" (a leading "/"
   --   is the mount root), or a cgroup id
   -- @treturn[1] cgroup handle with `.path`
   -- @treturn[2] nil, message, errno
-  __call = function(C, path, ...)
+  __call = function(M, path, ...)
     if select("#", ...) > 0 then argerror("cgroup", 2, "no more than 1 argument expected") end
     -- An integer is a cgroup id (records' and events' cgroup_id).
     if math.type(path) == "integer" then
       if path <= 0 then argerror("cgroup", 1, "cgroup id must be positive") end
-      local rel, err, errno = C.path(path)
+      local rel, err, errno = M.path(path)
       if not rel then return nil, err, errno end
       return open(rel)
     end
@@ -264,7 +257,7 @@ local by_handle
 -- @int id
 -- @treturn[1] string the path, e.g. "system.slice/foo.service"
 -- @treturn[2] nil, message, errno (ENOENT: no cgroup has that id, e.g. removed)
-function C.path(id, ...)
+function M.path(id, ...)
   nargs("cgroup.path", 1, select("#", ...) + 1)
   if math.type(id) ~= "integer" or id <= 0 then
     argerror("cgroup.path", 1, "cgroup id (a positive integer) expected, got " ..
@@ -307,7 +300,7 @@ end
 -- membership.
 -- @treturn[1] cgroup handle
 -- @treturn[2] nil, message, errno
-function C.self(...)
+function M.self(...)
   nargs("cgroup.self", 0, select("#", ...))
   return open_of("cgroup.self", "self")
 end
@@ -339,7 +332,7 @@ end
 -- @tparam int|pidfd who
 -- @treturn[1] cgroup handle
 -- @treturn[2] nil, message, errno (ESRCH: the process is gone)
-function C.of(who, ...)
+function M.of(who, ...)
   nargs("cgroup.of", 1, select("#", ...) + 1)
   if is_pidfd(who) then
     local fname = ("cgroup.of %s"):format(who.pid)
@@ -369,11 +362,21 @@ function C.of(who, ...)
   return open_of(("cgroup.of %d"):format(pid), pid)
 end
 
-C.mounts = mounts
-C.proc_cgroups = proc_cgroups
+--- Where cgroup hierarchies are mounted: `{v2 = path|nil, v2_root = root|nil,
+-- v1 = {ctrl = path}}`. `v2_root` is the mount's root as this process's
+-- cgroup namespace sees it: "/" normally, "/.." or deeper when the mount
+-- shows the hierarchy from above the namespace's root.
+-- @treturn[1] table
+-- @treturn[2] nil, message, errno when /proc/self/mountinfo cannot be read
+-- @function mounts
+M.mounts = mounts
+
+--- /proc/cgroups: {ctrl = {hierarchy = n, enabled = bool}}; hierarchy 0 is v2.
+-- @function proc_cgroups
+M.proc_cgroups = proc_cgroups
 
 --- What this host offers: mode, v2 mount, v2 controllers, v1 mounts.
-function C.probe(...)
+function M.probe(...)
   nargs("cgroup.probe", 0, select("#", ...))
   local m, err = mounts()
   if not m then return { ok = false, mode = "none", v1 = {}, why = err } end
@@ -429,7 +432,7 @@ end
 -- @string section "cpu", "memory", "pids", "pressure" or "events"
 -- @treturn string|nil the reason (the error itself when stat() fails, as
 --   for a removed cgroup)
-function methods:why(section, ...)
+function cgroup:why(section, ...)
   nargs("why", 1, select("#", ...) + 1)
   local known = { cpu = 1, memory = 1, pids = 1, pressure = 1, events = 1 }
   if not known[section] then argerror("why", 1, "unknown section '" .. tostring(section) .. "'") end
@@ -541,7 +544,7 @@ end
 -- (quota µs, or {quota, period}), io.weight; "max" means unlimited.
 -- @treturn[1] the applied value (rounded as the kernel did), or a table of them
 -- @treturn[2] nil, "set key: why", errno
-function methods:set(key, value, ...)
+function cgroup:set(key, value, ...)
   nargs("set", 2, select("#", ...) + 2)
   if type(key) == "table" then
     if value ~= nil then argerror("set", 2, "no value expected with a table") end
@@ -573,7 +576,7 @@ end
 --   exists already is opened instead (it must be a cgroup directory)
 -- @treturn[1] cgroup handle
 -- @treturn[2] nil, "mkdir <name>: why", errno (EEXIST without exist_ok)
-function methods:mkdir(name, opts, ...)
+function cgroup:mkdir(name, opts, ...)
   nargs("mkdir", 2, select("#", ...) + 2)
   if type(name) ~= "string" or name == "" or name:find("[/%z]") or name == "." or name == ".." or #name > 255 then
     argerror("mkdir", 1, "a plain directory name expected")
@@ -660,7 +663,7 @@ end
 -- @tparam {string,...} list e.g. `{"memory", "pids", "cpu", "io"}`
 -- @treturn[1] {string,...} the controllers enabled now, read back
 -- @treturn[2] nil, "enable memory: why, and what to do", errno
-function methods:enable(list, ...)
+function cgroup:enable(list, ...)
   nargs("enable", 1, select("#", ...) + 1)
   return toggle(self, "enable", list, "+")
 end
@@ -668,7 +671,7 @@ end
 --- Disables controllers for the children.
 -- @treturn[1] {string,...} the controllers still enabled, read back
 -- @treturn[2] nil, "disable memory: why", errno
-function methods:disable(list, ...)
+function cgroup:disable(list, ...)
   nargs("disable", 1, select("#", ...) + 1)
   return toggle(self, "disable", list, "-")
 end
@@ -693,8 +696,8 @@ end
 -- offers PIDFD_GET_INFO (6.13+) its cgroup id is checked as well.
 -- @tparam int|pidfd who
 -- @treturn[1] true
--- @treturn[2] nil, "attach <pid>: why", errno
-function methods:attach(who, ...)
+-- @treturn[2] nil, "attach PID: why", errno
+function cgroup:attach(who, ...)
   nargs("attach", 1, select("#", ...) + 1)
   if is_pidfd(who) then
     local fname = "attach " .. who.pid
@@ -726,7 +729,7 @@ function methods:attach(who, ...)
 end
 
 --- The pids in the cgroup (cgroup.procs), in the kernel's order.
-function methods:procs(...)
+function cgroup:procs(...)
   nargs("procs", 0, select("#", ...))
   local text, err, errno = self:get("cgroup.procs")
   if not text then return nil, err, errno end
@@ -766,7 +769,7 @@ end
 -- @number[opt=5] timeout seconds
 -- @treturn[1] true
 -- @treturn[2] nil, message, ETIMEDOUT (the cgroup is thawed again)
-function methods:freeze(timeout, ...)
+function cgroup:freeze(timeout, ...)
   nargs("freeze", 1, select("#", ...) + 1)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0 or timeout ~= timeout) then
     argerror("freeze", 1, "timeout in seconds expected")
@@ -789,7 +792,7 @@ function methods:freeze(timeout, ...)
 end
 
 --- Thaws the unit.
-function methods:thaw(...)
+function cgroup:thaw(...)
   nargs("thaw", 0, select("#", ...))
   local ok, err, errno = core.cgroup_write(self, "cgroup.freeze", "0")
   if not ok then return nil, "thaw: " .. err, errno end
@@ -896,7 +899,7 @@ end
 -- @treturn[2] nil, "signal <path>: why", errno (EPERM for a refusal or a
 --   process of another user, ENOENT for a removed cgroup, EBUSY past the
 --   bounds)
-function methods:signal(sig, opts, ...)
+function cgroup:signal(sig, opts, ...)
   nargs("signal", 2, select("#", ...) + 2)
   local signo = signum("signal", sig)
   opts = options("signal", 2, opts, { root = "boolean", include_self = "boolean" })
@@ -986,7 +989,7 @@ end
 -- @treturn[2] nil, "wait_empty <path>: still populated after Ns (n processes
 --   here or below)", ETIMEDOUT; EDEADLK when the cgroup holds the caller,
 --   which it would wait for forever; ENOENT for a removed cgroup
-function methods:wait_empty(timeout, ...)
+function cgroup:wait_empty(timeout, ...)
   nargs("wait_empty", 1, select("#", ...) + 1)
   timeout_arg("wait_empty", 1, timeout)
   local why, werrno = removed(self, "wait_empty")
@@ -1006,7 +1009,7 @@ end
 --   caller closes them
 -- @treturn[1] {string,...} or {cgroup,...}
 -- @treturn[2] nil, "children <path>: why", errno (ENOENT for a removed cgroup)
-function methods:children(opts, ...)
+function cgroup:children(opts, ...)
   nargs("children", 1, select("#", ...) + 1)
   opts = options("children", 1, opts, { handles = "boolean" })
   local why, werrno = removed(self, "children")
@@ -1081,7 +1084,7 @@ end
 -- @treturn[1] true (cgroup.kill written, or the fallback saw the cgroup empty;
 --   with `wait`, the cgroup is empty)
 -- @treturn[2] nil, "kill <path>: why", errno
-function methods:kill(opts, ...)
+function cgroup:kill(opts, ...)
   nargs("kill", 1, select("#", ...) + 1)
   opts = options("kill", 1, opts, { root = "boolean", include_self = "boolean", wait = "timeout" })
   local holds, me, herrno = refusals(self, "kill", opts, "kill")
@@ -1102,7 +1105,7 @@ function methods:kill(opts, ...)
 end
 
 --- Removes the (empty) cgroup directory; refuses a populated one.
-function methods:remove(...)
+function cgroup:remove(...)
   nargs("remove", 0, select("#", ...))
   if self.relpath == "" then return nil, "remove: refusing to remove the cgroup2 root", EINVAL end
   local st, serr, serrno = self:stat()
@@ -1125,4 +1128,4 @@ function methods:remove(...)
   return true
 end
 
-return C
+return M

@@ -178,11 +178,12 @@ end
 --   `stime_ns[pid]`, `share[pid]` (1.0 = one CPU busy for the whole interval);
 --   `started` and `exited`: pid lists in pid order. A pid reused between the
 --   two snapshots is in both lists.
+M.delta = core.delta
+
 --- errno constants by name (`takana.errno.ESRCH`): what the third value
 -- of a runtime failure is compared with.
+-- @table errno
 M.errno = core.errno
-
-M.delta = core.delta
 
 --- Opens a pidfd on a process: signals reach that process even after its
 -- pid is reused, and the descriptor turns readable when it exits.

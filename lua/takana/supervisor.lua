@@ -229,9 +229,9 @@ end
 
 -- ---- supervisor ----
 
-local Sup = {}
-Sup.__index = Sup
-M.Supervisor = Sup
+local supervisor = {}
+supervisor.__index = supervisor
+M.Supervisor = supervisor
 
 local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string",
   adopt = "boolean", reload = "function", signals = "boolean", runtime = "string",
@@ -268,7 +268,7 @@ end
 --   them first); `reload`: `function(sup)` called on SIGHUP;
 --   `signals`: catch TERM, INT and HUP (default true);
 --   `runtime`: a directory for notify sockets (default: next to `control`,
---   else /tmp/takana-sup-<pid>); `on_exit`: `function(svc, record)` after
+--   else /tmp/takana-sup-PID); `on_exit`: `function(svc, record)` after
 --   each exit record.
 -- @treturn[1] supervisor
 -- @treturn[2] nil, message, errno
@@ -286,7 +286,7 @@ function M.new(opts, ...)
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
     log_lines = opts.log_lines or 200, uid = euid(), shutting = false, done = false,
     started_at = now(),
-  }, Sup)
+  }, supervisor)
   local cg, err, errno
   if type(opts.cgroup) == "string" then
     cg, err, errno = takana.cgroup(opts.cgroup)
@@ -345,14 +345,14 @@ function M.new(opts, ...)
   return self
 end
 
-function Sup:_watch(obj, fn, pri)
+function supervisor:_watch(obj, fn, pri)
   local fd = obj:fileno()
   assert(self.ep:add(fd, pri))
   self.fds[fd] = { obj = obj, fn = fn }
   return fd
 end
 
-function Sup:_unwatch(obj)
+function supervisor:_unwatch(obj)
   if obj == nil then return end
   local ok, fd = pcall(obj.fileno, obj)
   if ok and fd and self.fds[fd] and self.fds[fd].obj == obj then
@@ -377,7 +377,7 @@ local svc_options = { name = "string", cmd = "table", env = "table", cwd = "stri
 -- `autostart` (default true); `user`, `group`, `groups`, `umask`,
 -- `rlimits`, `no_new_privs`, `pdeathsig` go to spawn.
 -- @treturn service the service table (read its `state`)
-function Sup:service(t, ...)
+function supervisor:service(t, ...)
   if select("#", ...) > 0 then argerror("service", 2, "no more than 1 argument expected") end
   if type(t) ~= "table" then argerror("service", 1, "table expected, got " .. type(t)) end
   for k, v in pairs(t) do
@@ -444,7 +444,7 @@ function Sup:service(t, ...)
 end
 
 --- Removes a service: stops it first (the stop sequence), then forgets it.
-function Sup:remove(name)
+function supervisor:remove(name)
   local svc = self.services[name]
   if not svc then return nil, "remove: no service '" .. tostring(name) .. "'", ENOENT end
   svc.removing = true
@@ -453,11 +453,11 @@ function Sup:remove(name)
 end
 
 --- The service table of name, or nil.
-function Sup:get(name) return self.services[name] end
+function supervisor:get(name) return self.services[name] end
 
 -- ---- cgroups ----
 
-function Sup:_svc_cgroup(svc)
+function supervisor:_svc_cgroup(svc)
   if svc.cg then return svc.cg end
   local cg, err, errno
   local ok = pcall(function() cg, err, errno = self.cg:mkdir(svc.name, { exist_ok = true }) end)
@@ -526,7 +526,7 @@ end
 
 -- ---- logs ----
 
-function Sup:_log_line(svc, stream, line)
+function supervisor:_log_line(svc, stream, line)
   local ring = svc.lines
   ring[#ring + 1] = ("%s %s %s"):format(os.date("!%Y-%m-%dT%H:%M:%SZ"), stream, line)
   if #ring > self.log_lines * 2 then
@@ -543,7 +543,7 @@ function Sup:_log_line(svc, stream, line)
   end
 end
 
-function Sup:_log_file(svc, dir, text)
+function supervisor:_log_file(svc, dir, text)
   local path = dir .. "/" .. svc.name .. ".log"
   if not svc.logf then
     svc.logf = io.open(path, "a")
@@ -565,7 +565,7 @@ end
 
 -- Reads what one pipe holds, at most 256 KiB a call so that a flood from
 -- one service cannot starve the others or the control socket.
-function Sup:_drain(svc, which)
+function supervisor:_drain(svc, which)
   local p = svc[which]
   if not p then return end
   local stream = which == "out" and "stdout" or "stderr"
@@ -604,7 +604,7 @@ end
 
 -- ---- readiness ----
 
-function Sup._set_ready(_, svc)
+function supervisor._set_ready(_, svc)
   if svc.state == "starting" then
     svc.state = "running"
     svc.ready = true
@@ -612,7 +612,7 @@ function Sup._set_ready(_, svc)
   end
 end
 
-function Sup:_notify(svc)
+function supervisor:_notify(svc)
   while svc.notify do
     local data, pid, uid, errno = svc.notify:recv()
     if not data then
@@ -641,7 +641,7 @@ function Sup:_notify(svc)
   end
 end
 
-function Sup:_readyfd(svc)
+function supervisor:_readyfd(svc)
   local p = svc.readyp
   if not p then return end
   local data, _, errno = p:read(4096)
@@ -656,7 +656,7 @@ end
 
 -- ---- start ----
 
-function Sup:_deps_ready(svc)
+function supervisor:_deps_ready(svc)
   for _, d in ipairs(svc.depends) do
     local dep = self.services[d]
     if not dep or dep.state ~= "running" then return false end
@@ -664,7 +664,7 @@ function Sup:_deps_ready(svc)
   return true
 end
 
-function Sup._fail(_, svc, reason)
+function supervisor._fail(_, svc, reason)
   svc.state = "failed"
   svc.reason = reason
   svc.deadline = nil
@@ -674,7 +674,7 @@ local function close_obj(self, o)
   if o then self:_unwatch(o); o:close() end
 end
 
-function Sup:_start(svc)
+function supervisor:_start(svc)
   local t = now()
   local sl = svc.start_limit
   local kept = {}
@@ -801,7 +801,7 @@ function Sup:_start(svc)
   if svc.want == "down" then self:_begin_stop(svc) end
 end
 
-function Sup._adopt(_, svc)
+function supervisor._adopt(_, svc)
   svc.state = "running"
   svc.ready = true
   svc.adopted = true
@@ -816,7 +816,7 @@ end
 
 -- ---- exits ----
 
-function Sup:_child_exit(svc)
+function supervisor:_child_exit(svc)
   local child = svc.child
   if not child then return end
   local st = child:wait(0)
@@ -841,7 +841,7 @@ function Sup:_child_exit(svc)
   self:_maybe_finished(svc)
 end
 
-function Sup:_cgroup_event(svc)
+function supervisor:_cgroup_event(svc)
   -- Reading cgroup.events through the polled descriptor (stat does) is
   -- what clears its POLLPRI: without it the epoll set stays ready.
   if populated(svc.cg) then return end
@@ -851,7 +851,7 @@ function Sup:_cgroup_event(svc)
 end
 
 -- A run is over when the main process is reaped and the cgroup is empty.
-function Sup:_maybe_finished(svc)
+function supervisor:_maybe_finished(svc)
   if svc.child then return end
   if svc.cg and populated(svc.cg) then return end
   if svc.state ~= "running" and svc.state ~= "starting" and svc.state ~= "stopping" then return end
@@ -909,7 +909,7 @@ function Sup:_maybe_finished(svc)
   self:_schedule(svc, rec)
 end
 
-function Sup:_forget(svc)
+function supervisor:_forget(svc)
   if svc.cg_watched then self:_unwatch(svc.cg) end
   if svc.cg then
     svc.cg:remove()
@@ -922,7 +922,7 @@ function Sup:_forget(svc)
 end
 
 -- Decides what follows an exit: a restart after the backoff, or nothing.
-function Sup:_schedule(svc, rec)
+function supervisor:_schedule(svc, rec)
   local failed = rec.error ~= nil or rec.code ~= 0 or rec.signal ~= nil or rec.oom
   if rec.code == nil and rec.signal == nil and rec.error == nil then failed = true end
   local b = svc.backoff
@@ -957,7 +957,7 @@ end
 
 -- ---- stop ----
 
-function Sup:_begin_stop(svc)
+function supervisor:_begin_stop(svc)
   svc.state = "stopping"
   svc.stop_requested = not svc.cleaning and not svc.after_failure or nil
   svc.after_failure = nil
@@ -971,7 +971,7 @@ function Sup:_begin_stop(svc)
   self:_maybe_finished(svc)
 end
 
-function Sup._stop_timeout(_, svc)
+function supervisor._stop_timeout(_, svc)
   if svc.killing then
     -- cgroup.kill was written a stop timeout ago and it is still not empty.
     svc.reason = "stop: still populated after cgroup.kill"
@@ -986,7 +986,7 @@ function Sup._stop_timeout(_, svc)
 end
 
 --- Starts a stopped, failed or waiting service (resets its start limit).
-function Sup:start(name)
+function supervisor:start(name)
   local svc = self.services[name]
   if not svc then return nil, "start: no service '" .. tostring(name) .. "'", ENOENT end
   svc.want = "up"
@@ -1002,7 +1002,7 @@ end
 
 --- Stops a service with its stop sequence: stop.signal to the whole
 -- cgroup, then after stop.timeout cgroup.kill, then wait until empty.
-function Sup:stop(name)
+function supervisor:stop(name)
   local svc = self.services[name]
   if not svc then return nil, "stop: no service '" .. tostring(name) .. "'", ENOENT end
   svc.want = "down"
@@ -1019,7 +1019,7 @@ function Sup:stop(name)
 end
 
 --- Stops then starts a service.
-function Sup:restart(name)
+function supervisor:restart(name)
   local svc = self.services[name]
   if not svc then return nil, "restart: no service '" .. tostring(name) .. "'", ENOENT end
   if svc.state == "running" or svc.state == "starting" then
@@ -1034,7 +1034,7 @@ function Sup:restart(name)
 end
 
 --- Sends a signal to every process of a service.
-function Sup:signal(name, sig)
+function supervisor:signal(name, sig)
   local svc = self.services[name]
   if not svc then return nil, "signal: no service '" .. tostring(name) .. "'", ENOENT end
   local n = signum("signal", 2, sig)
@@ -1044,7 +1044,7 @@ end
 
 --- Stops every service in reverse dependency order; `run()` returns
 -- once all are stopped.
-function Sup:shutdown()
+function supervisor:shutdown()
   self.shutting = true
   for _, svc in pairs(self.services) do svc.want = "down" end
 end
@@ -1055,7 +1055,7 @@ local function active(svc)
   return svc.state == "running" or svc.state == "starting" or svc.state == "stopping"
 end
 
-function Sup:_tick()
+function supervisor:_tick()
   local t = now()
   for _, name in ipairs(self.order) do
     local svc = self.services[name]
@@ -1111,7 +1111,7 @@ end
 
 --- Seconds until the supervisor has something to do without input (nil:
 -- nothing pending). cqueues' pollable protocol.
-function Sup:timeout()
+function supervisor:timeout()
   local t, best = now(), nil
   for _, svc in pairs(self.services) do
     if svc.deadline then
@@ -1125,16 +1125,18 @@ function Sup:timeout()
 end
 
 --- The epoll descriptor gathering every descriptor of the supervisor.
-function Sup:pollfd() return self.ep:fileno() end
-Sup.fileno = Sup.pollfd
+function supervisor:pollfd() return self.ep:fileno() end
+
+--- The same descriptor as `pollfd`, for `takana.poll` and luv.
+function supervisor:fileno() return self.ep:fileno() end
 
 --- cqueues' pollable protocol: "r".
-function Sup.events() return "r" end
+function supervisor.events() return "r" end
 
 --- Handles what is ready, waiting up to timeout seconds for it (nil: until
 -- the next deadline or input).
 -- @treturn boolean false once a shutdown has completed
-function Sup:step(timeout)
+function supervisor:step(timeout)
   if not self.begun then
     self.begun = true
     self:_sweep()
@@ -1155,7 +1157,7 @@ function Sup:step(timeout)
 end
 
 --- Runs until a shutdown (SIGTERM, SIGINT, `sup:shutdown()`) completes.
-function Sup:run()
+function supervisor:run()
   while true do
     local more, err, errno = self:step()
     if more == nil then return nil, err, errno end
@@ -1166,7 +1168,7 @@ function Sup:run()
 end
 
 --- Closes the supervisor's descriptors (services are not touched).
-function Sup:close()
+function supervisor:close()
   if self.closed then return end
   self.closed = true
   for _, svc in pairs(self.services) do
@@ -1188,7 +1190,7 @@ end
 -- At the first step: cgroups under the supervisor's that belong to no
 -- declared service are the leftovers of services removed from the
 -- configuration; they are killed (their processes have nobody to watch).
-function Sup:_sweep()
+function supervisor:_sweep()
   if not self.cg.children then return end
   local kids = self.cg:children()
   if type(kids) ~= "table" then return end
@@ -1206,7 +1208,7 @@ function Sup:_sweep()
   end
 end
 
-function Sup:_signals()
+function supervisor:_signals()
   while true do
     local s = self.sigfd:read()
     if not s then return end
@@ -1220,7 +1222,7 @@ end
 
 --- Calls the reload hook (`reload` option), as SIGHUP does. The hook may
 -- add (`sup:service`), remove (`sup:remove`) or change services.
-function Sup:reload()
+function supervisor:reload()
   if not self.reload_hook then return true end
   local ok, err = pcall(self.reload_hook, self)
   self.reload_error = not ok and tostring(err) or nil
@@ -1233,7 +1235,7 @@ local function round(x, d) local m = 10 ^ (d or 3) return math.floor(x * m + 0.5
 
 --- The status of one service as a plain table (what `takana ctl status`
 -- prints).
-function Sup.status_of(_, svc)
+function supervisor.status_of(_, svc)
   local t = now()
   local ex = svc.last_exit
   return {
@@ -1249,7 +1251,7 @@ function Sup.status_of(_, svc)
 end
 
 --- Every service's status, in declaration order.
-function Sup:status()
+function supervisor:status()
   local out = {}
   for _, name in ipairs(self.order) do out[#out + 1] = self:status_of(self.services[name]) end
   return out
@@ -1257,7 +1259,7 @@ end
 
 -- ---- control ----
 
-function Sup:_accept()
+function supervisor:_accept()
   while true do
     local c, pid, uid = self.control:accept()
     if not c then return end
@@ -1274,13 +1276,13 @@ function Sup:_accept()
   end
 end
 
-function Sup:_conn_close(conn)
+function supervisor:_conn_close(conn)
   self:_unwatch(conn.sock)
   self.conns[conn.sock:fileno()] = nil
   conn.sock:close()
 end
 
-function Sup:_conn_read(conn)
+function supervisor:_conn_read(conn)
   local data, _, errno = conn.sock:read(65536)
   if data == nil and errno == EAGAIN then return end
   if not data or data == "" then
@@ -1302,7 +1304,7 @@ function Sup:_conn_read(conn)
   self:_flush(conn)
 end
 
-function Sup:_flush(conn)
+function supervisor:_flush(conn)
   while conn.outbuf ~= "" do
     local n, _, errno = conn.sock:write(conn.outbuf)
     if not n then
@@ -1315,7 +1317,7 @@ function Sup:_flush(conn)
   if conn.eof then self:_conn_close(conn) end
 end
 
-function Sup:_flush_conns()
+function supervisor:_flush_conns()
   if not self.pending_out then return end
   self.pending_out = false
   for _, conn in pairs(self.conns) do
@@ -1325,7 +1327,7 @@ end
 
 local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true }
 
-function Sup:_command(line)
+function supervisor:_command(line)
   local req, err = M.json_decode(line)
   if type(req) ~= "table" then return { ok = false, error = "bad request: " .. tostring(err or "an object expected") } end
   local cmd = req.cmd
@@ -1458,7 +1460,14 @@ function M.metrics(sock, metric)
   return true
 end
 
+--- `signum(fname, n, sig)`: the number of signal `sig` (a number, or a
+-- name with or without "SIG"); raises as argument `n` of `fname` otherwise.
+-- @function signum
 M.signum = signum
+
+--- The cgroup2 path of a live process, "/a/b" (nil when gone), as the
+-- supervisor checks a readiness message's sender.
+-- @function cgroup_of_pid
 M.cgroup_of_pid = cgroup_of_pid
 
 return M

@@ -1,0 +1,137 @@
+-- The reference `make doc` generates documents every public function,
+-- method and field: the spec walks the module, the cgroup module and every
+-- object's methods, and looks each name up in LDoc's output.
+local takana = require "takana"
+local core = require "takana.core"
+local H = require "helpers"
+
+local function ldoc()
+  local dir = os.tmpname()
+  os.remove(dir)
+  local ok = os.execute("ldoc -d " .. dir .. " . >" .. dir .. ".log 2>&1")
+  local log = H.read(dir .. ".log") or ""
+  os.remove(dir .. ".log")
+  assert(ok, "ldoc failed:\n" .. log)
+  local pages = {}
+  for _, m in ipairs { "takana", "takana.cgroup", "takana.supervisor" } do
+    pages[m] = assert(H.read(dir .. "/modules/" .. m .. ".html"), "ldoc wrote no page for " .. m)
+  end
+  os.execute("rm -rf " .. dir)
+  return pages, log
+end
+
+local function anchors(html)
+  local set = {}
+  for name in html:gmatch('<a name = "([^"]+)"') do set[name] = true end
+  return set
+end
+
+-- The methods table behind an object's __index (a table, or upvalue 1 of
+-- the __index function).
+local function methods_of(obj)
+  local idx = getmetatable(obj).__index
+  if type(idx) == "function" then idx = select(2, debug.getupvalue(idx, 1)) end
+  assert(type(idx) == "table")
+  local names = {}
+  for k, v in pairs(idx) do
+    if type(v) == "function" and not k:match("^_") then names[#names + 1] = k end
+  end
+  table.sort(names)
+  return names
+end
+
+-- Fields event_push sets: what a reader may find in an event table.
+local function event_fields()
+  local src = assert(H.read("csrc/lua_events.c"))
+  local body = assert(src:match("static void event_push%(.-\n}\n"))
+  local set = {}
+  for f in body:gmatch('set_u64%(L, "([%w_]+)"') do set[f] = true end
+  for f in body:gmatch('lua_setfield%(L, %-2, "([%w_]+)"%)') do set[f] = true end
+  return set
+end
+
+describe("make doc", function()
+  local pages, log, main, cg, sup
+  setup(function()
+    pages, log = ldoc()
+    main, cg = anchors(pages.takana), anchors(pages["takana.cgroup"])
+    sup = anchors(pages["takana.supervisor"])
+  end)
+
+  it("documents every function of the module", function()
+    for k, v in pairs(takana) do
+      if not k:match("^_") and k ~= "cgroup" then
+        assert(main[k], "takana." .. k .. " (" .. type(v) .. ") is not in the reference")
+      end
+    end
+    for k in pairs(takana.cgroup) do
+      if not k:match("^_") then assert(cg[k], "takana.cgroup." .. k .. " is not in the reference") end
+    end
+    for k, v in pairs(require "takana.supervisor") do
+      if type(v) == "function" and not k:match("^_") then
+        assert(sup[k], "takana.supervisor." .. k .. " is not in the reference")
+      end
+    end
+  end)
+
+  it("documents every method of every object", function()
+    local snap = assert(takana.snapshot { backend = "proc" })
+    local rec
+    for r in snap:each() do rec = r; break end
+    local ev = assert(takana.events { backend = "poll" })
+    local child = assert(takana.spawn { "true", stdout = "pipe" })
+    local objects = {
+      snapshot = snap, record = rec, pidfd = assert(takana.pidfd(core.getpid())), events = ev,
+      signals = assert(takana.signals { "USR2" }), timer = assert(takana.timer()),
+      pipe = child.stdout, process = assert(takana.process(core.getpid())),
+    }
+    local missing = {}
+    for class, obj in pairs(objects) do
+      for _, m in ipairs(methods_of(obj)) do
+        if not (main[class .. ":" .. m] or main["handle:" .. m]) then
+          missing[#missing + 1] = class .. ":" .. m
+        end
+      end
+    end
+    local handle_base = { close = true, fileno = true, pollfd = true, events = true, timeout = true }
+    for k in pairs(core.cgroup_methods) do
+      if not (k:match("^_") or cg[k] or cg["cgroup:" .. k] or handle_base[k] and main["handle:" .. k]) then
+        missing[#missing + 1] = "cgroup:" .. k
+      end
+    end
+    -- A supervisor's methods are documented on the module's page.
+    for k, v in pairs(require("takana.supervisor").Supervisor) do
+      if type(v) == "function" and not k:match("^_") and not sup[k] then
+        missing[#missing + 1] = "supervisor:" .. k
+      end
+    end
+    child:wait()
+    for _, o in pairs(objects) do if o.close then o:close() end end
+    table.sort(missing)
+    assert.same({}, missing)
+  end)
+
+  it("documents every record field and every event field", function()
+    local snap = assert(takana.snapshot { backend = "proc" })
+    local text = pages.takana
+    local missing = {}
+    for field in pairs(assert(snap:get(core.getpid()))) do
+      if not text:find('<span class="parameter">' .. field .. '</span>', 1, true) then missing[#missing + 1] = "record." .. field end
+    end
+    for field in pairs(event_fields()) do
+      if not text:find('<span class="parameter">' .. field .. '</span>', 1, true) then missing[#missing + 1] = "event." .. field end
+    end
+    table.sort(missing)
+    assert.same({}, missing)
+  end)
+
+  it("shows no internal names and escapes <angle> text", function()
+    for name, html in pairs(pages) do
+      for a in html:gmatch('<a name = "([^"]+)"') do
+        assert.is_nil(a:match("^C%.") or a:match("^methods:"), name .. ": internal name " .. a)
+      end
+      assert.is_nil(html:match("<pid>"), name .. ": an unescaped <pid>")
+    end
+    assert.is_nil(log:match("malformed"), log)
+  end)
+end)
