@@ -18,10 +18,10 @@
 
 #include "binding.h"
 
-enum ux_kind { UX_DGRAM, UX_LISTEN, UX_STREAM, UX_PIPE_R, UX_PIPE_W, UX_EPOLL };
+enum ux_kind { UX_DGRAM, UX_LISTEN, UX_STREAM, UX_EPOLL };
 
 static const char *const kind_names[] = { "datagram socket", "listening socket", "stream socket",
-	                                   "pipe read end", "pipe write end", "epoll set" };
+	                                   "epoll set" };
 
 struct lunix {
 	struct tk_handle h; /* first: the handle base */
@@ -39,7 +39,7 @@ static struct lunix *ux_check(lua_State *L, int idx)
 static struct lunix *ux_new(lua_State *L, int fd, enum ux_kind kind)
 {
 	struct lunix *u = lua_newuserdatauv(L, sizeof *u, 0);
-	tk_handle_init(&u->h, kind_names[kind], kind == UX_PIPE_W ? "w" : "r", NULL);
+	tk_handle_init(&u->h, kind_names[kind], "r", NULL);
 	u->h.fd = fd;
 	u->kind = kind;
 	luaL_setmetatable(L, TK_UNIX_MT);
@@ -181,12 +181,9 @@ static int l_unix_connect(lua_State *L)
 	return 1;
 }
 
-/*** A pipe: a non-blocking read end for this process and a blocking write
- * end to hand to a child (as stdout, or as an s6 notification fd).
- * @function pipe
- * @treturn[1] socket read end
- * @treturn[1] socket write end
- * @treturn[2] nil, message, errno */
+/* core.pipe() -> read end, write end: spawn's pipe objects (lua_pipe.c),
+ * the read end non-blocking for this process, the write end blocking for
+ * the child it is handed to (an s6 notification fd). */
 static int l_pipe(lua_State *L)
 {
 	int p[2];
@@ -200,8 +197,8 @@ static int l_pipe(lua_State *L)
 		close(p[1]);
 		return tk_push_error(L, "pipe", e);
 	}
-	ux_new(L, p[0], UX_PIPE_R);
-	ux_new(L, p[1], UX_PIPE_W);
+	tk_pipe_new(L, 0)->fd = p[0];
+	tk_pipe_new(L, 1)->fd = p[1];
 	return 2;
 }
 
@@ -401,8 +398,8 @@ static int ux_read(lua_State *L)
 	char *p;
 
 	tk_check_nargs(L, 2);
-	if (u->kind != UX_STREAM && u->kind != UX_PIPE_R)
-		luaL_error(L, "read: not a stream or a pipe's read end (this one is %s)", kind_names[u->kind]);
+	if (u->kind != UX_STREAM)
+		luaL_error(L, "read: not a stream (this one is %s)", kind_names[u->kind]);
 	if (max < 1 || max > MAX_READ)
 		luaL_argerror(L, 2, "1..1048576 bytes expected");
 	p = luaL_buffinitsize(L, &b, (size_t)max);
@@ -428,11 +425,10 @@ static int ux_write(lua_State *L)
 	ssize_t n;
 
 	tk_check_nargs(L, 2);
-	if (u->kind != UX_STREAM && u->kind != UX_PIPE_W)
-		luaL_error(L, "write: not a stream or a pipe's write end (this one is %s)", kind_names[u->kind]);
+	if (u->kind != UX_STREAM)
+		luaL_error(L, "write: not a stream (this one is %s)", kind_names[u->kind]);
 	do
-		n = u->kind == UX_STREAM ? send(u->h.fd, s, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-		                         : write(u->h.fd, s, len);
+		n = send(u->h.fd, s, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return tk_push_error(L, "write", -errno);
@@ -440,7 +436,7 @@ static int ux_write(lua_State *L)
 	return 1;
 }
 
-/*** What the descriptor is: "datagram socket", "pipe read end"...
+/*** What the descriptor is: "datagram socket", "stream socket"...
  * @function socket:kind */
 static int ux_kind(lua_State *L)
 {

@@ -570,13 +570,12 @@ function supervisor:_drain(svc, which)
   if not p then return end
   local stream = which == "out" and "stdout" or "stderr"
   local key = which .. "_partial"
+  -- At most 4 reads a wake-up: a flood never keeps the loop from the
+  -- control socket (the pipe stays readable, so the loop comes back).
   for _ = 1, 4 do
-    local data, _, errno = p:read(65536)
+    local data = p:read(65536) -- what is there now; "" nothing yet; nil at EOF (or error)
+    if data == "" then break end
     if data == nil then
-      if errno == EAGAIN then return end
-      data = ""
-    end
-    if data == "" then
       if svc[key] and svc[key] ~= "" then self:_log_line(svc, stream, svc[key]) end
       svc[key] = nil
       self:_unwatch(p)
@@ -644,10 +643,10 @@ end
 function supervisor:_readyfd(svc)
   local p = svc.readyp
   if not p then return end
-  local data, _, errno = p:read(4096)
-  if data == nil and errno == EAGAIN then return end
+  local data = p:read(4096) -- "" nothing yet; nil at EOF
+  if data == "" then return end
   if data and data:find("\n", 1, true) then self:_set_ready(svc) end
-  if data == nil or data == "" or data:find("\n", 1, true) then
+  if data == nil or data:find("\n", 1, true) then
     self:_unwatch(p)
     p:close()
     svc.readyp = nil
@@ -724,22 +723,9 @@ function supervisor:_start(svc)
   spec.cgroup = cg
   spec.cwd = svc.cwd
   spec.stdin = "null"
+  -- stdout and stderr: spawn's non-blocking pipe objects, read by _drain.
+  spec.stdout, spec.stderr = "pipe", "pipe"
   local cleanup = {}
-  local sink = svc.log
-  if sink == nil then sink = self.log end
-  local rout, wout, rerr, werr
-  if sink ~= false or true then
-    rout, wout = core.pipe()
-    rerr, werr = core.pipe()
-    if not rout or not rerr then
-      close_obj(self, rout) close_obj(self, wout) close_obj(self, rerr) close_obj(self, werr)
-      return self:_schedule(svc, { error = "pipe: " .. tostring(wout or werr) })
-    end
-    spec.stdout = wout:fileno()
-    spec.stderr = werr:fileno()
-    cleanup[#cleanup + 1] = wout
-    cleanup[#cleanup + 1] = werr
-  end
   local notify, readyr, readyw
   if svc.ready_mode == "notify" then
     local path = self.runtime .. "/" .. svc.name .. ".notify"
@@ -748,7 +734,6 @@ function supervisor:_start(svc)
     notify, nerr, nerrno = core.unix_dgram(path, 438)
     if not notify then
       for _, o in ipairs(cleanup) do o:close() end
-      rout:close() rerr:close()
       return self:_fail(svc, "notify socket: " .. tostring(nerr) .. " (" .. tostring(nerrno) .. ")")
     end
     env.NOTIFY_SOCKET = path
@@ -761,13 +746,11 @@ function supervisor:_start(svc)
   local ok, child, serr, serrno = pcall(takana.spawn, spec)
   for _, o in ipairs(cleanup) do o:close() end
   if not ok then
-    rout:close() rerr:close()
     if notify then notify:close() end
     if readyr then readyr:close() end
     return self:_fail(svc, "spawn: " .. tostring(child))
   end
   if not child then
-    rout:close() rerr:close()
     if notify then notify:close() end
     if readyr then readyr:close() end
     return self:_schedule(svc, { error = serr, errno = serrno, runtime = 0 })
@@ -784,10 +767,10 @@ function supervisor:_start(svc)
   svc.adopted = false
   svc.oom_before = oom_count(cg)
   svc.cpu_before = cpu_ns(cg)
-  svc.out, svc.err = rout, rerr
+  svc.out, svc.err = child.stdout, child.stderr
   self:_watch(child, function() self:_child_exit(svc) end)
-  self:_watch(rout, function() self:_drain(svc, "out") end)
-  self:_watch(rerr, function() self:_drain(svc, "err") end)
+  self:_watch(svc.out, function() self:_drain(svc, "out") end)
+  self:_watch(svc.err, function() self:_drain(svc, "err") end)
   if notify then
     svc.notify = notify
     self:_watch(notify, function() self:_notify(svc) end)
