@@ -355,6 +355,8 @@ end)
 --     that sets `<controller>.max` needs that controller on cgroup2.
 --   * names the README leaves to the reader are stubs: `takana` (the
 --     module), `resync_from(snapshot)`.
+--   * a block fenced ```lua no-run (a daemon's configuration: the
+--     supervisor, whose own spec runs it) is documentation only.
 --   * a block with an endless event loop (`while true do` and no `break`)
 --     runs alone (its own program, the stubs above) for a few seconds while
 --     this spec starts processes, and passes if it was still running, with
