@@ -482,7 +482,8 @@ local function probe_fresh()
     return t
   end)
 
-  section("cgroup", M.cgroup.probe)
+  -- Inside section: loading takana.cgroup needs a descriptor too.
+  section("cgroup", function() return M.cgroup.probe() end)
   return r
 end
 
