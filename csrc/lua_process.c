@@ -208,6 +208,30 @@ int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *re
 	return 1;
 }
 
+/*** What the reaped child used, from the reaping waitid's rusage: its own
+ * CPU and peak RSS, with those of the descendants it reaped itself.
+ * @function pidfd:usage
+ * @treturn[1] table `{utime_ns=, stime_ns=, maxrss_bytes=}`
+ * @treturn[2] nil before `wait` has reaped it */
+static int pidfd_usage(lua_State *L)
+{
+	struct lpidfd *p = luaL_checkudata(L, 1, TK_PIDFD_MT);
+
+	tk_check_nargs(L, 1);
+	if (!p->reaped) {
+		lua_pushnil(L);
+		return 1;
+	}
+	lua_createtable(L, 0, 3);
+	lua_pushinteger(L, tk_u64_int(p->status.utime_ns));
+	lua_setfield(L, -2, "utime_ns");
+	lua_pushinteger(L, tk_u64_int(p->status.stime_ns));
+	lua_setfield(L, -2, "stime_ns");
+	lua_pushinteger(L, tk_u64_int(p->status.maxrss_bytes));
+	lua_setfield(L, -2, "maxrss_bytes");
+	return 1;
+}
+
 static int pidfd_tostring(lua_State *L)
 {
 	struct lpidfd *p = luaL_checkudata(L, 1, TK_PIDFD_MT);
@@ -327,6 +351,7 @@ void tk_process_open(lua_State *L)
 		{ "signal", pidfd_signal },
 		{ "alive", pidfd_alive },
 		{ "wait", pidfd_wait },
+		{ "usage", pidfd_usage },
 		{ NULL, NULL },
 	};
 	static const luaL_Reg funcs[] = {

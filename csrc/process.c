@@ -76,19 +76,29 @@ int tk_pidfd_alive(int pidfd)
 	return r == 0;
 }
 
-static int waitid_pidfd(int pidfd, int flags, siginfo_t *info)
+/* The raw syscall: its fifth argument, which glibc's waitid() does not
+ * pass, returns the reaped child's rusage. */
+static int waitid_pidfd(int pidfd, int flags, siginfo_t *info, struct rusage *ru)
 {
 	for (;;) {
 		memset(info, 0, sizeof *info);
-		if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, info, WEXITED | flags) == 0)
+		if (ru != NULL)
+			memset(ru, 0, sizeof *ru);
+		if (syscall(SYS_waitid, P_PIDFD, pidfd, info, WEXITED | flags, ru) == 0)
 			return 0;
 		if (errno != EINTR)
 			return -errno;
 	}
 }
 
+static uint64_t timeval_ns(struct timeval tv)
+{
+	return (uint64_t)tv.tv_sec * 1000000000u + (uint64_t)tv.tv_usec * 1000u;
+}
+
 int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out)
 {
+	struct rusage ru;
 	siginfo_t info;
 	int r;
 
@@ -96,7 +106,7 @@ int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out)
 		struct pollfd p = { .fd = pidfd, .events = POLLIN };
 		int64_t deadline = tk_monotonic_ms() + timeout_ms;
 		/* WNOHANG first: a non-child fails with ECHILD now, not after the timeout. */
-		r = waitid_pidfd(pidfd, WNOHANG, &info);
+		r = waitid_pidfd(pidfd, WNOHANG, &info, &ru);
 		if (r < 0)
 			return r;
 		if (info.si_pid != 0)
@@ -111,13 +121,16 @@ int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out)
 				return -ETIMEDOUT;
 		}
 	}
-	r = waitid_pidfd(pidfd, 0, &info);
+	r = waitid_pidfd(pidfd, 0, &info, &ru);
 	if (r < 0)
 		return r;
 done:
 	out->signaled = info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED;
 	out->core = info.si_code == CLD_DUMPED;
 	out->code = info.si_status;
+	out->utime_ns = timeval_ns(ru.ru_utime);
+	out->stime_ns = timeval_ns(ru.ru_stime);
+	out->maxrss_bytes = (uint64_t)ru.ru_maxrss * 1024u; /* KiB */
 	return 0;
 }
 

@@ -19,6 +19,9 @@ struct tk_exit {
 	int signaled;   /* killed by a signal (code is the signal) */
 	int core;       /* ... and dumped core */
 	int code;       /* exit code, or the signal number */
+	/* From the reaping waitid's rusage: the child's CPU and peak RSS,
+	 * with those of the descendants it reaped itself. */
+	uint64_t utime_ns, stime_ns, maxrss_bytes;
 };
 
 int tk_pidfd_open(pid_t pid);                    /* fd or -errno */

@@ -374,3 +374,19 @@ describe("waiting for many", function()
     assert.same({ exited = true, code = 6 }, status)
   end)
 end)
+
+describe("pidfd:usage", function()
+  it("gives the reaped child's CPU and peak RSS, nil before the reap", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    -- The shell holds 8 MB in a variable, then burns some CPU.
+    local c = assert(takana.spawn { "sh", "-c",
+      "x=$(head -c 8000000 /dev/zero | tr '\\0' a); i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done" })
+    assert.is_nil(c:usage())
+    assert.same({ exited = true, code = 0 }, c:wait())
+    c:close()
+    local u = c:usage() -- kept after close
+    assert.is_true(u.maxrss_bytes >= 8000000, tostring(u.maxrss_bytes))
+    assert.is_true(u.utime_ns + u.stime_ns > 0)
+    assert.has_error(function() c:usage(1) end)
+  end)
+end)

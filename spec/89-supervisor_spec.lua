@@ -292,12 +292,14 @@ describe("takana.supervisor", function()
     if why then return pending(why) end
     new()
     local records = {}
-    local svc = sup:service { name = "f", cmd = { "sh", "-c", "kill -USR1 $$" },
+    -- The shell holds 8 MB in a variable: its peak RSS is in the record.
+    local svc = sup:service { name = "f", cmd = { "sh", "-c", "x=$(head -c 8000000 /dev/zero | tr '\\0' a); kill -USR1 $$" },
       restart = function(_, rec) records[#records + 1] = rec return #records < 2 and 0 or false end }
     assert.is_true(run_until(sup, function() return #records == 2 and svc.state == "stopped" end, 10))
     assert.equal(10, records[1].signal)
     assert.is_nil(records[1].code)
     assert.is_number(records[1].runtime)
+    assert.is_true(records[1].maxrss_bytes >= 8000000, tostring(records[1].maxrss_bytes))
     assert.equal(1, svc.restarts)
   end)
 

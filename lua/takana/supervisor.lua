@@ -804,6 +804,7 @@ function supervisor:_child_exit(svc)
   if not child then return end
   local st = child:wait(0)
   if not st then return end
+  svc.usage = child:usage()
   self:_unwatch(child)
   child:close()
   svc.child = nil
@@ -847,6 +848,7 @@ function supervisor:_maybe_finished(svc)
   local st = svc.status or {}
   local t = now()
   local rec = { code = st.code, signal = st.signal, core = st.core, time = os.time(),
+    maxrss_bytes = svc.usage and svc.usage.maxrss_bytes,
     runtime = svc.started_at and t - svc.started_at or 0, adopted = svc.adopted or nil,
     stopped = svc.stop_requested or nil, pid = svc.main_pid }
   local oom = svc.cg and oom_count(svc.cg)
@@ -857,6 +859,7 @@ function supervisor:_maybe_finished(svc)
   local cpu = svc.cg and cpu_ns(svc.cg)
   if cpu and svc.cpu_before then rec.cpu_ns = cpu - svc.cpu_before end
   svc.status = nil
+  svc.usage = nil
   svc.deadline = nil
   svc.ready = false
   svc.main_pid = nil
@@ -1227,7 +1230,7 @@ function supervisor.status_of(_, svc)
     restarts = svc.restarts, reason = svc.reason, status = svc.status_text,
     adopted = svc.adopted or nil, oom_kills = svc.oom_kills, cgroup = svc.cgpath,
     last_exit = ex and { code = ex.code, signal = ex.signal, oom = ex.oom, runtime = round(ex.runtime),
-      cpu_ns = ex.cpu_ns, error = ex.error, stopped = ex.stopped } or nil,
+      cpu_ns = ex.cpu_ns, maxrss_bytes = ex.maxrss_bytes, error = ex.error, stopped = ex.stopped } or nil,
     next_start = svc.state == "backoff" and svc.deadline and round(svc.deadline - t) or nil,
     depends = #svc.depends > 0 and svc.depends or nil,
   }
