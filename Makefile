@@ -156,7 +156,7 @@ run: deps all
 FUZZ_SECONDS ?= 60
 FUZZ_NAMES := stat kv cn order procinfo
 FUZZ_SRC := csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/cgroup.c csrc/cgroup_id.c csrc/events.c \
-	csrc/procinfo.c csrc/process.c csrc/cgroup_path.c
+	csrc/procinfo.c csrc/process.c csrc/cgroup_path.c csrc/signals.c
 fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DTK_NO_BPF \
 		-Icsrc -o $@ $< $(FUZZ_SRC)
