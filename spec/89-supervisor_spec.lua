@@ -2,9 +2,9 @@
 -- readiness, the stop sequence, adoption, logs and the control socket, with
 -- real processes in real cgroups. Every supervisor here owns a cgroup under
 -- a takana-test-* directory this file creates and removes; every process
--- in it was started here. Waits are bounded (a step count or a deadline
--- that fails the spec), never timing assertions; backoff is checked by
--- lower bounds only.
+-- in it was started here. Waits are bounded by step counts (hang guards,
+-- as H.poll_until), never timing assertions; backoff is checked by lower
+-- bounds only.
 local takana = require "takana"
 local core = require "takana.core"
 local S = require "takana.supervisor"
@@ -19,17 +19,16 @@ local function why_not()
   if not H.cgroup2_mount() then return "no cgroup2 hierarchy is mounted" end
 end
 
--- Steps sup until done() holds; fails after `limit` seconds (a bound).
+-- Steps sup until done() holds: at most `limit` * 20 steps of up to 0.05 s
+-- each, a guard against a hang (like H.poll_until), not a timing check.
 local function run_until(sup, done, limit)
-  local deadline = takana.now and takana.now() or core.monotime()
-  deadline = deadline + (limit or 10)
-  while not done() do
-    if core.monotime() > deadline then return false end
+  for _ = 1, (limit or 10) * 20 do
+    if done() then return true end
     local more, err = sup:step(0.05)
     assert(more ~= nil, err)
-    if more == false then return done() end
+    if more == false then break end
   end
-  return true
+  return done()
 end
 
 local function procs(cg) return cg and #(cg:procs() or {}) or 0 end
@@ -267,7 +266,7 @@ describe("takana.supervisor", function()
     local svc = sup:service { name = "crash", cmd = { "sh", "-c", "exit 3" },
       backoff = { initial = 0.05, factor = 2, max = 1 }, start_limit = { burst = 4, interval = 60 },
       restart = "on-failure" }
-    sup.on_exit = function(s, rec) starts[#starts + 1] = { exit = core.monotime(), rec = rec, delay = s.next_delay } end
+    sup.on_exit = function(s, rec) starts[#starts + 1] = { rec = rec, delay = s.next_delay } end
     local seen = {}
     assert.is_true(run_until(sup, function()
       if svc.started_at and seen[#seen] ~= svc.started_at then seen[#seen + 1] = svc.started_at end
@@ -625,8 +624,8 @@ return sup
       start_limit = { burst = 3, interval = 60 } }
     local cq = cqueues.new()
     cq:wrap(function()
-      local deadline = core.monotime() + 10
-      while svc.state ~= "failed" and core.monotime() < deadline do
+      for _ = 1, 40 do -- a hang guard, as in run_until
+        if svc.state == "failed" then break end
         cqueues.poll(sup, 0.5)
         sup:step(0)
       end
