@@ -184,10 +184,7 @@ int tk_cg_has_pid(int dirfd, int pid)
 	return procs_each(dirfd, pid_is, &pid);
 }
 
-/* Subdirectories of fd, one at a time: cb gets each one's name. */
-typedef int (*subdir_cb)(void *ctx, int parent_fd, const char *name);
-
-static int each_subdir(int fd, subdir_cb cb, void *ctx)
+int tk_cg_each_subdir(int fd, tk_cg_subdir_cb cb, void *ctx)
 {
 	/* A fresh open file description: a dup would share (and leave at the
 	 * end) the directory offset of a handle's kept fd. */
@@ -207,7 +204,7 @@ static int each_subdir(int fd, subdir_cb cb, void *ctx)
 	while (r == 0 && (errno = 0, de = readdir(d)) != NULL) {
 		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		r = cb(ctx, fd, de->d_name);
+		r = cb(ctx, fd, de->d_name, (uint64_t)de->d_ino);
 	}
 	if (r == 0 && de == NULL && errno != 0)
 		r = -errno;
@@ -225,11 +222,12 @@ struct walk {
 
 static int walk_dir(struct walk *w, int fd);
 
-static int walk_child(void *ctx, int parent_fd, const char *name)
+static int walk_child(void *ctx, int parent_fd, const char *name, uint64_t ino)
 {
 	struct walk *w = ctx;
 	int cfd = -1, r = tk_cg_open(parent_fd, name, &cfd);
 
+	(void)ino;
 	if (r == -ENOENT)
 		return 0;   /* removed meanwhile */
 	if (r < 0)
@@ -254,7 +252,7 @@ static int walk_dir(struct walk *w, int fd)
 		return 0;
 	if (r != 0)
 		return r;
-	return each_subdir(fd, walk_child, w);
+	return tk_cg_each_subdir(fd, walk_child, w);
 }
 
 int tk_cg_walk_procs(int dirfd, int max_dirs, tk_pid_cb cb, void *ctx)
@@ -268,18 +266,19 @@ struct children {
 	void *ctx;
 };
 
-static int child_name(void *ctx, int parent_fd, const char *name)
+static int child_name(void *ctx, int parent_fd, const char *name, uint64_t ino)
 {
 	struct children *c = ctx;
 
 	(void)parent_fd;
+	(void)ino;
 	return c->cb(c->ctx, name);
 }
 
 int tk_cg_children(int dirfd, tk_name_cb cb, void *ctx)
 {
 	struct children c = { cb, ctx };
-	return each_subdir(dirfd, child_name, &c);
+	return tk_cg_each_subdir(dirfd, child_name, &c);
 }
 
 /* ---- cgroup-wide signal ------------------------------------------------- */
@@ -517,12 +516,13 @@ struct find {
 
 static int find_dir(struct find *f, int fd);
 
-static int find_child(void *ctx, int parent_fd, const char *name)
+static int find_child(void *ctx, int parent_fd, const char *name, uint64_t ino)
 {
 	struct find *f = ctx;
 	size_t n = strlen(name), len = f->len;
 	int cfd = -1, r;
 
+	(void)ino;
 	if (len + n + 2 > f->cap)
 		return -ENAMETOOLONG;
 	r = tk_cg_open(parent_fd, name, &cfd);
@@ -553,7 +553,7 @@ static int find_dir(struct find *f, int fd)
 	if (f->budget-- <= 0)
 		return -E2BIG;
 	if (f->depth > 0)
-		return each_subdir(fd, find_child, f);
+		return tk_cg_each_subdir(fd, find_child, f);
 	if (*f->suffix) {
 		r = tk_cg_open(fd, f->suffix, &sfd);
 		if (r == -ENOENT)

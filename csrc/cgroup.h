@@ -93,6 +93,10 @@ int tk_psi_parse_line(const char *line, size_t len, struct tk_psi_line *out);
 int tk_cg_path_by_handle(int mount_fd, uint64_t id, char *out, size_t cap);
 /* Calls cb(ctx, id, relpath) for the mount's root ("") and every cgroup
  * beneath it, parents first, at most max_dirs (-E2BIG past that). */
+/* Each subdirectory of fd, its name and inode number (a cgroup's id), in
+ * readdir order; stops at the first non-zero return. */
+typedef int (*tk_cg_subdir_cb)(void *ctx, int parent_fd, const char *name, uint64_t ino);
+int tk_cg_each_subdir(int fd, tk_cg_subdir_cb cb, void *ctx);
 typedef int (*tk_cg_id_cb)(void *ctx, uint64_t id, const char *rel);
 int tk_cg_walk_ids(int mount_fd, int max_dirs, tk_cg_id_cb cb, void *ctx);
 

@@ -4,7 +4,6 @@
  * the id; without it, a walk of the hierarchy reads the ids from readdir's
  * d_ino (no open per directory but the ones descended into). */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -80,62 +79,42 @@ int tk_cg_path_by_handle(int mount_fd, uint64_t id, char *out, size_t cap)
 }
 
 struct idwalk {
-	int budget;
+	int budget, depth;
 	tk_cg_id_cb cb;
 	void *ctx;
 	char path[4096];
 	size_t len;
 };
 
-static int idwalk_dir(struct idwalk *w, int fd, int depth)
+static int idwalk_child(void *ctx, int parent_fd, const char *name, uint64_t ino)
 {
-	int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	struct dirent *de;
-	DIR *d;
-	int r = 0;
+	struct idwalk *w = ctx;
+	size_t n = strlen(name), len = w->len;
+	int cfd, r;
 
-	if (dfd < 0)
-		return -errno;
-	d = fdopendir(dfd);
-	if (d == NULL) {
-		r = -errno;
-		close(dfd);
-		return r;
+	if (w->budget-- <= 0)
+		return -E2BIG;
+	if (len + n + 2 > sizeof w->path)
+		return -ENAMETOOLONG;
+	if (len > 0)
+		w->path[w->len++] = '/';
+	memcpy(w->path + w->len, name, n + 1);
+	w->len += n;
+	r = w->cb(w->ctx, ino, w->path);
+	if (r == 0 && w->depth < CG_MAX_DEPTH) {
+		cfd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		/* Removed since the listing: nothing below it either. */
+		if (cfd < 0 && errno != ENOENT)
+			r = -errno;
+		if (cfd >= 0) {
+			w->depth++;
+			r = tk_cg_each_subdir(cfd, idwalk_child, w);
+			w->depth--;
+			close(cfd);
+		}
 	}
-	while (r == 0 && (errno = 0, de = readdir(d)) != NULL) {
-		size_t n = strlen(de->d_name), len = w->len;
-		int cfd;
-		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (w->budget-- <= 0) {
-			r = -E2BIG;
-			break;
-		}
-		if (len + n + 2 > sizeof w->path) {
-			r = -ENAMETOOLONG;
-			break;
-		}
-		if (len > 0)
-			w->path[w->len++] = '/';
-		memcpy(w->path + w->len, de->d_name, n + 1);
-		w->len += n;
-		r = w->cb(w->ctx, (uint64_t)de->d_ino, w->path);
-		if (r == 0 && depth < CG_MAX_DEPTH) {
-			cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-			/* Removed since the listing: nothing below it either. */
-			if (cfd < 0 && errno != ENOENT)
-				r = -errno;
-			if (cfd >= 0) {
-				r = idwalk_dir(w, cfd, depth + 1);
-				close(cfd);
-			}
-		}
-		w->len = len;
-		w->path[len] = '\0';
-	}
-	if (r == 0 && de == NULL && errno != 0)
-		r = -errno;
-	closedir(d);
+	w->len = len;
+	w->path[len] = '\0';
 	return r;
 }
 
@@ -146,6 +125,7 @@ int tk_cg_walk_ids(int mount_fd, int max_dirs, tk_cg_id_cb cb, void *ctx)
 	int r;
 
 	w.budget = max_dirs;
+	w.depth = 0;
 	w.cb = cb;
 	w.ctx = ctx;
 	w.path[0] = '\0';
@@ -154,6 +134,6 @@ int tk_cg_walk_ids(int mount_fd, int max_dirs, tk_cg_id_cb cb, void *ctx)
 	if (r == 0)
 		r = cb(ctx, root, "");
 	if (r == 0)
-		r = idwalk_dir(&w, mount_fd, 0);
+		r = tk_cg_each_subdir(mount_fd, idwalk_child, &w);
 	return r;
 }
