@@ -215,15 +215,9 @@ local function cgroup_of_pid(pid)
   return s:match("0::([^\n]*)")
 end
 
-local signums = { HUP = 1, INT = 2, QUIT = 3, KILL = 9, USR1 = 10, USR2 = 12, PIPE = 13,
-  ALRM = 14, TERM = 15, CONT = 18, STOP = 19, TSTP = 20, WINCH = 28 }
-
 local function signum(fname, n, sig)
-  if math.type(sig) == "integer" and sig >= 1 and sig <= 64 then return sig end
-  if type(sig) == "string" then
-    local s = signums[sig:upper():gsub("^SIG", "")]
-    if s then return s end
-  end
+  local ok, s = pcall(core.signum, sig) -- the C parser every signal name goes through
+  if ok and s >= 1 then return s end
   argerror(fname, n, "a signal number or name (TERM, KILL, HUP...) expected, got " .. tostring(sig))
 end
 
