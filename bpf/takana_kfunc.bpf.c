@@ -2,12 +2,18 @@
 /* The kfunc snapshot tier: one BPF_PROG_TEST_RUN walks every thread-group
  * leader with the open-coded task iterator (Linux >= 6.7) and writes the
  * records into an mmapable array that user space reads in place. */
+/* Every field, whatever the selection: Debian 6.12's verifier explores the
+ * selection branches of this open-coded loop combination by combination
+ * (its load did not finish in 400 s under TCG; 7 s without them). The
+ * iter program keeps the selection; here user space hides what was not
+ * asked for. */
+#define TK_FILL_ALL 1
 #include "takana_task.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* The fields to fill (TK_F_* bits), set by user space before each run: a
- * global, not .rodata, so one loaded program serves every selection. */
+/* The fields asked for (TK_F_* bits), set by user space before each run;
+ * kept for the loader, which sets it for every tier; TK_FILL_ALL ignores it. */
 __u32 want_fields = TK_F_ALL;
 
 extern int bpf_iter_task_new(struct bpf_iter_task *it, struct task_struct *task,
