@@ -16,8 +16,7 @@ local core = require "takana.core"
 local M = {}
 
 local E = core.errno
-local EAGAIN, ENOENT, EEXIST, ESRCH, ETIMEDOUT, EBADMSG = E.EAGAIN, E.ENOENT, E.EEXIST, E.ESRCH,
-  E.ETIMEDOUT, E.EBADMSG
+local EAGAIN, ENOENT, ESRCH, ETIMEDOUT, EBADMSG = E.EAGAIN, E.ENOENT, E.ESRCH, E.ETIMEDOUT, E.EBADMSG
 
 local function now() return (takana.now or core.monotime)() end
 
@@ -289,12 +288,7 @@ function M.new(opts, ...)
       local p
       p, err, errno = takana.cgroup(parent or "")
       if p then
-        if p.mkdir and pcall(p.mkdir, p, name, { exist_ok = true }) then
-          cg, err, errno = p:mkdir(name, { exist_ok = true })
-        else
-          cg, err, errno = p:mkdir(name)
-          if not cg and errno == EEXIST then cg, err, errno = takana.cgroup(opts.cgroup) end
-        end
+        cg, err, errno = p:mkdir(name, { exist_ok = true })
         p:close()
       end
     end
@@ -453,15 +447,7 @@ function supervisor:get(name) return self.services[name] end
 
 function supervisor:_svc_cgroup(svc)
   if svc.cg then return svc.cg end
-  local cg, err, errno
-  local ok = pcall(function() cg, err, errno = self.cg:mkdir(svc.name, { exist_ok = true }) end)
-  if not ok then
-    cg, err, errno = self.cg:mkdir(svc.name)
-  end
-  if not cg and errno == EEXIST then
-    local rel = ((self.cg.relpath or "") .. "/" .. svc.name):gsub("^/", "")
-    cg, err, errno = takana.cgroup(rel)
-  end
+  local cg, err, errno = self.cg:mkdir(svc.name, { exist_ok = true })
   if not cg then return nil, err, errno end
   svc.cg = cg
   svc.cgpath = "/" .. cg.relpath
@@ -879,7 +865,11 @@ function supervisor:_maybe_finished(svc)
   svc.last_exit = rec
   table.insert(svc.exits, rec)
   if #svc.exits > 20 then table.remove(svc.exits, 1) end
-  if self.on_exit then pcall(self.on_exit, svc, rec) end
+  if self.on_exit then
+    -- A failing hook must not stop supervision; its error is kept and shown.
+    local ok, herr = pcall(self.on_exit, svc, rec)
+    svc.hook_error = not ok and tostring(herr) or nil
+  end
   if svc.want == "down" or svc.stop_requested then
     svc.stop_requested = nil
     svc.state = "stopped"
@@ -1227,6 +1217,7 @@ function supervisor.status_of(_, svc)
       cpu_ns = ex.cpu_ns, maxrss_bytes = ex.maxrss_bytes, error = ex.error, stopped = ex.stopped } or nil,
     next_start = svc.state == "backoff" and svc.deadline and round(svc.deadline - t) or nil,
     depends = #svc.depends > 0 and svc.depends or nil,
+    log_error = svc.log_error, hook_error = svc.hook_error,
   }
 end
 
