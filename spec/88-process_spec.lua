@@ -178,8 +178,11 @@ describe("takana.process", function()
     assert.is_true(#ps.open_files >= 1)
     for _, of in ipairs(ps.open_files) do assert.equal(of[2], targets[of[1]]) end
     -- pss moves while python (mapping the same libc) runs: bounds only.
+    -- uss may still grow by a few pages between the two reads (the
+    -- fixture's last lazy faults; 16 KiB seen on 6.1 under TCG).
     local m = p:memory_full()
-    assert.same({ ps.mem.uss, ps.mem.swap }, { m.uss_bytes, m.swap_bytes })
+    assert.equal(ps.mem.swap, m.swap_bytes)
+    assert.is_true(math.abs(m.uss_bytes - ps.mem.uss) <= 65536, ("uss %d vs psutil %d"):format(m.uss_bytes, ps.mem.uss))
     assert.is_true(m.uss_bytes <= m.pss_bytes and m.pss_bytes <= m.rss_bytes)
     assert.is_true(ps.mem.pss <= m.rss_bytes)
     local lim = p:limits()
