@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "util.h"
 
 #define DENTS_BUF ((size_t)64 * 1024)
 /* A stat line is ~300 bytes; kworker names and 20-digit fields stay far below this. */
@@ -95,17 +96,13 @@ void tk_proc_scanner_close(struct tk_proc_scanner *s)
 
 static int parse_pid(const char *name, uint32_t *pid)
 {
-	uint32_t v = 0;
+	const char *end = name + strlen(name);
+	uint64_t v;
 
-	if (*name == '\0')
+	if (tk_parse_u64(name, end, UINT32_MAX, &v) != end || v == 0)
 		return -1;
-	for (; *name; name++) {
-		if (*name < '0' || *name > '9' || v > (UINT32_MAX - 9) / 10)
-			return -1;
-		v = v * 10 + (uint32_t)(*name - '0');
-	}
-	*pid = v;
-	return v ? 0 : -1;
+	*pid = (uint32_t)v;
+	return 0;
 }
 
 /* Gone processes read as ENOENT (before open) or ESRCH (after). */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "util.h"
 
 /* Kernel threads carry PF_KTHREAD in the stat flags field (include/linux/sched.h). */
 #define PF_KTHREAD 0x00200000u
@@ -18,20 +19,11 @@ struct cursor {
 
 static int parse_u64(struct cursor *c, uint64_t *out)
 {
-	const char *p = c->p;
-	uint64_t v = 0;
+	const char *p = tk_parse_u64(c->p, c->end, UINT64_MAX, out);
 
-	if (p >= c->end || *p < '0' || *p > '9')
+	if (p == NULL)
 		return -EBADMSG;
-	while (p < c->end && *p >= '0' && *p <= '9') {
-		unsigned digit = (unsigned)(*p - '0');
-		if (v > (UINT64_MAX - digit) / 10)
-			return -EBADMSG;
-		v = v * 10 + digit;
-		p++;
-	}
 	c->p = p;
-	*out = v;
 	return 0;
 }
 

@@ -6,16 +6,15 @@
 #include <time.h>
 
 #include "core.h"
+#include "util.h"
 
 struct tk_record *tk_recbuf_push(struct tk_recbuf *rb)
 {
 	if (rb->len == rb->cap) {
-		size_t cap = rb->cap ? rb->cap * 2 : 512;
-		struct tk_record *recs = realloc(rb->recs, cap * sizeof *recs);
+		struct tk_record *recs = tk_grow(rb->recs, &rb->cap, rb->len + 1, sizeof *recs, 512);
 		if (recs == NULL)
 			return NULL;
 		rb->recs = recs;
-		rb->cap = cap;
 	}
 	return &rb->recs[rb->len++];
 }
