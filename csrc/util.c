@@ -14,7 +14,7 @@ void *tk_grow(void *v, size_t *cap, size_t need, size_t elem, size_t first)
 			return NULL;
 		n *= 2;
 	}
-	if (elem != 0 && n > SIZE_MAX / elem)
+	if (elem == 0 || n > SIZE_MAX / elem)
 		return NULL;
 	grown = realloc(v, n * elem);
 	if (grown == NULL)

@@ -8,7 +8,7 @@
 
 /* Returns v regrown to hold at least `need` elements of `elem` bytes
  * (doubling from `first`) and updates *cap, or NULL with v and *cap left as
- * they were (out of memory, or the size would overflow). */
+ * they were (out of memory, the size would overflow, or elem is 0). */
 void *tk_grow(void *v, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* Reads the decimal digits at [p, end) into *out; returns the first byte
