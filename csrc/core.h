@@ -65,8 +65,12 @@ uint64_t tk_clock_ns(clockid_t clock);
 uint64_t tk_boottime_ns(void);
 
 /* Sets out's utime/stime: a BPF record's precise runtime split as /proc
- * splits it. */
+ * splits it. tk_cputime_split is the same on raw values: *utime and *stime
+ * hold the sampled sums and receive the split of rtime, never below the
+ * previous split (prev_ut, prev_st; 0, 0 when there was none). */
 void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out);
+void tk_cputime_split(uint64_t rtime, uint64_t prev_ut, uint64_t prev_st, uint64_t *utime,
+                      uint64_t *stime);
 
 /* ---- /proc backend (proc_scan.c) ---------------------------------------- */
 

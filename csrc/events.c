@@ -971,16 +971,11 @@ static int ring_event(void *ctx, void *data, size_t size)
 	}
 	if (e.flags & TK_EVF_ACCT) {
 		/* Split the precise runtime as /proc would have. */
-		struct tk_wire_record w;
-		struct tk_record r;
+		uint64_t ut = e.utime_ns, st = e.stime_ns;
 
-		memset(&w, 0, sizeof w);
-		w.rec.utime_ns = e.utime_ns;
-		w.rec.stime_ns = e.stime_ns;
-		w.runtime_ns = e.runtime_ns;
-		tk_cputime_adjust(&w, &r);
-		e.utime_ns = r.utime_ns;
-		e.stime_ns = r.stime_ns;
+		tk_cputime_split(e.runtime_ns, 0, 0, &ut, &st);
+		e.utime_ns = ut;
+		e.stime_ns = st;
 	}
 	for (size_t i = 0; i < sh->nstreams; i++) {
 		struct tk_events *ev = sh->streams[i];
