@@ -30,6 +30,7 @@
 #include <linux/netlink.h>
 
 #include "core.h"
+#include "util.h"
 
 /* ---- the queue ---------------------------------------------------------- */
 
@@ -38,7 +39,6 @@ static struct tk_event *queue_push(struct tk_events *ev)
 	if (ev->qhead > 0 && ev->qhead == ev->qlen)
 		ev->qhead = ev->qlen = 0;
 	if (ev->qlen == ev->qcap) {
-		size_t cap = ev->qcap ? ev->qcap * 2 : 256;
 		struct tk_event *q;
 
 		if (ev->qhead > 0) {
@@ -48,11 +48,10 @@ static struct tk_event *queue_push(struct tk_events *ev)
 			ev->qhead = 0;
 			return &ev->queue[ev->qlen++];
 		}
-		q = realloc(ev->queue, cap * sizeof *q);
+		q = tk_grow(ev->queue, &ev->qcap, ev->qlen + 1, sizeof *q, 256);
 		if (q == NULL)
 			return NULL;
 		ev->queue = q;
-		ev->qcap = cap;
 	}
 	return &ev->queue[ev->qlen++];
 }
@@ -928,15 +927,13 @@ static int inbox_push(struct tk_events *ev, const struct tk_event *e)
 		return 0;
 	}
 	if (ev->inlen == ev->incap) {
-		size_t cap = ev->incap ? ev->incap * 2 : 256;
-		struct tk_event *in = realloc(ev->inbox, cap * sizeof *in);
+		struct tk_event *in = tk_grow(ev->inbox, &ev->incap, ev->inlen + 1, sizeof *in, 256);
 
 		if (in == NULL) {
 			ev->indropped++;
 			return 0;
 		}
 		ev->inbox = in;
-		ev->incap = cap;
 	}
 	ev->inbox[ev->inlen++] = *e;
 	return 0;
@@ -1319,8 +1316,8 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	ev->bpf = sh;
 	ev->ring_bytes = ring;
 	if (sh->nstreams == sh->streams_cap) {
-		size_t cap = sh->streams_cap ? sh->streams_cap * 2 : 4;
-		struct tk_events **s = realloc(sh->streams, cap * sizeof(struct tk_events *));
+		struct tk_events **s = tk_grow(sh->streams, &sh->streams_cap, sh->nstreams + 1,
+		                               sizeof *s, 4);
 
 		if (s == NULL) {
 			pthread_mutex_unlock(&shared_lock);
@@ -1328,7 +1325,6 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 			return -ENOMEM;    /* bpf_close drops the reference */
 		}
 		sh->streams = s;
-		sh->streams_cap = cap;
 	}
 	err = shared_attach(sh, ev->mask, why, why_len);
 	if (err < 0) {
