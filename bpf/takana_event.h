@@ -67,6 +67,9 @@ struct tk_event {
 
 #define TK_EV_BASE_SIZE __builtin_offsetof(struct tk_event, argv)
 
+/* A bpf stream's ring buffer when no size is asked for: 4 MiB. */
+#define TK_EV_RING_DEFAULT (1u << 22)
+
 /* Decodes an exit status in wait(2)'s format (task->exit_code) into the
  * event: for the BPF program and the proc connector parser alike. */
 static inline void tk_event_exit_status(struct tk_event *e, __u32 status)

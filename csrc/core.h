@@ -186,6 +186,17 @@ int tk_bpf_light_final(int err);
 
 /* ---- process events (events.c) -------------------------------------------- */
 
+/* The most bytes one buffer or read may hold (an event stream's buffer, a
+ * pipe read): 1 GiB. */
+#define TK_BYTES_MAX ((size_t)1 << 30)
+/* poll's interval, in seconds. */
+#define TK_EVENTS_INTERVAL_MIN 0.001
+#define TK_EVENTS_INTERVAL_MAX 86400.0
+/* The connector's socket receive buffer when no size is asked for. */
+#define TK_EVENTS_CN_BUFFER_DEFAULT ((size_t)16 << 20)
+/* The most events a stream holds in user space. */
+#define TK_EVENTS_QUEUE_MAX ((size_t)1 << 24)
+
 enum tk_event_backend {
 	TK_EVB_BPF,
 	TK_EVB_CONNECTOR,

@@ -563,7 +563,7 @@ static int cn_check_namespaces(char *why, size_t why_len)
 static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
 {
 	struct sockaddr_nl addr = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC };
-	int size = buffer ? (int)buffer : 16 << 20;
+	int size = (int)(buffer ? buffer : TK_EVENTS_CN_BUFFER_DEFAULT);
 	/* The kernel's ack carries ours plus one: that is how it is told apart
 	 * from acks to other listeners. */
 	uint32_t ack = ((uint32_t)getpid() << 12) ^ (uint32_t)tk_clock_ns(CLOCK_MONOTONIC);
@@ -772,8 +772,9 @@ static int poll_open(struct tk_events *ev, double interval, char *why, size_t wh
 		         "\"connector\" (root)");
 		return -EOPNOTSUPP;
 	}
-	if (!(interval >= 0.001 && interval <= 86400.0)) {
-		snprintf(why, why_len, "interval must be between 0.001 and 86400 s");
+	if (!(interval >= TK_EVENTS_INTERVAL_MIN && interval <= TK_EVENTS_INTERVAL_MAX)) {
+		snprintf(why, why_len, "interval must be between %g and %g s",
+		         TK_EVENTS_INTERVAL_MIN, TK_EVENTS_INTERVAL_MAX);
 		return -EINVAL;
 	}
 	err = tk_proc_scanner_init(&ev->scanner, "/proc");
@@ -1275,7 +1276,7 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 {
 	struct tk_ev_shared *sh;
 	struct epoll_event pe;
-	size_t ring = 1u << 22;
+	size_t ring = TK_EV_RING_DEFAULT;
 	int err;
 
 	/* The stream's own descriptors first: once listed in the object,
@@ -1297,7 +1298,7 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 	/* The ring holds a power-of-two number of pages. */
 	if (buffer) {
 		ring = 4096;
-		while (ring < buffer && ring < (1u << 30))
+		while (ring < buffer && ring < TK_BYTES_MAX)
 			ring <<= 1;
 	}
 	pthread_mutex_lock(&shared_lock);

@@ -139,7 +139,7 @@ static int stream_cost_kib(const struct tk_events *ev, size_t buffer)
 		kib += ev->ring_bytes / 1024 + (size_t)24 * 64;
 		break;
 	case TK_EVB_CONNECTOR:
-		kib += (buffer ? buffer : 16u << 20) / 1024 / 4 + 64;
+		kib += (buffer ? buffer : TK_EVENTS_CN_BUFFER_DEFAULT) / 1024 / 4 + 64;
 		break;
 	default:
 		kib += (size_t)2 * 64;
@@ -166,8 +166,9 @@ static int l_events_open(lua_State *L)
 	if (!lua_isnoneornil(L, 5))
 		luaL_checktype(L, 5, LUA_TTABLE);
 	luaL_argcheck(L, mask > 0 && mask < (1 << TK_EV_LOST), 2, "no event types");
-	luaL_argcheck(L, buffer >= 0 && buffer <= (1 << 30), 4, "buffer must be 0..1 GiB");
-	luaL_argcheck(L, queue >= 0 && queue <= (1 << 24), 6, "queue must be 0..16777216 events");
+	luaL_argcheck(L, buffer >= 0 && (size_t)buffer <= TK_BYTES_MAX, 4, "buffer must be 0..1 GiB");
+	luaL_argcheck(L, queue >= 0 && (size_t)queue <= TK_EVENTS_QUEUE_MAX, 6,
+	              "queue must be 0..16777216 events");
 	e = lua_newuserdatauv(L, sizeof *e, 1);
 	memset(e, 0, sizeof *e);
 	tk_handle_init(&e->h, "event stream", "r", events_release);
@@ -343,4 +344,13 @@ void tk_events_open_lib(lua_State *L)
 		lua_setfield(L, -2, type_names[t]);
 	}
 	lua_setfield(L, -2, "event_bits");
+	/* The bounds events{} checks before opening. */
+	lua_pushnumber(L, TK_EVENTS_INTERVAL_MIN);
+	lua_setfield(L, -2, "event_interval_min");
+	lua_pushnumber(L, TK_EVENTS_INTERVAL_MAX);
+	lua_setfield(L, -2, "event_interval_max");
+	lua_pushinteger(L, (lua_Integer)TK_BYTES_MAX);
+	lua_setfield(L, -2, "event_buffer_max");
+	lua_pushinteger(L, (lua_Integer)TK_EVENTS_QUEUE_MAX);
+	lua_setfield(L, -2, "event_queue_max");
 }

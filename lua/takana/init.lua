@@ -317,14 +317,15 @@ function M.events(t, ...)
   if backend ~= "auto" and backend ~= "bpf" and backend ~= "connector" and backend ~= "poll" then
     argerror("events", 1, "unknown backend '" .. backend .. "' (auto, bpf, connector or poll)")
   end
-  if t.interval and not (t.interval >= 0.001 and t.interval <= 86400) then
-    argerror("events", 1, "interval must be between 0.001 and 86400 seconds")
+  local imin, imax = core.event_interval_min, core.event_interval_max
+  if t.interval and not (t.interval >= imin and t.interval <= imax) then
+    argerror("events", 1, ("interval must be between %g and %g seconds"):format(imin, imax))
   end
-  if t.buffer and (math.type(t.buffer) ~= "integer" or t.buffer < 0 or t.buffer > 1 << 30) then
+  if t.buffer and (math.type(t.buffer) ~= "integer" or t.buffer < 0 or t.buffer > core.event_buffer_max) then
     argerror("events", 1, "buffer must be an integer number of bytes, 0..1 GiB")
   end
-  if t.queue and (math.type(t.queue) ~= "integer" or t.queue < 1 or t.queue > 1 << 24) then
-    argerror("events", 1, "queue must be an integer number of events, 1..16777216")
+  if t.queue and (math.type(t.queue) ~= "integer" or t.queue < 1 or t.queue > core.event_queue_max) then
+    argerror("events", 1, ("queue must be an integer number of events, 1..%d"):format(core.event_queue_max))
   end
   -- Without types asked for, poll delivers what it can see.
   local function mask_for(name)
