@@ -20,7 +20,6 @@ struct levents {
 	struct tk_events ev;
 };
 
-static const char *const backend_names[] = { "bpf", "connector", "poll", NULL };
 static const char *const type_names[TK_EV_TYPES] = {
 	[TK_EV_FORK] = "fork", [TK_EV_EXEC] = "exec", [TK_EV_EXIT] = "exit",
 	[TK_EV_COMM] = "comm", [TK_EV_LOST] = "lost",
@@ -124,28 +123,28 @@ static void event_push(lua_State *L, const struct tk_event *e)
 	}
 }
 
-/* What a stream holds outside Lua's heap, in KiB, for the collector: a bpf
- * stream has a ring of ring_bytes and up to two dozen descriptors, which
- * run out long before memory does (1,024 is a login's limit); a connector
- * stream a socket buffer (charged in part: it is rarely full). A descriptor
- * is weighed as 64 KiB so that dropped streams are collected well before a
- * few dozen of them exhaust a login's descriptors. */
-static int stream_cost_kib(const struct tk_events *ev, size_t buffer)
+/* What a stream holds outside Lua's heap, in KiB, for the collector: its
+ * kernel buffer, and its descriptors, which run out long before memory
+ * does (1,024 is a login's limit). A descriptor is weighed as 64 KiB so
+ * that dropped streams are collected well before a few dozen of them
+ * exhaust a login's descriptors. */
+static int stream_cost_kib(const struct tk_events *ev)
 {
-	size_t kib = 0;
+	size_t kib = ev->held_bytes / 1024 + (size_t)ev->held_fds * 64;
 
-	switch (ev->backend) {
-	case TK_EVB_BPF:
-		kib += ev->ring_bytes / 1024 + (size_t)24 * 64;
-		break;
-	case TK_EVB_CONNECTOR:
-		kib += (buffer ? buffer : TK_EVENTS_CN_BUFFER_DEFAULT) / 1024 / 4 + 64;
-		break;
-	default:
-		kib += (size_t)2 * 64;
-		break;
-	}
 	return kib > INT32_MAX ? INT32_MAX : (int)kib;
+}
+
+/* The backend named at arg, as luaL_checkoption would find it. */
+static const struct tk_ev_ops *backend_check(lua_State *L, int arg)
+{
+	const char *name = luaL_checkstring(L, arg);
+
+	for (const struct tk_ev_ops *const *b = tk_ev_backends; *b != NULL; b++)
+		if (strcmp((*b)->name, name) == 0)
+			return *b;
+	luaL_argerror(L, arg, lua_pushfstring(L, "invalid option '%s'", name));
+	return NULL;
 }
 
 /* core.events_open(backend, mask, interval, buffer[, skipped[, queue]]) ->
@@ -153,7 +152,7 @@ static int stream_cost_kib(const struct tk_events *ev, size_t buffer)
  * passed over, kept as stream.skipped; queue: events held at most. */
 static int l_events_open(lua_State *L)
 {
-	int backend = luaL_checkoption(L, 1, NULL, backend_names);
+	const struct tk_ev_ops *backend = backend_check(L, 1);
 	lua_Integer mask = luaL_checkinteger(L, 2);
 	double interval = luaL_optnumber(L, 3, 0.1);
 	lua_Integer buffer = luaL_optinteger(L, 4, 0);
@@ -179,19 +178,19 @@ static int l_events_open(lua_State *L)
 		lua_pushvalue(L, 5);
 		lua_setiuservalue(L, -2, 1);
 	}
-	err = tk_events_open(&e->ev, (enum tk_event_backend)backend, (uint32_t)mask, interval,
+	err = tk_events_open(&e->ev, backend, (uint32_t)mask, interval,
 	                     (size_t)buffer, (size_t)queue, why, sizeof why);
 	if (err == -EMFILE || err == -ENFILE) {
 		/* Streams dropped without close() may hold the descriptors:
 		 * collect them, once, and try again. */
 		lua_gc(L, LUA_GCCOLLECT);
 		why[0] = '\0';
-		err = tk_events_open(&e->ev, (enum tk_event_backend)backend, (uint32_t)mask,
+		err = tk_events_open(&e->ev, backend, (uint32_t)mask,
 		                     interval, (size_t)buffer, (size_t)queue, why, sizeof why);
 	}
 	if (err < 0) {
 		lua_pushnil(L);
-		lua_pushfstring(L, "events: %s backend unavailable: %s", backend_names[backend],
+		lua_pushfstring(L, "events: %s backend unavailable: %s", backend->name,
 		                why[0] ? why : strerror(-err));
 		lua_pushinteger(L, -err);
 		return 3;
@@ -199,7 +198,7 @@ static int l_events_open(lua_State *L)
 	e->h.fd = e->ev.fd;
 	/* Its descriptors and ring are invisible to the collector: tell it,
 	 * as the snapshots do with their records. */
-	lua_gc(L, LUA_GCSTEP, stream_cost_kib(&e->ev, (size_t)buffer));
+	lua_gc(L, LUA_GCSTEP, stream_cost_kib(&e->ev));
 	return 1;
 }
 
@@ -236,7 +235,7 @@ static int events_read(lua_State *L)
 	if (err < 0) {
 		char ctx[48];
 
-		snprintf(ctx, sizeof ctx, "events: read (%s)", backend_names[e->ev.backend]);
+		snprintf(ctx, sizeof ctx, "events: read (%s)", e->ev.ops->name);
 		return tk_push_error(L, ctx, err);
 	}
 	lua_pushvalue(L, 1);
@@ -280,7 +279,7 @@ static int events_stats(lua_State *L)
 	set_u64(L, "duplicates", e->ev.duplicates);
 	set_u64(L, "queued", tk_events_queued(&e->ev));
 	set_u64(L, "queue", e->ev.qmax);
-	if (e->ev.backend == TK_EVB_BPF) {
+	if (e->ev.ring_bytes != 0) {  /* a ring (bpf), whose program counts by type */
 		set_u64(L, "buffer", e->ev.ring_bytes);
 		lua_createtable(L, 0, TK_EV_LOST);
 		for (int t = TK_EV_FORK; t < TK_EV_LOST; t++) {
@@ -297,7 +296,7 @@ static int events_tostring(lua_State *L)
 	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
 
 	if (e->h.fd >= 0)
-		lua_pushfstring(L, "takana.Events (%s, fd %d)", backend_names[e->ev.backend], e->ev.fd);
+		lua_pushfstring(L, "takana.Events (%s, fd %d)", e->ev.ops->name, e->ev.fd);
 	else
 		lua_pushliteral(L, "takana.Events (closed)");
 	return 1;
@@ -310,7 +309,7 @@ static int events_index(lua_State *L)
 	const char *key = lua_tostring(L, 2);
 
 	if (key != NULL && strcmp(key, "backend") == 0) {
-		lua_pushstring(L, backend_names[e->ev.backend]);
+		lua_pushstring(L, e->ev.ops->name);
 		return 1;
 	}
 	if (key != NULL && strcmp(key, "skipped") == 0) {
@@ -344,6 +343,13 @@ void tk_events_open_lib(lua_State *L)
 		lua_setfield(L, -2, type_names[t]);
 	}
 	lua_setfield(L, -2, "event_bits");
+	/* The backends' names, best first: the order events{} tries them in. */
+	lua_newtable(L);
+	for (lua_Integer i = 0; tk_ev_backends[i] != NULL; i++) {
+		lua_pushstring(L, tk_ev_backends[i]->name);
+		lua_rawseti(L, -2, i + 1);
+	}
+	lua_setfield(L, -2, "event_backends");
 	/* The bounds events{} checks before opening. */
 	lua_pushnumber(L, TK_EVENTS_INTERVAL_MIN);
 	lua_setfield(L, -2, "event_interval_min");

@@ -271,7 +271,10 @@ function M.poll(objects, timeout, ...)
   return ready
 end
 
-local event_backends = { "bpf", "connector", "poll" }
+-- Best first: the order "auto" tries them in.
+local event_backends = core.event_backends
+local is_event_backend = {}
+for _, name in ipairs(event_backends) do is_event_backend[name] = true end
 local event_types = { fork = true, exec = true, exit = true, comm = true }
 
 --- Subscribes to process events.
@@ -314,8 +317,10 @@ function M.events(t, ...)
     for name in pairs(event_types) do mask = mask | core.event_bits[name] end
   end
   local backend = t.backend or "auto"
-  if backend ~= "auto" and backend ~= "bpf" and backend ~= "connector" and backend ~= "poll" then
-    argerror("events", 1, "unknown backend '" .. backend .. "' (auto, bpf, connector or poll)")
+  if backend ~= "auto" and not is_event_backend[backend] then
+    local n = #event_backends
+    argerror("events", 1, ("unknown backend '%s' (auto, %s or %s)"):format(backend,
+      table.concat(event_backends, ", ", 1, n - 1), event_backends[n]))
   end
   local imin, imax = core.event_interval_min, core.event_interval_max
   if t.interval and not (t.interval >= imin and t.interval <= imax) then
@@ -338,12 +343,14 @@ function M.events(t, ...)
     return nil, why, errno
   end
   local skipped = {}
-  for _, name in ipairs(event_backends) do
+  for i, name in ipairs(event_backends) do
     local ev, why, errno = core.events_open(name, mask_for(name), t.interval, t.buffer, skipped, t.queue)
     if ev then return ev end
     skipped[name] = (why:gsub("^events: %S+ backend unavailable: ", ""))
-    if name == "poll" then
-      return nil, ("%s (bpf: %s; connector: %s)"):format(why, skipped.bpf, skipped.connector), errno
+    if i == #event_backends then
+      local better = {}
+      for k = 1, i - 1 do better[k] = event_backends[k] .. ": " .. skipped[event_backends[k]] end
+      return nil, ("%s (%s)"):format(why, table.concat(better, "; ")), errno
     end
   end
 end
