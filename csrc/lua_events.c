@@ -43,18 +43,12 @@ static void set_u64(lua_State *L, const char *key, uint64_t v)
 }
 
 /* exec: argv from the NUL-separated bytes read (a cut last argument is
- * kept, argv_truncated says so), or argv_lost when none could be read. */
+ * kept, argv_truncated says so). */
 static void argv_push(lua_State *L, const struct tk_event *e)
 {
 	const char *p = e->argv, *end = e->argv + e->argv_len;
 	lua_Integer n = 0;
 
-	if (e->flags & TK_EVF_ARGV_LOST) {
-		lua_pushboolean(L, 1);
-		lua_setfield(L, -2, "argv_lost");
-	}
-	if (!(e->flags & TK_EVF_ARGV))
-		return;
 	lua_createtable(L, 8, 0);
 	while (p < end) {
 		const char *nul = memchr(p, '\0', (size_t)(end - p));
@@ -64,62 +58,61 @@ static void argv_push(lua_State *L, const struct tk_event *e)
 		lua_rawseti(L, -2, ++n);
 		p += len + 1;
 	}
-	lua_setfield(L, -2, "argv");
-	if (e->flags & TK_EVF_ARGV_TRUNC) {
-		lua_pushboolean(L, 1);
-		lua_setfield(L, -2, "argv_truncated");
+}
+
+/* The generator of event_push, from TK_EVENT_FIELDS: whether a row's field
+ * is there, and how its value is pushed. */
+#define WHEN_ALWAYS(e, m, kind, f) 1
+#define WHEN_ANY(e, m, kind, f) (((e)->flags & (f)) != 0)
+#define WHEN_ALL(e, m, kind, f) (((e)->flags & (f)) == (f))
+#define WHEN_NONE(e, m, kind, f) (((e)->flags & (f)) == 0)
+#define WHEN_NONZERO(e, m, kind, f) NONZERO_##kind(e, m)
+#define NONZERO_INT(e, m) ((e)->m != 0)
+#define NONZERO_STR(e, m) ((e)->m[0] != '\0')
+#define PUSH_TYPE(L, e, m) lua_pushstring(L, type_name((e)->m))
+#define PUSH_INT(L, e, m) lua_pushinteger(L, tk_u64_int((e)->m))
+#define PUSH_STR(L, e, m) lua_pushlstring(L, (e)->m, strnlen((e)->m, sizeof (e)->m))
+#define PUSH_BOOL(L, e, m) lua_pushboolean(L, ((e)->flags & (m)) != 0)
+#define PUSH_ARGV(L, e, m) argv_push(L, e)
+#define FIELD_PUSH(name, member, kind, types, when, flags)                  \
+	if (((types) & bit) != 0 && WHEN_##when(e, member, kind, flags)) { \
+		PUSH_##kind(L, e, member);                                  \
+		lua_setfield(L, -2, #name);                                 \
 	}
+
+static const char *type_name(uint32_t type)
+{
+	return type < TK_EV_TYPES && type_names[type] ? type_names[type] : "?";
 }
 
 static void event_push(lua_State *L, const struct tk_event *e)
 {
+	/* A type this reader does not know (never queued) shows as "?" with
+	 * what any process event may carry. */
+	uint32_t bit = e->type < TK_EV_TYPES ? TK_EV_BIT(e->type) : TK_EV_PROC_TYPES;
+
 	lua_createtable(L, 0, 10);
-	lua_pushstring(L, e->type < TK_EV_TYPES && type_names[e->type] ? type_names[e->type] : "?");
-	lua_setfield(L, -2, "type");
-	set_u64(L, "time_ns", e->time_ns);
-	if (e->type == TK_EV_LOST) {
-		/* An overrun's count is not known yet: nil, never a made-up 0. */
-		if (e->flags & TK_EVF_OVERRUN) {
-			lua_pushboolean(L, 1);
-			lua_setfield(L, -2, "overrun");
-		} else {
-			set_u64(L, "count", e->lost);
+	TK_EVENT_FIELDS(FIELD_PUSH)
+}
+
+/* core.event_fields: per type name, the fields its events may carry, in
+ * TK_EVENT_FIELDS's order. */
+static void event_fields_push(lua_State *L)
+{
+	lua_createtable(L, 0, TK_EV_TYPES);
+	for (int t = TK_EV_FORK; t < TK_EV_TYPES; t++) {
+		uint32_t bit = TK_EV_BIT(t);
+		lua_Integer n = 0;
+
+		lua_newtable(L);
+#define FIELD_NAME(name, member, kind, types, when, flags) \
+		if (((types) & bit) != 0) {                   \
+			lua_pushliteral(L, #name);             \
+			lua_rawseti(L, -2, ++n);               \
 		}
-		return;
-	}
-	set_u64(L, "pid", e->pid);
-	set_u64(L, "tid", e->tid);
-	if (e->ppid)
-		set_u64(L, "ppid", e->ppid);
-	if (e->flags & TK_EVF_COMM) {
-		lua_pushlstring(L, e->comm, strnlen(e->comm, sizeof e->comm));
-		lua_setfield(L, -2, "comm");
-	}
-	if (e->filename[0]) {
-		lua_pushlstring(L, e->filename, strnlen(e->filename, sizeof e->filename));
-		lua_setfield(L, -2, "filename");
-	}
-	if (e->type == TK_EV_EXEC)
-		argv_push(L, e);
-	if (e->flags & TK_EVF_CGROUP)
-		set_u64(L, "cgroup_id", e->cgroup_id);
-	if (e->flags & TK_EVF_EXITED)
-		set_u64(L, "code", e->exit_code);
-	if (e->flags & TK_EVF_SIGNALED) {
-		set_u64(L, "signal", e->exit_signal);
-		lua_pushboolean(L, (e->flags & TK_EVF_CORE) != 0);
-		lua_setfield(L, -2, "core");
-	}
-	if (e->flags & TK_EVF_ACCT) {
-		set_u64(L, "utime_ns", e->utime_ns);
-		set_u64(L, "stime_ns", e->stime_ns);
-		set_u64(L, "maxrss_bytes", e->maxrss_bytes);
-		set_u64(L, "cgroup_id", e->cgroup_id);
-		set_u64(L, "start_ns", e->start_ns);
-	}
-	if (e->flags & TK_EVF_OBSERVED) {
-		lua_pushboolean(L, 1);
-		lua_setfield(L, -2, "observed");
+		TK_EVENT_FIELDS(FIELD_NAME)
+#undef FIELD_NAME
+		lua_setfield(L, -2, type_names[t]);
 	}
 }
 
@@ -343,6 +336,8 @@ void tk_events_open_lib(lua_State *L)
 		lua_setfield(L, -2, type_names[t]);
 	}
 	lua_setfield(L, -2, "event_bits");
+	event_fields_push(L);
+	lua_setfield(L, -2, "event_fields");
 	/* The backends' names, best first: the order events{} tries them in. */
 	lua_newtable(L);
 	for (lua_Integer i = 0; tk_ev_backends[i] != NULL; i++) {
