@@ -626,11 +626,13 @@ static int cn_await_one(struct tk_events *ev, uint32_t ack, struct tk_cn_message
                         size_t why_len)
 {
 	char buf[4096] __attribute__((aligned(8)));
-	int heard;
+	int heard, err;
 	ssize_t n = cn_recv(ev, buf, sizeof buf, &heard);
 
-	if (n == -ENOBUFS)
-		return cn_overrun(ev);
+	if (n == -ENOBUFS) {
+		err = cn_overrun(ev);
+		return err < 0 ? err : 0;
+	}
 	if (n == 0 || n == -EINTR || (n > 0 && !heard))
 		return 0;
 	if (n < 0) {
@@ -646,8 +648,8 @@ static int cn_await_one(struct tk_events *ev, uint32_t ack, struct tk_cn_message
 		}
 		return 1;
 	}
-	return cn_handle(ev, buf, (size_t)n,
-	                 tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC));
+	err = cn_handle(ev, buf, (size_t)n, tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC));
+	return err < 0 ? err : 0;
 }
 
 /* The kernel answers LISTEN with an ack carrying an errno; events that
@@ -1382,7 +1384,7 @@ static int bpf_join(struct tk_events *ev, struct tk_ev_shared *sh, char *why, si
 
 	if (sh->nstreams == sh->streams_cap) {
 		struct tk_events **s = tk_grow(sh->streams, &sh->streams_cap, sh->nstreams + 1,
-		                               sizeof *s, 4);
+		                               sizeof(struct tk_events *), 4);
 
 		if (s == NULL) {
 			snprintf(why, why_len, "the list of streams: %s", strerror(ENOMEM));
