@@ -67,6 +67,47 @@ struct tk_event {
 
 #define TK_EV_BASE_SIZE __builtin_offsetof(struct tk_event, argv)
 
+/* The fields a reader finds in an event table, in order: one row each,
+ * X(name, member, kind, types, when, flags).
+ *   member: the struct tk_event member read; for kind BOOL the flag whose
+ *           presence is the value.
+ *   kind:   TYPE (the type's name), INT, STR (a NUL-padded array), BOOL,
+ *           ARGV (the NUL-separated argv_len bytes of argv, as a list).
+ *   types:  TK_EV_BIT of the event types that carry it.
+ *   when:   ALWAYS; ANY or ALL of `flags` set; NONE of them set; NONZERO
+ *           (the member is not 0 or empty).
+ * The layout above is the wire's; this list is the reader's view of it. */
+#define TK_EV_ANY_TYPE (TK_EV_BIT(TK_EV_FORK) | TK_EV_BIT(TK_EV_EXEC) | TK_EV_BIT(TK_EV_EXIT) | \
+                        TK_EV_BIT(TK_EV_COMM) | TK_EV_BIT(TK_EV_LOST))
+#define TK_EV_PROC_TYPES (TK_EV_ANY_TYPE & ~TK_EV_BIT(TK_EV_LOST))
+#define TK_EVENT_FIELDS(X) \
+	X(type,           type,              TYPE, TK_EV_ANY_TYPE,        ALWAYS,  0) \
+	X(time_ns,        time_ns,           INT,  TK_EV_ANY_TYPE,        ALWAYS,  0) \
+	X(count,          lost,              INT,  TK_EV_BIT(TK_EV_LOST), NONE,    TK_EVF_OVERRUN) \
+	X(overrun,        TK_EVF_OVERRUN,    BOOL, TK_EV_BIT(TK_EV_LOST), ANY,     TK_EVF_OVERRUN) \
+	X(pid,            pid,               INT,  TK_EV_PROC_TYPES,      ALWAYS,  0) \
+	X(tid,            tid,               INT,  TK_EV_PROC_TYPES,      ALWAYS,  0) \
+	X(ppid,           ppid,              INT,  TK_EV_PROC_TYPES,      NONZERO, 0) \
+	X(comm,           comm,              STR,  TK_EV_PROC_TYPES,      ANY,     TK_EVF_COMM) \
+	X(filename,       filename,          STR,  TK_EV_BIT(TK_EV_EXEC), NONZERO, 0) \
+	X(argv_lost,      TK_EVF_ARGV_LOST,  BOOL, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV_LOST) \
+	X(argv,           argv,              ARGV, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV) \
+	X(argv_truncated, TK_EVF_ARGV_TRUNC, BOOL, TK_EV_BIT(TK_EV_EXEC), ALL,     TK_EVF_ARGV | TK_EVF_ARGV_TRUNC) \
+	X(cgroup_id,      cgroup_id,         INT,  TK_EV_PROC_TYPES & ~TK_EV_BIT(TK_EV_COMM), \
+	                                                                  ANY,     TK_EVF_CGROUP | TK_EVF_ACCT) \
+	X(code,           exit_code,         INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_EXITED) \
+	X(signal,         exit_signal,       INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_SIGNALED) \
+	X(core,           TK_EVF_CORE,       BOOL, TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_SIGNALED) \
+	X(utime_ns,       utime_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT) \
+	X(stime_ns,       stime_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT) \
+	X(maxrss_bytes,   maxrss_bytes,      INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT) \
+	X(start_ns,       start_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT) \
+	X(observed,       TK_EVF_OBSERVED,   BOOL, TK_EV_PROC_TYPES & ~TK_EV_BIT(TK_EV_EXEC), \
+	                                                                  ANY,     TK_EVF_OBSERVED)
+
+/* A bpf stream's ring buffer when no size is asked for: 4 MiB. */
+#define TK_EV_RING_DEFAULT (1u << 22)
+
 /* Decodes an exit status in wait(2)'s format (task->exit_code) into the
  * event: for the BPF program and the proc connector parser alike. */
 static inline void tk_event_exit_status(struct tk_event *e, __u32 status)

@@ -24,7 +24,7 @@ char LICENSE[] SEC("license") = "GPL";
 /* max_entries (the ring's bytes, a power of two) is set by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
+	__uint(max_entries, TK_EV_RING_DEFAULT);
 } events SEC(".maps");
 
 /* Exit claims: one entry per process whose group was found dead, keyed so

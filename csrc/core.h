@@ -65,8 +65,12 @@ uint64_t tk_clock_ns(clockid_t clock);
 uint64_t tk_boottime_ns(void);
 
 /* Sets out's utime/stime: a BPF record's precise runtime split as /proc
- * splits it. */
+ * splits it. tk_cputime_split is the same on raw values: *utime and *stime
+ * hold the sampled sums and receive the split of rtime, never below the
+ * previous split (prev_ut, prev_st; 0, 0 when there was none). */
 void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out);
+void tk_cputime_split(uint64_t rtime, uint64_t prev_ut, uint64_t prev_st, uint64_t *utime,
+                      uint64_t *stime);
 
 /* ---- /proc backend (proc_scan.c) ---------------------------------------- */
 
@@ -182,11 +186,16 @@ int tk_bpf_light_final(int err);
 
 /* ---- process events (events.c) -------------------------------------------- */
 
-enum tk_event_backend {
-	TK_EVB_BPF,
-	TK_EVB_CONNECTOR,
-	TK_EVB_POLL,
-};
+/* The most bytes one buffer or read may hold (an event stream's buffer, a
+ * pipe read): 1 GiB. */
+#define TK_BYTES_MAX ((size_t)1 << 30)
+/* poll's interval, in seconds. */
+#define TK_EVENTS_INTERVAL_MIN 0.001
+#define TK_EVENTS_INTERVAL_MAX 86400.0
+/* The connector's socket receive buffer when no size is asked for. */
+#define TK_EVENTS_CN_BUFFER_DEFAULT ((size_t)16 << 20)
+/* The most events a stream holds in user space. */
+#define TK_EVENTS_QUEUE_MAX ((size_t)1 << 24)
 
 /* One proc connector message, decoded. */
 struct tk_cn_message {
@@ -204,8 +213,54 @@ struct tk_cn_seq {
 	uint32_t seen;
 };
 
+struct tk_events;
+
+/* An event backend: how a stream of its kind opens, moves ready events
+ * into the queue, and lets go of what it holds. */
+struct tk_ev_ops {
+	const char *name;
+	/* buffer: ring bytes (bpf) or socket receive buffer (connector), 0
+	 * for the default; interval: poll's tick in seconds. Sets ev->fd, the
+	 * descriptor to poll, and ev->held_*. */
+	int (*open)(struct tk_events *ev, double interval, size_t buffer, char *why,
+	            size_t why_len);
+	int (*fill)(struct tk_events *ev, size_t max);
+	/* Closes ev->fd and frees the backend's part; after a failed open too. */
+	void (*close)(struct tk_events *ev);
+};
+
+/* The backends, best first (the order "auto" tries them in), NULL-ended. */
+extern const struct tk_ev_ops *const tk_ev_backends[];
+
+/* bpf: one loaded object per process (and ring size), shared by its
+ * streams; events another stream's fill took from the ring wait in this
+ * one's inbox (under the object's lock) and wake_fd says so. */
+struct tk_ev_bpf {
+	void *shared;                /* struct tk_ev_shared * */
+	uint64_t lost_seen[TK_EV_TYPES];
+	int wake_fd;                 /* eventfd, in fd's epoll set beside the ring */
+	struct tk_event *inbox;
+	size_t inlen, incap;
+	uint64_t indropped;          /* inbox full: lost for this stream */
+};
+
+struct tk_ev_cn {
+	struct tk_cn_seq *seq;       /* one per possible CPU, sized at open */
+	size_t ncpu;
+	int listening;
+	uint32_t *pid;               /* exec streams: pid -> ppid from forks seen, */
+	uint32_t *ppid;              /* seeded from /proc at open (open addressing) */
+	size_t pcap, plen;
+};
+
+struct tk_ev_poll {
+	struct tk_proc_scanner scanner;
+	int scanner_open;
+	struct tk_recbuf prev, next;
+};
+
 struct tk_events {
-	enum tk_event_backend backend;
+	const struct tk_ev_ops *ops; /* kept once closed: the stream's backend */
 	uint32_t mask;               /* TK_EV_BIT of the wanted types */
 	int fd;                      /* pollable: ring epoll fd, netlink socket or timerfd */
 	int closed;
@@ -223,27 +278,16 @@ struct tk_events {
 	uint64_t duplicates;         /* bpf: second exits of one process, dropped */
 	uint64_t overrun_credit;     /* connector: overruns reported lost as 1 each,
 	                              * not yet matched by a sequence gap */
-	/* bpf: one loaded object per process (and ring size), shared by its
-	 * streams; events another stream's fill took from the ring wait in
-	 * this one's inbox (under the object's lock) and wake_fd says so. */
-	void *bpf;                   /* struct tk_ev_shared * */
-	uint64_t bpf_lost_seen[TK_EV_TYPES];
-	size_t ring_bytes;
-	int wake_fd;                 /* eventfd, in fd's epoll set beside the ring */
-	struct tk_event *inbox;
-	size_t inlen, incap;
-	uint64_t indropped;          /* inbox full: lost for this stream */
-	/* connector */
-	struct tk_cn_seq *cn_seq;    /* one per possible CPU, sized at open */
-	size_t cn_ncpu;
-	int cn_listening;
-	uint32_t *cn_pid;            /* exec streams: pid -> ppid from forks seen, */
-	uint32_t *cn_ppid;           /* seeded from /proc at open (open addressing) */
-	size_t cn_pcap, cn_plen;
-	/* poll */
-	struct tk_proc_scanner scanner;
-	int scanner_open;
-	struct tk_recbuf prev, next;
+	size_t ring_bytes;           /* bpf: its ring's size; 0 for the others */
+	/* What the stream holds outside the heap, for the binding to tell
+	 * the collector: kernel buffer bytes (as charged) and descriptors. */
+	size_t held_bytes;
+	unsigned held_fds;
+	union {                      /* the part of ops's backend */
+		struct tk_ev_bpf bpf;
+		struct tk_ev_cn cn;
+		struct tk_ev_poll poll;
+	};
 };
 
 /* Parses one netlink datagram of the proc connector. Returns 1 with *out
@@ -255,7 +299,7 @@ int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out);
  * ring bytes (bpf) or socket receive buffer (connector), 0 for default.
  * queue: events held in user space at most, 0 for TK_EVENTS_QUEUE. */
 #define TK_EVENTS_QUEUE 16384
-int tk_events_open(struct tk_events *ev, enum tk_event_backend backend, uint32_t mask,
+int tk_events_open(struct tk_events *ev, const struct tk_ev_ops *ops, uint32_t mask,
                    double interval, size_t buffer, size_t queue, char *why, size_t why_len);
 /* Moves up to max ready events into the queue, without blocking; never past
  * the queue's bound: what does not fit stays in the kernel's buffer, where

@@ -30,6 +30,7 @@
 #include <linux/netlink.h>
 
 #include "core.h"
+#include "util.h"
 
 /* ---- the queue ---------------------------------------------------------- */
 
@@ -38,7 +39,6 @@ static struct tk_event *queue_push(struct tk_events *ev)
 	if (ev->qhead > 0 && ev->qhead == ev->qlen)
 		ev->qhead = ev->qlen = 0;
 	if (ev->qlen == ev->qcap) {
-		size_t cap = ev->qcap ? ev->qcap * 2 : 256;
 		struct tk_event *q;
 
 		if (ev->qhead > 0) {
@@ -48,11 +48,10 @@ static struct tk_event *queue_push(struct tk_events *ev)
 			ev->qhead = 0;
 			return &ev->queue[ev->qlen++];
 		}
-		q = realloc(ev->queue, cap * sizeof *q);
+		q = tk_grow(ev->queue, &ev->qcap, ev->qlen + 1, sizeof *q, 256);
 		if (q == NULL)
 			return NULL;
 		ev->queue = q;
-		ev->qcap = cap;
 	}
 	return &ev->queue[ev->qlen++];
 }
@@ -302,10 +301,10 @@ static void exec_from_proc(struct tk_event *e)
 
 static size_t ppid_slot(const struct tk_events *ev, uint32_t pid)
 {
-	size_t i = (size_t)(uint32_t)(pid * 2654435761u) & (ev->cn_pcap - 1);
+	size_t i = (size_t)(uint32_t)(pid * 2654435761u) & (ev->cn.pcap - 1);
 
-	while (ev->cn_pid[i] != 0 && ev->cn_pid[i] != pid)
-		i = (i + 1) & (ev->cn_pcap - 1);
+	while (ev->cn.pid[i] != 0 && ev->cn.pid[i] != pid)
+		i = (i + 1) & (ev->cn.pcap - 1);
 	return i;
 }
 
@@ -315,19 +314,19 @@ static int ppid_put(struct tk_events *ev, uint32_t pid, uint32_t ppid)
 
 	if (pid == 0)
 		return 0;
-	if ((ev->cn_plen + 1) * 2 > ev->cn_pcap) {
-		size_t cap = ev->cn_pcap ? ev->cn_pcap * 2 : 4096, old = ev->cn_pcap;
+	if ((ev->cn.plen + 1) * 2 > ev->cn.pcap) {
+		size_t cap = ev->cn.pcap ? ev->cn.pcap * 2 : 4096, old = ev->cn.pcap;
 		uint32_t *pids = calloc(cap, sizeof *pids), *ppids = calloc(cap, sizeof *ppids);
-		uint32_t *opid = ev->cn_pid, *oppid = ev->cn_ppid;
+		uint32_t *opid = ev->cn.pid, *oppid = ev->cn.ppid;
 
 		if (pids == NULL || ppids == NULL) {
 			free(pids);
 			free(ppids);
 			return -ENOMEM;
 		}
-		ev->cn_pid = pids;
-		ev->cn_ppid = ppids;
-		ev->cn_pcap = cap;
+		ev->cn.pid = pids;
+		ev->cn.ppid = ppids;
+		ev->cn.pcap = cap;
 		for (size_t k = 0; k < old; k++) {
 			if (opid[k]) {
 				i = ppid_slot(ev, opid[k]);
@@ -339,10 +338,10 @@ static int ppid_put(struct tk_events *ev, uint32_t pid, uint32_t ppid)
 		free(oppid);
 	}
 	i = ppid_slot(ev, pid);
-	if (ev->cn_pid[i] == 0)
-		ev->cn_plen++;
-	ev->cn_pid[i] = pid;
-	ev->cn_ppid[i] = ppid;
+	if (ev->cn.pid[i] == 0)
+		ev->cn.plen++;
+	ev->cn.pid[i] = pid;
+	ev->cn.ppid[i] = ppid;
 	return 0;
 }
 
@@ -350,32 +349,32 @@ static uint32_t ppid_get(const struct tk_events *ev, uint32_t pid)
 {
 	size_t i;
 
-	if (ev->cn_pcap == 0)
+	if (ev->cn.pcap == 0)
 		return 0;
 	i = ppid_slot(ev, pid);
-	return ev->cn_pid[i] == pid ? ev->cn_ppid[i] : 0;
+	return ev->cn.pid[i] == pid ? ev->cn.ppid[i] : 0;
 }
 
 /* Linear probing's deletion: later entries of the run move back. */
 static void ppid_del(struct tk_events *ev, uint32_t pid)
 {
-	size_t mask = ev->cn_pcap - 1, i, j;
+	size_t mask = ev->cn.pcap - 1, i, j;
 
-	if (ev->cn_pcap == 0)
+	if (ev->cn.pcap == 0)
 		return;
 	i = ppid_slot(ev, pid);
-	if (ev->cn_pid[i] != pid)
+	if (ev->cn.pid[i] != pid)
 		return;
-	ev->cn_pid[i] = 0;
-	ev->cn_plen--;
-	for (j = (i + 1) & mask; ev->cn_pid[j] != 0; j = (j + 1) & mask) {
-		size_t home = (size_t)(uint32_t)(ev->cn_pid[j] * 2654435761u) & mask;
+	ev->cn.pid[i] = 0;
+	ev->cn.plen--;
+	for (j = (i + 1) & mask; ev->cn.pid[j] != 0; j = (j + 1) & mask) {
+		size_t home = (size_t)(uint32_t)(ev->cn.pid[j] * 2654435761u) & mask;
 
 		/* Moves back unless its home lies cyclically in (i, j]. */
 		if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
-			ev->cn_pid[i] = ev->cn_pid[j];
-			ev->cn_ppid[i] = ev->cn_ppid[j];
-			ev->cn_pid[j] = 0;
+			ev->cn.pid[i] = ev->cn.pid[j];
+			ev->cn.ppid[i] = ev->cn.ppid[j];
+			ev->cn.pid[j] = 0;
 			i = j;
 		}
 	}
@@ -410,11 +409,11 @@ static int cn_track_seq(struct tk_events *ev, const struct tk_cn_message *m, uin
 	uint32_t cpu = m->cpu;
 	struct tk_cn_seq *s;
 
-	if (cpu >= ev->cn_ncpu) {
+	if (cpu >= ev->cn.ncpu) {
 		ev->malformed++;
 		return 0;
 	}
-	s = &ev->cn_seq[cpu];
+	s = &ev->cn.seq[cpu];
 	if (s->seen && m->seq != s->next) {
 		uint32_t gap = m->seq - s->next;
 		/* A sequence that went back is a counter reset, not a loss. */
@@ -561,22 +560,17 @@ static int cn_check_namespaces(char *why, size_t why_len)
 	return 0;
 }
 
-static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
+/* The socket, bound to the proc connector's group, and the table of
+ * per-CPU sequence numbers; sets ev->fd. */
+static int cn_socket(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
 {
 	struct sockaddr_nl addr = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC };
-	int size = buffer ? (int)buffer : 16 << 20;
-	/* The kernel's ack carries ours plus one: that is how it is told apart
-	 * from acks to other listeners. */
-	uint32_t ack = ((uint32_t)getpid() << 12) ^ (uint32_t)tk_clock_ns(CLOCK_MONOTONIC);
-	uint64_t deadline;
+	int size = (int)(buffer ? buffer : TK_EVENTS_CN_BUFFER_DEFAULT);
 	int fd, err;
 
-	err = cn_check_namespaces(why, why_len);
-	if (err < 0)
-		return err;
-	ev->cn_ncpu = possible_cpus();
-	ev->cn_seq = calloc(ev->cn_ncpu, sizeof *ev->cn_seq);
-	if (ev->cn_seq == NULL) {
+	ev->cn.ncpu = possible_cpus();
+	ev->cn.seq = calloc(ev->cn.ncpu, sizeof *ev->cn.seq);
+	if (ev->cn.seq == NULL) {
 		snprintf(why, why_len, "out of memory");
 		return -ENOMEM;
 	}
@@ -599,21 +593,76 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 		return err;
 	}
 	ev->fd = fd;
-	err = cn_send_op(fd, PROC_CN_MCAST_LISTEN, ack);
-	if (err < 0) {
-		snprintf(why, why_len, "proc connector listen: %s", strerror(-err));
-		return err;
+	return 0;
+}
+
+/* Subscribed, with the kernel's answer m: sequence numbers count from it,
+ * and exec streams learn every running process's parent. */
+static int cn_subscribed(struct tk_events *ev, const struct tk_cn_message *m, char *why,
+                         size_t why_len)
+{
+	int err;
+
+	ev->cn.listening = 1;
+	err = cn_track_seq(ev, m, 0);
+	/* Subscribed first: no fork falls between the two. */
+	if (err >= 0 && (ev->mask & TK_EV_BIT(TK_EV_EXEC))) {
+		err = ppid_seed(ev);
+		if (err < 0)
+			snprintf(why, why_len, "the parents of the processes running now, "
+			         "for exec events' ppid (/proc): %s", strerror(-err));
+		/* Execs that came before the answer were queued unseeded. */
+		for (size_t i = ev->qhead; i < ev->qlen; i++)
+			if (ev->queue[i].type == TK_EV_EXEC && ev->queue[i].ppid == 0)
+				ev->queue[i].ppid = ppid_get(ev, ev->queue[i].pid);
 	}
-	/* The kernel answers LISTEN with an ack carrying an errno; events
-	 * that arrive meanwhile are kept. */
-	deadline = tk_clock_ns(CLOCK_MONOTONIC) + 1000000000ull;
+	return err < 0 ? err : 0;
+}
+
+/* One datagram while waiting for the answer to LISTEN: 1 with *m filled
+ * when it is that answer (with no error), 0 for any other (an event is
+ * queued), or -errno. */
+static int cn_await_one(struct tk_events *ev, uint32_t ack, struct tk_cn_message *m, char *why,
+                        size_t why_len)
+{
+	char buf[4096] __attribute__((aligned(8)));
+	int heard, err;
+	ssize_t n = cn_recv(ev, buf, sizeof buf, &heard);
+
+	if (n == -ENOBUFS) {
+		err = cn_overrun(ev);
+		return err < 0 ? err : 0;
+	}
+	if (n == 0 || n == -EINTR || (n > 0 && !heard))
+		return 0;
+	if (n < 0) {
+		snprintf(why, why_len, "proc connector: %s", strerror((int)-n));
+		return (int)n;
+	}
+	if (tk_cn_parse(buf, (size_t)n, m) == 1 && m->what == PROC_EVENT_NONE && m->ack == ack + 1) {
+		if (m->ack_err != 0) {
+			snprintf(why, why_len, "%s", m->ack_err == EPERM
+			         ? "EPERM: the proc connector needs CAP_NET_ADMIN (root)"
+			         : strerror((int)m->ack_err));
+			return -(int)m->ack_err;
+		}
+		return 1;
+	}
+	err = cn_handle(ev, buf, (size_t)n, tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC));
+	return err < 0 ? err : 0;
+}
+
+/* The kernel answers LISTEN with an ack carrying an errno; events that
+ * arrive meanwhile are kept. */
+static int cn_await_ack(struct tk_events *ev, uint32_t ack, char *why, size_t why_len)
+{
+	uint64_t deadline = tk_clock_ns(CLOCK_MONOTONIC) + 1000000000ull;
+
 	for (;;) {
-		char buf[4096] __attribute__((aligned(8)));
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		struct pollfd pfd = { .fd = ev->fd, .events = POLLIN };
 		uint64_t now = tk_clock_ns(CLOCK_MONOTONIC);
 		struct tk_cn_message m;
-		int heard;
-		ssize_t n;
+		int r;
 
 		if (now >= deadline) {
 			snprintf(why, why_len, "no answer from the proc connector in 1 s "
@@ -622,46 +671,53 @@ static int cn_open(struct tk_events *ev, size_t buffer, char *why, size_t why_le
 		}
 		if (poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1) < 0 && errno != EINTR)
 			return -errno;
-		n = cn_recv(ev, buf, sizeof buf, &heard);
-		if (n == -ENOBUFS) {
-			err = cn_overrun(ev);
-			if (err < 0)
-				return err;
-			continue;
-		}
-		if (n == 0 || n == -EINTR || (n > 0 && !heard))
-			continue;
-		if (n < 0) {
-			snprintf(why, why_len, "proc connector: %s", strerror((int)-n));
-			return (int)n;
-		}
-		if (tk_cn_parse(buf, (size_t)n, &m) == 1 && m.what == PROC_EVENT_NONE && m.ack == ack + 1) {
-			if (m.ack_err != 0) {
-				snprintf(why, why_len, "%s", m.ack_err == EPERM
-				         ? "EPERM: the proc connector needs CAP_NET_ADMIN (root)"
-				         : strerror((int)m.ack_err));
-				return -(int)m.ack_err;
-			}
-			ev->cn_listening = 1;
-			err = cn_track_seq(ev, &m, 0);
-			/* Subscribed first: no fork falls between the two. */
-			if (err >= 0 && (ev->mask & TK_EV_BIT(TK_EV_EXEC))) {
-				err = ppid_seed(ev);
-				if (err < 0)
-					snprintf(why, why_len, "the parents of the processes running now, "
-					         "for exec events' ppid (/proc): %s", strerror(-err));
-				/* Execs that came before the answer were queued unseeded. */
-				for (size_t i = ev->qhead; i < ev->qlen; i++)
-					if (ev->queue[i].type == TK_EV_EXEC && ev->queue[i].ppid == 0)
-						ev->queue[i].ppid = ppid_get(ev, ev->queue[i].pid);
-			}
-			return err < 0 ? err : 0;
-		}
-		err = cn_handle(ev, buf, (size_t)n,
-		                tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC));
-		if (err < 0)
-			return err;
+		r = cn_await_one(ev, ack, &m, why, why_len);
+		if (r < 0)
+			return r;
+		if (r == 1)
+			return cn_subscribed(ev, &m, why, why_len);
 	}
+}
+
+static int cn_open(struct tk_events *ev, double interval, size_t buffer, char *why,
+                   size_t why_len)
+{
+	/* The kernel's ack carries ours plus one: that is how it is told apart
+	 * from acks to other listeners. */
+	uint32_t ack = ((uint32_t)getpid() << 12) ^ (uint32_t)tk_clock_ns(CLOCK_MONOTONIC);
+	int err;
+
+	(void)interval;
+	err = cn_check_namespaces(why, why_len);
+	if (err < 0)
+		return err;
+	err = cn_socket(ev, buffer, why, why_len);
+	if (err < 0)
+		return err;
+	/* Charged in part: the socket buffer is rarely full. */
+	ev->held_bytes = (buffer ? buffer : TK_EVENTS_CN_BUFFER_DEFAULT) / 4;
+	ev->held_fds = 1;
+	err = cn_send_op(ev->fd, PROC_CN_MCAST_LISTEN, ack);
+	if (err < 0) {
+		snprintf(why, why_len, "proc connector listen: %s", strerror(-err));
+		return err;
+	}
+	return cn_await_ack(ev, ack, why, why_len);
+}
+
+static void cn_close(struct tk_events *ev)
+{
+	if (ev->fd >= 0) {
+		/* The kernel counts listeners; tell it this one is gone. */
+		if (ev->cn.listening)
+			cn_send_op(ev->fd, PROC_CN_MCAST_IGNORE, 0);
+		close(ev->fd);
+	}
+	ev->fd = -1;
+	free(ev->cn.seq);
+	free(ev->cn.pid);
+	free(ev->cn.ppid);
+	memset(&ev->cn, 0, sizeof ev->cn);
 }
 
 static int cn_fill(struct tk_events *ev, size_t max)
@@ -754,17 +810,22 @@ static int poll_snapshot(struct tk_events *ev, struct tk_recbuf *out)
 	int err;
 
 	out->len = out->vanished = out->denied = 0;
-	err = tk_proc_scan(&ev->scanner, out, 1);
+	err = tk_proc_scan(&ev->poll.scanner, out, 1);
 	if (err == 0)
 		tk_recbuf_sort(out);
 	return err;
 }
 
-static int poll_open(struct tk_events *ev, double interval, char *why, size_t why_len)
+static int poll_open(struct tk_events *ev, double interval, size_t buffer, char *why,
+                     size_t why_len)
 {
 	struct itimerspec its;
 	int err;
 
+	(void)buffer;
+	ev->poll.scanner.proc_fd = -1;
+	ev->poll.scanner.init_fd = -1;
+	ev->held_fds = 2;
 	if (ev->mask & TK_EV_BIT(TK_EV_EXEC)) {
 		/* A diff of snapshots sees a process's name change, not the exec
 		 * behind it: a stream that would never deliver one is refused. */
@@ -773,17 +834,18 @@ static int poll_open(struct tk_events *ev, double interval, char *why, size_t wh
 		         "\"connector\" (root)");
 		return -EOPNOTSUPP;
 	}
-	if (!(interval >= 0.001 && interval <= 86400.0)) {
-		snprintf(why, why_len, "interval must be between 0.001 and 86400 s");
+	if (!(interval >= TK_EVENTS_INTERVAL_MIN && interval <= TK_EVENTS_INTERVAL_MAX)) {
+		snprintf(why, why_len, "interval must be between %g and %g s",
+		         TK_EVENTS_INTERVAL_MIN, TK_EVENTS_INTERVAL_MAX);
 		return -EINVAL;
 	}
-	err = tk_proc_scanner_init(&ev->scanner, "/proc");
+	err = tk_proc_scanner_init(&ev->poll.scanner, "/proc");
 	if (err < 0) {
 		snprintf(why, why_len, "open /proc: %s", strerror(-err));
 		return err;
 	}
-	ev->scanner_open = 1;
-	err = poll_snapshot(ev, &ev->prev);
+	ev->poll.scanner_open = 1;
+	err = poll_snapshot(ev, &ev->poll.prev);
 	if (err < 0) {
 		snprintf(why, why_len, "snapshot of /proc: %s", strerror(-err));
 		return err;
@@ -805,34 +867,49 @@ static int poll_open(struct tk_events *ev, double interval, char *why, size_t wh
 	return 0;
 }
 
-static int poll_fill(struct tk_events *ev)
+static int poll_fill(struct tk_events *ev, size_t max)
 {
 	uint64_t ticks;
 	struct tk_recbuf tmp;
 	int err;
 
+	(void)max;  /* a tick's diff is queued whole, up to the queue's bound */
 	if (read(ev->fd, &ticks, sizeof ticks) != (ssize_t)sizeof ticks)
 		return errno == EAGAIN ? 0 : -errno;
 	/* A full queue skips the tick: the next diff covers it. */
 	if (!queue_has_room(ev))
 		return 0;
-	err = poll_snapshot(ev, &ev->next);
+	err = poll_snapshot(ev, &ev->poll.next);
 	if (err < 0)
 		return err;
-	err = poll_diff(ev, &ev->prev, &ev->next, tk_boottime_ns());
-	tmp = ev->prev;
-	ev->prev = ev->next;
-	ev->next = tmp;
+	err = poll_diff(ev, &ev->poll.prev, &ev->poll.next, tk_boottime_ns());
+	tmp = ev->poll.prev;
+	ev->poll.prev = ev->poll.next;
+	ev->poll.next = tmp;
 	return err;
+}
+
+static void poll_close(struct tk_events *ev)
+{
+	if (ev->fd >= 0)
+		close(ev->fd);
+	ev->fd = -1;
+	if (ev->poll.scanner_open)
+		tk_proc_scanner_close(&ev->poll.scanner);
+	tk_recbuf_free(&ev->poll.prev);
+	tk_recbuf_free(&ev->poll.next);
+	ev->poll.scanner_open = 0;
 }
 
 /* ---- bpf: the ring buffer ------------------------------------------------- */
 
 #ifdef TK_NO_BPF
 
-static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
+static int bpf_open(struct tk_events *ev, double interval, size_t buffer, char *why,
+                    size_t why_len)
 {
 	(void)ev;
+	(void)interval;
 	(void)buffer;
 	snprintf(why, why_len, "this takana was built without BPF (make BPF=0)");
 	return -ENOTSUP;
@@ -923,28 +1000,26 @@ static const char *const prog_names[TK_EV_TYPES] = {
 
 static int inbox_push(struct tk_events *ev, const struct tk_event *e)
 {
-	if (ev->inlen >= ev->qmax) {
-		ev->indropped++;
+	if (ev->bpf.inlen >= ev->qmax) {
+		ev->bpf.indropped++;
 		return 0;
 	}
-	if (ev->inlen == ev->incap) {
-		size_t cap = ev->incap ? ev->incap * 2 : 256;
-		struct tk_event *in = realloc(ev->inbox, cap * sizeof *in);
+	if (ev->bpf.inlen == ev->bpf.incap) {
+		struct tk_event *in = tk_grow(ev->bpf.inbox, &ev->bpf.incap, ev->bpf.inlen + 1, sizeof *in, 256);
 
 		if (in == NULL) {
-			ev->indropped++;
+			ev->bpf.indropped++;
 			return 0;
 		}
-		ev->inbox = in;
-		ev->incap = cap;
+		ev->bpf.inbox = in;
 	}
-	ev->inbox[ev->inlen++] = *e;
+	ev->bpf.inbox[ev->bpf.inlen++] = *e;
 	return 0;
 }
 
 static int stream_has_room(const struct tk_ev_shared *sh, const struct tk_events *ev)
 {
-	return ev == sh->filling ? queue_has_room(ev) : ev->inlen < ev->qmax;
+	return ev == sh->filling ? queue_has_room(ev) : ev->bpf.inlen < ev->qmax;
 }
 
 static int ring_event(void *ctx, void *data, size_t size)
@@ -971,16 +1046,11 @@ static int ring_event(void *ctx, void *data, size_t size)
 	}
 	if (e.flags & TK_EVF_ACCT) {
 		/* Split the precise runtime as /proc would have. */
-		struct tk_wire_record w;
-		struct tk_record r;
+		uint64_t ut = e.utime_ns, st = e.stime_ns;
 
-		memset(&w, 0, sizeof w);
-		w.rec.utime_ns = e.utime_ns;
-		w.rec.stime_ns = e.stime_ns;
-		w.runtime_ns = e.runtime_ns;
-		tk_cputime_adjust(&w, &r);
-		e.utime_ns = r.utime_ns;
-		e.stime_ns = r.stime_ns;
+		tk_cputime_split(e.runtime_ns, 0, 0, &ut, &st);
+		e.utime_ns = ut;
+		e.stime_ns = st;
 	}
 	for (size_t i = 0; i < sh->nstreams; i++) {
 		struct tk_events *ev = sh->streams[i];
@@ -1007,7 +1077,7 @@ static int ring_event(void *ctx, void *data, size_t size)
 
 static int bpf_lost_check(struct tk_events *ev)
 {
-	struct tk_ev_shared *sh = ev->bpf;
+	struct tk_ev_shared *sh = ev->bpf.shared;
 	uint64_t total = 0;
 
 	for (int t = 0; t < TK_EV_TYPES; t++) {
@@ -1016,9 +1086,9 @@ static int bpf_lost_check(struct tk_events *ev)
 		if (!(ev->mask & TK_EV_BIT(t)))
 			continue;
 		now = __atomic_load_n(&sh->lost[t], __ATOMIC_RELAXED);
-		total += now - ev->bpf_lost_seen[t];
-		ev->lost_by_type[t] += now - ev->bpf_lost_seen[t];
-		ev->bpf_lost_seen[t] = now;
+		total += now - ev->bpf.lost_seen[t];
+		ev->lost_by_type[t] += now - ev->bpf.lost_seen[t];
+		ev->bpf.lost_seen[t] = now;
 	}
 	return total ? queue_lost(ev, total, tk_boottime_ns()) : 0;
 }
@@ -1279,33 +1349,84 @@ static void shared_unref(struct tk_ev_shared *sh)
 	shared_destroy(sh);
 }
 
-static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_len)
+/* The stream's own descriptors, first: once listed in the object, another
+ * thread's read may wake it. An epoll set holding its eventfd; the ring's
+ * joins it once the stream holds the object. */
+static int bpf_stream_fds(struct tk_events *ev, char *why, size_t why_len)
 {
-	struct tk_ev_shared *sh;
 	struct epoll_event pe;
-	size_t ring = 1u << 22;
 	int err;
 
-	/* The stream's own descriptors first: once listed in the object,
-	 * another thread's read may wake it. */
 	ev->fd = epoll_create1(EPOLL_CLOEXEC);
-	ev->wake_fd = ev->fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (ev->fd < 0 || ev->wake_fd < 0) {
+	ev->bpf.wake_fd = ev->fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ev->fd < 0 || ev->bpf.wake_fd < 0) {
 		err = -errno;
 		snprintf(why, why_len, "%s: %s", ev->fd < 0 ? "epoll_create1" : "eventfd", strerror(errno));
 		return explain_fds(err, why, why_len);
 	}
 	memset(&pe, 0, sizeof pe);
 	pe.events = EPOLLIN;
-	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, ev->wake_fd, &pe) < 0) {
+	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, ev->bpf.wake_fd, &pe) < 0) {
 		err = -errno;
 		snprintf(why, why_len, "epoll_ctl: %s", strerror(errno));
 		return err;
 	}
+	return 0;
+}
+
+/* Called with shared_lock held, the stream holding a reference to sh
+ * (bpf_close drops it on failure): lists the stream in the object,
+ * attaches its types and puts the ring in its epoll set. */
+static int bpf_join(struct tk_events *ev, struct tk_ev_shared *sh, char *why, size_t why_len)
+{
+	struct epoll_event pe;
+	int err;
+
+	if (sh->nstreams == sh->streams_cap) {
+		struct tk_events **s = tk_grow(sh->streams, &sh->streams_cap, sh->nstreams + 1,
+		                               sizeof(struct tk_events *), 4);
+
+		if (s == NULL) {
+			snprintf(why, why_len, "the list of streams: %s", strerror(ENOMEM));
+			return -ENOMEM;
+		}
+		sh->streams = s;
+	}
+	err = shared_attach(sh, ev->mask, why, why_len);
+	if (err < 0)
+		return err;
+	/* The ring's descriptor lives as long as the object, which this
+	 * stream holds from here. */
+	memset(&pe, 0, sizeof pe);
+	pe.events = EPOLLIN;
+	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, sh->ring_fd, &pe) < 0) {
+		err = -errno;
+		shared_detach(sh, ev->mask);
+		snprintf(why, why_len, "epoll_ctl: %s", strerror(-err));
+		return err;
+	}
+	sh->streams[sh->nstreams++] = ev;
+	/* Losses count from now: the program's counters are the object's. */
+	for (int t = 0; t < TK_EV_TYPES; t++)
+		ev->bpf.lost_seen[t] = sh->lost[t];
+	return 0;
+}
+
+static int bpf_open(struct tk_events *ev, double interval, size_t buffer, char *why,
+                    size_t why_len)
+{
+	struct tk_ev_shared *sh;
+	size_t ring = TK_EV_RING_DEFAULT;
+	int err;
+
+	(void)interval;
+	err = bpf_stream_fds(ev, why, why_len);
+	if (err < 0)
+		return err;
 	/* The ring holds a power-of-two number of pages. */
 	if (buffer) {
 		ring = 4096;
-		while (ring < buffer && ring < (1u << 30))
+		while (ring < buffer && ring < TK_BYTES_MAX)
 			ring <<= 1;
 	}
 	pthread_mutex_lock(&shared_lock);
@@ -1321,40 +1442,13 @@ static int bpf_open(struct tk_events *ev, size_t buffer, char *why, size_t why_l
 		shared_list = sh;
 	}
 	sh->refs++;
-	ev->bpf = sh;
+	ev->bpf.shared = sh;
 	ev->ring_bytes = ring;
-	if (sh->nstreams == sh->streams_cap) {
-		size_t cap = sh->streams_cap ? sh->streams_cap * 2 : 4;
-		struct tk_events **s = realloc(sh->streams, cap * sizeof(struct tk_events *));
-
-		if (s == NULL) {
-			pthread_mutex_unlock(&shared_lock);
-			snprintf(why, why_len, "the list of streams: %s", strerror(ENOMEM));
-			return -ENOMEM;    /* bpf_close drops the reference */
-		}
-		sh->streams = s;
-		sh->streams_cap = cap;
-	}
-	err = shared_attach(sh, ev->mask, why, why_len);
-	if (err < 0) {
-		pthread_mutex_unlock(&shared_lock);
-		return err;
-	}
-	/* The ring's descriptor lives as long as the object, which this
-	 * stream holds from here. */
-	if (epoll_ctl(ev->fd, EPOLL_CTL_ADD, sh->ring_fd, &pe) < 0) {
-		err = -errno;
-		shared_detach(sh, ev->mask);
-		pthread_mutex_unlock(&shared_lock);
-		snprintf(why, why_len, "epoll_ctl: %s", strerror(-err));
-		return err;     /* bpf_close drops the reference */
-	}
-	sh->streams[sh->nstreams++] = ev;
-	/* Losses count from now: the program's counters are the object's. */
-	for (int t = 0; t < TK_EV_TYPES; t++)
-		ev->bpf_lost_seen[t] = sh->lost[t];
+	ev->held_bytes = ring;
+	ev->held_fds = BPF_STREAM_FDS;
+	err = bpf_join(ev, sh, why, why_len);
 	pthread_mutex_unlock(&shared_lock);
-	return 0;
+	return err;
 }
 
 /* Moves what other streams' fills left in the inbox (older than what is
@@ -1363,34 +1457,34 @@ static int inbox_take(struct tk_events *ev)
 {
 	size_t i;
 
-	for (i = 0; i < ev->inlen && queue_has_room(ev); i++)
-		if (queue_event(ev, &ev->inbox[i]) < 0)
+	for (i = 0; i < ev->bpf.inlen && queue_has_room(ev); i++)
+		if (queue_event(ev, &ev->bpf.inbox[i]) < 0)
 			return -ENOMEM;
 	if (i > 0) {
-		memmove(ev->inbox, ev->inbox + i, (ev->inlen - i) * sizeof *ev->inbox);
-		ev->inlen -= i;
+		memmove(ev->bpf.inbox, ev->bpf.inbox + i, (ev->bpf.inlen - i) * sizeof *ev->bpf.inbox);
+		ev->bpf.inlen -= i;
 	}
-	ev->qdropped += ev->indropped;
-	ev->indropped = 0;
+	ev->qdropped += ev->bpf.indropped;
+	ev->bpf.indropped = 0;
 	return 0;
 }
 
 static int bpf_fill(struct tk_events *ev, size_t max)
 {
-	struct tk_ev_shared *sh = ev->bpf;
+	struct tk_ev_shared *sh = ev->bpf.shared;
 	uint64_t count;
 	size_t before[64];
 	int n, err;
 
 	(void)max;
-	if (read(ev->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+	if (read(ev->bpf.wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
 		return -errno;
 	pthread_mutex_lock(&shared_lock);
 	err = inbox_take(ev);
 	if (err == 0 && queue_has_room(ev)) {
 		/* Which other streams got events: their eventfds are woken. */
 		for (size_t i = 0; i < sh->nstreams && i < 64; i++)
-			before[i] = sh->streams[i]->inlen + sh->streams[i]->indropped;
+			before[i] = sh->streams[i]->bpf.inlen + sh->streams[i]->bpf.indropped;
 		sh->filling = ev;
 		sh->stopped = 0;
 		n = ring_buffer__consume(sh->ring);
@@ -1400,9 +1494,9 @@ static int bpf_fill(struct tk_events *ev, size_t max)
 		for (size_t i = 0; i < sh->nstreams; i++) {
 			struct tk_events *other = sh->streams[i];
 
-			if (other != ev && (i >= 64 || other->inlen + other->indropped != before[i])) {
+			if (other != ev && (i >= 64 || other->bpf.inlen + other->bpf.indropped != before[i])) {
 				count = 1;
-				if (write(other->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+				if (write(other->bpf.wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
 					continue;   /* it still finds them at its next read */
 			}
 		}
@@ -1415,7 +1509,7 @@ static int bpf_fill(struct tk_events *ev, size_t max)
 
 static void bpf_close(struct tk_events *ev)
 {
-	struct tk_ev_shared *sh = ev->bpf;
+	struct tk_ev_shared *sh = ev->bpf.shared;
 
 	if (sh != NULL) {
 		size_t i;
@@ -1430,45 +1524,39 @@ static void bpf_close(struct tk_events *ev)
 		shared_unref(sh);
 		pthread_mutex_unlock(&shared_lock);
 	}
-	ev->bpf = NULL;
-	if (ev->wake_fd >= 0)
-		close(ev->wake_fd);
-	ev->wake_fd = -1;
+	ev->bpf.shared = NULL;
+	if (ev->bpf.wake_fd >= 0)
+		close(ev->bpf.wake_fd);
+	ev->bpf.wake_fd = -1;
 	if (ev->fd >= 0)
 		close(ev->fd);
 	ev->fd = -1;
-	free(ev->inbox);
-	ev->inbox = NULL;
-	ev->inlen = ev->incap = 0;
+	free(ev->bpf.inbox);
+	ev->bpf.inbox = NULL;
+	ev->bpf.inlen = ev->bpf.incap = 0;
 }
 
 #endif
 
 /* ---- the stream ----------------------------------------------------------- */
 
-int tk_events_open(struct tk_events *ev, enum tk_event_backend backend, uint32_t mask,
+static const struct tk_ev_ops bpf_ops = { "bpf", bpf_open, bpf_fill, bpf_close };
+static const struct tk_ev_ops cn_ops = { "connector", cn_open, cn_fill, cn_close };
+static const struct tk_ev_ops poll_ops = { "poll", poll_open, poll_fill, poll_close };
+
+const struct tk_ev_ops *const tk_ev_backends[] = { &bpf_ops, &cn_ops, &poll_ops, NULL };
+
+int tk_events_open(struct tk_events *ev, const struct tk_ev_ops *ops, uint32_t mask,
                    double interval, size_t buffer, size_t queue, char *why, size_t why_len)
 {
 	int err;
 
 	memset(ev, 0, sizeof *ev);
 	ev->fd = -1;
-	ev->backend = backend;
+	ev->ops = ops;
 	ev->mask = mask;
 	ev->qmax = queue ? queue : TK_EVENTS_QUEUE;
-	ev->scanner.proc_fd = -1;
-	ev->scanner.init_fd = -1;
-	switch (backend) {
-	case TK_EVB_BPF:
-		err = bpf_open(ev, buffer, why, why_len);
-		break;
-	case TK_EVB_CONNECTOR:
-		err = cn_open(ev, buffer, why, why_len);
-		break;
-	default:
-		err = poll_open(ev, interval, why, why_len);
-		break;
-	}
+	err = ops->open(ev, interval, buffer, why, why_len);
 	if (err < 0)
 		tk_events_close(ev);
 	return err;
@@ -1480,17 +1568,7 @@ int tk_events_fill(struct tk_events *ev, size_t max)
 
 	if (ev->closed)
 		return -EBADF;
-	switch (ev->backend) {
-	case TK_EVB_BPF:
-		err = bpf_fill(ev, max);
-		break;
-	case TK_EVB_CONNECTOR:
-		err = cn_fill(ev, max);
-		break;
-	default:
-		err = poll_fill(ev);
-		break;
-	}
+	err = ev->ops->fill(ev, max);
 	/* Events with no room in the queue and no kernel buffer to stay in
 	 * (poll's diff, what the connector read while subscribing): lost,
 	 * and said so. */
@@ -1506,25 +1584,7 @@ void tk_events_close(struct tk_events *ev)
 	if (ev->closed)
 		return;
 	ev->closed = 1;
-	if (ev->backend == TK_EVB_BPF) {
-		bpf_close(ev);
-	} else if (ev->fd >= 0) {
-		/* The kernel counts listeners; tell it this one is gone. */
-		if (ev->backend == TK_EVB_CONNECTOR && ev->cn_listening)
-			cn_send_op(ev->fd, PROC_CN_MCAST_IGNORE, 0);
-		close(ev->fd);
-	}
-	ev->fd = -1;
-	if (ev->scanner_open)
-		tk_proc_scanner_close(&ev->scanner);
-	tk_recbuf_free(&ev->prev);
-	tk_recbuf_free(&ev->next);
-	free(ev->cn_seq);
-	ev->cn_seq = NULL;
-	free(ev->cn_pid);
-	free(ev->cn_ppid);
-	ev->cn_pid = ev->cn_ppid = NULL;
-	ev->cn_pcap = ev->cn_plen = 0;
+	ev->ops->close(ev);
 	free(ev->queue);
 	ev->queue = NULL;
 	ev->qlen = ev->qcap = ev->qhead = 0;

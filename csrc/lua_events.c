@@ -20,7 +20,6 @@ struct levents {
 	struct tk_events ev;
 };
 
-static const char *const backend_names[] = { "bpf", "connector", "poll", NULL };
 static const char *const type_names[TK_EV_TYPES] = {
 	[TK_EV_FORK] = "fork", [TK_EV_EXEC] = "exec", [TK_EV_EXIT] = "exit",
 	[TK_EV_COMM] = "comm", [TK_EV_LOST] = "lost",
@@ -44,18 +43,12 @@ static void set_u64(lua_State *L, const char *key, uint64_t v)
 }
 
 /* exec: argv from the NUL-separated bytes read (a cut last argument is
- * kept, argv_truncated says so), or argv_lost when none could be read. */
+ * kept, argv_truncated says so). */
 static void argv_push(lua_State *L, const struct tk_event *e)
 {
 	const char *p = e->argv, *end = e->argv + e->argv_len;
 	lua_Integer n = 0;
 
-	if (e->flags & TK_EVF_ARGV_LOST) {
-		lua_pushboolean(L, 1);
-		lua_setfield(L, -2, "argv_lost");
-	}
-	if (!(e->flags & TK_EVF_ARGV))
-		return;
 	lua_createtable(L, 8, 0);
 	while (p < end) {
 		const char *nul = memchr(p, '\0', (size_t)(end - p));
@@ -65,87 +58,86 @@ static void argv_push(lua_State *L, const struct tk_event *e)
 		lua_rawseti(L, -2, ++n);
 		p += len + 1;
 	}
-	lua_setfield(L, -2, "argv");
-	if (e->flags & TK_EVF_ARGV_TRUNC) {
-		lua_pushboolean(L, 1);
-		lua_setfield(L, -2, "argv_truncated");
+}
+
+/* The generator of event_push, from TK_EVENT_FIELDS: whether a row's field
+ * is there, and how its value is pushed. */
+#define WHEN_ALWAYS(e, m, kind, f) 1
+#define WHEN_ANY(e, m, kind, f) (((e)->flags & (f)) != 0)
+#define WHEN_ALL(e, m, kind, f) (((e)->flags & (f)) == (f))
+#define WHEN_NONE(e, m, kind, f) (((e)->flags & (f)) == 0)
+#define WHEN_NONZERO(e, m, kind, f) NONZERO_##kind(e, m)
+#define NONZERO_INT(e, m) ((e)->m != 0)
+#define NONZERO_STR(e, m) ((e)->m[0] != '\0')
+#define PUSH_TYPE(L, e, m) lua_pushstring(L, type_name((e)->m))
+#define PUSH_INT(L, e, m) lua_pushinteger(L, tk_u64_int((e)->m))
+#define PUSH_STR(L, e, m) lua_pushlstring(L, (e)->m, strnlen((e)->m, sizeof (e)->m))
+#define PUSH_BOOL(L, e, m) lua_pushboolean(L, ((e)->flags & (m)) != 0)
+#define PUSH_ARGV(L, e, m) argv_push(L, e)
+#define FIELD_PUSH(name, member, kind, types, when, flags)                  \
+	if (((types) & bit) != 0 && WHEN_##when(e, member, kind, flags)) { \
+		PUSH_##kind(L, e, member);                                  \
+		lua_setfield(L, -2, #name);                                 \
 	}
+
+static const char *type_name(uint32_t type)
+{
+	return type < TK_EV_TYPES && type_names[type] ? type_names[type] : "?";
 }
 
 static void event_push(lua_State *L, const struct tk_event *e)
 {
+	/* A type this reader does not know (never queued) shows as "?" with
+	 * what any process event may carry. */
+	uint32_t bit = e->type < TK_EV_TYPES ? TK_EV_BIT(e->type) : TK_EV_PROC_TYPES;
+
 	lua_createtable(L, 0, 10);
-	lua_pushstring(L, e->type < TK_EV_TYPES && type_names[e->type] ? type_names[e->type] : "?");
-	lua_setfield(L, -2, "type");
-	set_u64(L, "time_ns", e->time_ns);
-	if (e->type == TK_EV_LOST) {
-		/* An overrun's count is not known yet: nil, never a made-up 0. */
-		if (e->flags & TK_EVF_OVERRUN) {
-			lua_pushboolean(L, 1);
-			lua_setfield(L, -2, "overrun");
-		} else {
-			set_u64(L, "count", e->lost);
+	TK_EVENT_FIELDS(FIELD_PUSH)
+}
+
+/* core.event_fields: per type name, the fields its events may carry, in
+ * TK_EVENT_FIELDS's order. */
+static void event_fields_push(lua_State *L)
+{
+	lua_createtable(L, 0, TK_EV_TYPES);
+	for (int t = TK_EV_FORK; t < TK_EV_TYPES; t++) {
+		uint32_t bit = TK_EV_BIT(t);
+		lua_Integer n = 0;
+
+		lua_newtable(L);
+#define FIELD_NAME(name, member, kind, types, when, flags) \
+		if (((types) & bit) != 0) {                   \
+			lua_pushliteral(L, #name);             \
+			lua_rawseti(L, -2, ++n);               \
 		}
-		return;
-	}
-	set_u64(L, "pid", e->pid);
-	set_u64(L, "tid", e->tid);
-	if (e->ppid)
-		set_u64(L, "ppid", e->ppid);
-	if (e->flags & TK_EVF_COMM) {
-		lua_pushlstring(L, e->comm, strnlen(e->comm, sizeof e->comm));
-		lua_setfield(L, -2, "comm");
-	}
-	if (e->filename[0]) {
-		lua_pushlstring(L, e->filename, strnlen(e->filename, sizeof e->filename));
-		lua_setfield(L, -2, "filename");
-	}
-	if (e->type == TK_EV_EXEC)
-		argv_push(L, e);
-	if (e->flags & TK_EVF_CGROUP)
-		set_u64(L, "cgroup_id", e->cgroup_id);
-	if (e->flags & TK_EVF_EXITED)
-		set_u64(L, "code", e->exit_code);
-	if (e->flags & TK_EVF_SIGNALED) {
-		set_u64(L, "signal", e->exit_signal);
-		lua_pushboolean(L, (e->flags & TK_EVF_CORE) != 0);
-		lua_setfield(L, -2, "core");
-	}
-	if (e->flags & TK_EVF_ACCT) {
-		set_u64(L, "utime_ns", e->utime_ns);
-		set_u64(L, "stime_ns", e->stime_ns);
-		set_u64(L, "maxrss_bytes", e->maxrss_bytes);
-		set_u64(L, "cgroup_id", e->cgroup_id);
-		set_u64(L, "start_ns", e->start_ns);
-	}
-	if (e->flags & TK_EVF_OBSERVED) {
-		lua_pushboolean(L, 1);
-		lua_setfield(L, -2, "observed");
+		TK_EVENT_FIELDS(FIELD_NAME)
+#undef FIELD_NAME
+		lua_setfield(L, -2, type_names[t]);
 	}
 }
 
-/* What a stream holds outside Lua's heap, in KiB, for the collector: a bpf
- * stream has a ring of ring_bytes and up to two dozen descriptors, which
- * run out long before memory does (1,024 is a login's limit); a connector
- * stream a socket buffer (charged in part: it is rarely full). A descriptor
- * is weighed as 64 KiB so that dropped streams are collected well before a
- * few dozen of them exhaust a login's descriptors. */
-static int stream_cost_kib(const struct tk_events *ev, size_t buffer)
+/* What a stream holds outside Lua's heap, in KiB, for the collector: its
+ * kernel buffer, and its descriptors, which run out long before memory
+ * does (1,024 is a login's limit). A descriptor is weighed as 64 KiB so
+ * that dropped streams are collected well before a few dozen of them
+ * exhaust a login's descriptors. */
+static int stream_cost_kib(const struct tk_events *ev)
 {
-	size_t kib = 0;
+	size_t kib = ev->held_bytes / 1024 + (size_t)ev->held_fds * 64;
 
-	switch (ev->backend) {
-	case TK_EVB_BPF:
-		kib += ev->ring_bytes / 1024 + (size_t)24 * 64;
-		break;
-	case TK_EVB_CONNECTOR:
-		kib += (buffer ? buffer : 16u << 20) / 1024 / 4 + 64;
-		break;
-	default:
-		kib += (size_t)2 * 64;
-		break;
-	}
 	return kib > INT32_MAX ? INT32_MAX : (int)kib;
+}
+
+/* The backend named at arg, as luaL_checkoption would find it. */
+static const struct tk_ev_ops *backend_check(lua_State *L, int arg)
+{
+	const char *name = luaL_checkstring(L, arg);
+
+	for (const struct tk_ev_ops *const *b = tk_ev_backends; *b != NULL; b++)
+		if (strcmp((*b)->name, name) == 0)
+			return *b;
+	luaL_argerror(L, arg, lua_pushfstring(L, "invalid option '%s'", name));
+	return NULL;
 }
 
 /* core.events_open(backend, mask, interval, buffer[, skipped[, queue]]) ->
@@ -153,7 +145,7 @@ static int stream_cost_kib(const struct tk_events *ev, size_t buffer)
  * passed over, kept as stream.skipped; queue: events held at most. */
 static int l_events_open(lua_State *L)
 {
-	int backend = luaL_checkoption(L, 1, NULL, backend_names);
+	const struct tk_ev_ops *backend = backend_check(L, 1);
 	lua_Integer mask = luaL_checkinteger(L, 2);
 	double interval = luaL_optnumber(L, 3, 0.1);
 	lua_Integer buffer = luaL_optinteger(L, 4, 0);
@@ -166,8 +158,9 @@ static int l_events_open(lua_State *L)
 	if (!lua_isnoneornil(L, 5))
 		luaL_checktype(L, 5, LUA_TTABLE);
 	luaL_argcheck(L, mask > 0 && mask < (1 << TK_EV_LOST), 2, "no event types");
-	luaL_argcheck(L, buffer >= 0 && buffer <= (1 << 30), 4, "buffer must be 0..1 GiB");
-	luaL_argcheck(L, queue >= 0 && queue <= (1 << 24), 6, "queue must be 0..16777216 events");
+	luaL_argcheck(L, buffer >= 0 && (size_t)buffer <= TK_BYTES_MAX, 4, "buffer must be 0..1 GiB");
+	luaL_argcheck(L, queue >= 0 && (size_t)queue <= TK_EVENTS_QUEUE_MAX, 6,
+	              "queue must be 0..16777216 events");
 	e = lua_newuserdatauv(L, sizeof *e, 1);
 	memset(e, 0, sizeof *e);
 	tk_handle_init(&e->h, "event stream", "r", events_release);
@@ -178,19 +171,19 @@ static int l_events_open(lua_State *L)
 		lua_pushvalue(L, 5);
 		lua_setiuservalue(L, -2, 1);
 	}
-	err = tk_events_open(&e->ev, (enum tk_event_backend)backend, (uint32_t)mask, interval,
+	err = tk_events_open(&e->ev, backend, (uint32_t)mask, interval,
 	                     (size_t)buffer, (size_t)queue, why, sizeof why);
 	if (err == -EMFILE || err == -ENFILE) {
 		/* Streams dropped without close() may hold the descriptors:
 		 * collect them, once, and try again. */
 		lua_gc(L, LUA_GCCOLLECT);
 		why[0] = '\0';
-		err = tk_events_open(&e->ev, (enum tk_event_backend)backend, (uint32_t)mask,
+		err = tk_events_open(&e->ev, backend, (uint32_t)mask,
 		                     interval, (size_t)buffer, (size_t)queue, why, sizeof why);
 	}
 	if (err < 0) {
 		lua_pushnil(L);
-		lua_pushfstring(L, "events: %s backend unavailable: %s", backend_names[backend],
+		lua_pushfstring(L, "events: %s backend unavailable: %s", backend->name,
 		                why[0] ? why : strerror(-err));
 		lua_pushinteger(L, -err);
 		return 3;
@@ -198,7 +191,7 @@ static int l_events_open(lua_State *L)
 	e->h.fd = e->ev.fd;
 	/* Its descriptors and ring are invisible to the collector: tell it,
 	 * as the snapshots do with their records. */
-	lua_gc(L, LUA_GCSTEP, stream_cost_kib(&e->ev, (size_t)buffer));
+	lua_gc(L, LUA_GCSTEP, stream_cost_kib(&e->ev));
 	return 1;
 }
 
@@ -235,7 +228,7 @@ static int events_read(lua_State *L)
 	if (err < 0) {
 		char ctx[48];
 
-		snprintf(ctx, sizeof ctx, "events: read (%s)", backend_names[e->ev.backend]);
+		snprintf(ctx, sizeof ctx, "events: read (%s)", e->ev.ops->name);
 		return tk_push_error(L, ctx, err);
 	}
 	lua_pushvalue(L, 1);
@@ -279,7 +272,7 @@ static int events_stats(lua_State *L)
 	set_u64(L, "duplicates", e->ev.duplicates);
 	set_u64(L, "queued", tk_events_queued(&e->ev));
 	set_u64(L, "queue", e->ev.qmax);
-	if (e->ev.backend == TK_EVB_BPF) {
+	if (e->ev.ring_bytes != 0) {  /* a ring (bpf), whose program counts by type */
 		set_u64(L, "buffer", e->ev.ring_bytes);
 		lua_createtable(L, 0, TK_EV_LOST);
 		for (int t = TK_EV_FORK; t < TK_EV_LOST; t++) {
@@ -296,7 +289,7 @@ static int events_tostring(lua_State *L)
 	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
 
 	if (e->h.fd >= 0)
-		lua_pushfstring(L, "takana.Events (%s, fd %d)", backend_names[e->ev.backend], e->ev.fd);
+		lua_pushfstring(L, "takana.Events (%s, fd %d)", e->ev.ops->name, e->ev.fd);
 	else
 		lua_pushliteral(L, "takana.Events (closed)");
 	return 1;
@@ -309,7 +302,7 @@ static int events_index(lua_State *L)
 	const char *key = lua_tostring(L, 2);
 
 	if (key != NULL && strcmp(key, "backend") == 0) {
-		lua_pushstring(L, backend_names[e->ev.backend]);
+		lua_pushstring(L, e->ev.ops->name);
 		return 1;
 	}
 	if (key != NULL && strcmp(key, "skipped") == 0) {
@@ -343,4 +336,22 @@ void tk_events_open_lib(lua_State *L)
 		lua_setfield(L, -2, type_names[t]);
 	}
 	lua_setfield(L, -2, "event_bits");
+	event_fields_push(L);
+	lua_setfield(L, -2, "event_fields");
+	/* The backends' names, best first: the order events{} tries them in. */
+	lua_newtable(L);
+	for (lua_Integer i = 0; tk_ev_backends[i] != NULL; i++) {
+		lua_pushstring(L, tk_ev_backends[i]->name);
+		lua_rawseti(L, -2, i + 1);
+	}
+	lua_setfield(L, -2, "event_backends");
+	/* The bounds events{} checks before opening. */
+	lua_pushnumber(L, TK_EVENTS_INTERVAL_MIN);
+	lua_setfield(L, -2, "event_interval_min");
+	lua_pushnumber(L, TK_EVENTS_INTERVAL_MAX);
+	lua_setfield(L, -2, "event_interval_max");
+	lua_pushinteger(L, (lua_Integer)TK_BYTES_MAX);
+	lua_setfield(L, -2, "event_buffer_max");
+	lua_pushinteger(L, (lua_Integer)TK_EVENTS_QUEUE_MAX);
+	lua_setfield(L, -2, "event_queue_max");
 }

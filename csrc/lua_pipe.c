@@ -27,7 +27,7 @@
 #include "process.h"
 
 #define PIPE_CHUNK ((size_t)64 * 1024)
-#define PIPE_READ_MAX ((lua_Integer)1 << 30)
+#define PIPE_READ_MAX ((lua_Integer)TK_BYTES_MAX)
 
 struct lpipe {
 	struct tk_handle h;  /* first: the handle base (lua_handle.c) */

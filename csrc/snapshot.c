@@ -121,13 +121,14 @@ __extension__ typedef unsigned __int128 u128;
 /* kernel/sched/cputime.c cputime_adjust(), without storing prev (that
  * stays the kernel's): the precise runtime split in the sampled ratio,
  * never below the split /proc reported last. */
-void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
+void tk_cputime_split(uint64_t rtime, uint64_t prev_ut, uint64_t prev_st, uint64_t *utime,
+                      uint64_t *stime)
 {
-	uint64_t rtime = w->runtime_ns, ut = w->rec.utime_ns, st = w->rec.stime_ns;
+	uint64_t ut = *utime, st = *stime;
 
-	if (w->prev_utime_ns + w->prev_stime_ns >= rtime) {
-		out->utime_ns = w->prev_utime_ns;
-		out->stime_ns = w->prev_stime_ns;
+	if (prev_ut + prev_st >= rtime) {
+		*utime = prev_ut;
+		*stime = prev_st;
 		return;
 	}
 	if (st == 0) {
@@ -145,13 +146,22 @@ void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
 		if (st > rtime)
 			st = rtime;
 	}
-	if (st < w->prev_stime_ns)
-		st = w->prev_stime_ns;
+	if (st < prev_st)
+		st = prev_st;
 	ut = rtime - st;
-	if (ut < w->prev_utime_ns) {
-		ut = w->prev_utime_ns;
+	if (ut < prev_ut) {
+		ut = prev_ut;
 		st = rtime - ut;
 	}
+	*utime = ut;
+	*stime = st;
+}
+
+void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
+{
+	uint64_t ut = w->rec.utime_ns, st = w->rec.stime_ns;
+
+	tk_cputime_split(w->runtime_ns, w->prev_utime_ns, w->prev_stime_ns, &ut, &st);
 	out->utime_ns = ut;
 	out->stime_ns = st;
 }

@@ -279,6 +279,33 @@ describe("takana.events backend choice", function()
     assert.has_error(function() takana.events { "fork\0exec" } end)
   end)
 
+  it("yields only the fields core.event_fields lists for each type", function()
+    assert.same({ "bpf", "connector", "poll" }, core.event_backends)
+    for _, backend in ipairs(core.event_backends) do
+      local ev = takana.events { backend = backend, interval = 0.001 }
+      if ev then
+        local pids = start_tree()
+        local mine = {}
+        for _, pid in ipairs(pids) do mine[pid] = true end
+        local seen = 0
+        for _ = 1, 10 do
+          takana.poll({ ev }, 0.05)
+          for e in ev:read() do
+            local allowed = {}
+            for _, f in ipairs(assert(core.event_fields[e.type], e.type)) do allowed[f] = true end
+            for k in pairs(e) do
+              assert(allowed[k], backend .. ": " .. e.type .. " event with field " .. k)
+            end
+            if mine[e.pid] then seen = seen + 1 end
+          end
+        end
+        ev:close()
+        -- poll may tick past a family this short-lived.
+        if backend ~= "poll" then assert.is_true(seen > 0, backend) end
+      end
+    end
+  end)
+
   it("closes once, however many times it is asked, and says so in tostring", function()
     local ev = assert(takana.events { backend = "poll" })
     assert.matches("^takana.Events %(poll, fd %d+%)$", tostring(ev))

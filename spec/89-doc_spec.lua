@@ -40,13 +40,12 @@ local function methods_of(obj)
   return names
 end
 
--- Fields event_push sets: what a reader may find in an event table.
+-- Fields an event table may hold, from the core's schema (TK_EVENT_FIELDS).
 local function event_fields()
-  local src = assert(H.read("csrc/lua_events.c"))
-  local body = assert(src:match("static void event_push%(.-\n}\n"))
   local set = {}
-  for f in body:gmatch('set_u64%(L, "([%w_]+)"') do set[f] = true end
-  for f in body:gmatch('lua_setfield%(L, %-2, "([%w_]+)"%)') do set[f] = true end
+  for _, fields in pairs(core.event_fields) do
+    for _, f in ipairs(fields) do set[f] = true end
+  end
   return set
 end
 

@@ -379,7 +379,7 @@ function M.probe(args)
     if p.snapshot.backend == b then detail = detail .. (detail ~= "" and " " or "") .. "(used by snapshot())" end
     row("snapshot." .. b, t, detail)
   end
-  for _, b in ipairs { "bpf", "connector", "poll" } do
+  for _, b in ipairs(core.event_backends) do
     row("events." .. b, p.events[b], p.events.backend == b and "(used by events())" or "")
   end
   row("proc", p.proc, p.proc.note or "")
@@ -448,7 +448,9 @@ function M.watch(args)
   local duration = opts.duration and tonumber(opts.duration)
   if opts.duration and not (duration and duration > 0) then usage_error("watch: --duration needs seconds > 0") end
   local backend = opts.backend or "auto"
-  if not ({ auto = 1, bpf = 1, connector = 1, poll = 1 })[backend] then
+  local known = backend == "auto"
+  for _, b in ipairs(core.event_backends) do known = known or b == backend end
+  if not known then
     usage_error("watch: unknown backend '" .. backend .. "'")
   end
   want.backend = backend

@@ -271,7 +271,10 @@ function M.poll(objects, timeout, ...)
   return ready
 end
 
-local event_backends = { "bpf", "connector", "poll" }
+-- Best first: the order "auto" tries them in.
+local event_backends = core.event_backends
+local is_event_backend = {}
+for _, name in ipairs(event_backends) do is_event_backend[name] = true end
 local event_types = { fork = true, exec = true, exit = true, comm = true }
 
 --- Subscribes to process events.
@@ -314,17 +317,20 @@ function M.events(t, ...)
     for name in pairs(event_types) do mask = mask | core.event_bits[name] end
   end
   local backend = t.backend or "auto"
-  if backend ~= "auto" and backend ~= "bpf" and backend ~= "connector" and backend ~= "poll" then
-    argerror("events", 1, "unknown backend '" .. backend .. "' (auto, bpf, connector or poll)")
+  if backend ~= "auto" and not is_event_backend[backend] then
+    local n = #event_backends
+    argerror("events", 1, ("unknown backend '%s' (auto, %s or %s)"):format(backend,
+      table.concat(event_backends, ", ", 1, n - 1), event_backends[n]))
   end
-  if t.interval and not (t.interval >= 0.001 and t.interval <= 86400) then
-    argerror("events", 1, "interval must be between 0.001 and 86400 seconds")
+  local imin, imax = core.event_interval_min, core.event_interval_max
+  if t.interval and not (t.interval >= imin and t.interval <= imax) then
+    argerror("events", 1, ("interval must be between %g and %g seconds"):format(imin, imax))
   end
-  if t.buffer and (math.type(t.buffer) ~= "integer" or t.buffer < 0 or t.buffer > 1 << 30) then
+  if t.buffer and (math.type(t.buffer) ~= "integer" or t.buffer < 0 or t.buffer > core.event_buffer_max) then
     argerror("events", 1, "buffer must be an integer number of bytes, 0..1 GiB")
   end
-  if t.queue and (math.type(t.queue) ~= "integer" or t.queue < 1 or t.queue > 1 << 24) then
-    argerror("events", 1, "queue must be an integer number of events, 1..16777216")
+  if t.queue and (math.type(t.queue) ~= "integer" or t.queue < 1 or t.queue > core.event_queue_max) then
+    argerror("events", 1, ("queue must be an integer number of events, 1..%d"):format(core.event_queue_max))
   end
   -- Without types asked for, poll delivers what it can see.
   local function mask_for(name)
@@ -337,12 +343,14 @@ function M.events(t, ...)
     return nil, why, errno
   end
   local skipped = {}
-  for _, name in ipairs(event_backends) do
+  for i, name in ipairs(event_backends) do
     local ev, why, errno = core.events_open(name, mask_for(name), t.interval, t.buffer, skipped, t.queue)
     if ev then return ev end
     skipped[name] = (why:gsub("^events: %S+ backend unavailable: ", ""))
-    if name == "poll" then
-      return nil, ("%s (bpf: %s; connector: %s)"):format(why, skipped.bpf, skipped.connector), errno
+    if i == #event_backends then
+      local better = {}
+      for k = 1, i - 1 do better[k] = event_backends[k] .. ": " .. skipped[event_backends[k]] end
+      return nil, ("%s (%s)"):format(why, table.concat(better, "; ")), errno
     end
   end
 end
