@@ -18,6 +18,7 @@
 
 #include "cgroup.h"
 #include "process.h"
+#include "util.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
 
@@ -357,18 +358,15 @@ struct pidlist {
 static int pidlist_add(void *ctx, int pid)
 {
 	struct pidlist *l = ctx;
+	int *v;
 
 	/* 0: a process outside our pid namespace, which no pidfd reaches. */
 	if (pid <= 0 || pid == l->skip)
 		return 0;
-	if (l->len == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 256;
-		int *v = realloc(l->v, cap * sizeof *v);
-		if (v == NULL)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	v = tk_grow(l->v, &l->cap, l->len + 1, sizeof *v, 256);
+	if (v == NULL)
+		return -ENOMEM;
+	l->v = v;
 	l->v[l->len++] = pid;
 	return 0;
 }
@@ -712,8 +710,7 @@ int tk_psi_parse_line(const char *line, size_t len, struct tk_psi_line *out)
 {
 	const char *p = line, *end = line + len;
 	struct tk_psi_line r;
-	uint64_t total = 0;
-	int digits = 0;
+	uint64_t total;
 
 	if (len > 0 && line[len - 1] == '\n')
 		end--;
@@ -728,15 +725,8 @@ int tk_psi_parse_line(const char *line, size_t len, struct tk_psi_line *out)
 	    expect_word(&p, end, " avg300=") < 0 || parse_fixed2(&p, end, &r.avg300) < 0 ||
 	    expect_word(&p, end, " total=") < 0)
 		return -EBADMSG;
-	while (p < end && *p >= '0' && *p <= '9') {
-		unsigned d = (unsigned)(*p - '0');
-		if (total > (UINT64_MAX - d) / 10)
-			return -EBADMSG;
-		total = total * 10 + d;
-		p++;
-		digits++;
-	}
-	if (digits == 0 || p != end)
+	p = tk_parse_u64(p, end, UINT64_MAX, &total);
+	if (p != end)
 		return -EBADMSG;
 	r.total_us = total;
 	*out = r;
