@@ -49,7 +49,22 @@ int tk_cg_open(int mount_fd, const char *rel, int *out_fd)
 	return 0;
 }
 
-int tk_cg_read(int fd, char *buf, size_t cap, size_t *len)
+int tk_cg_mount_open(const char *mount)
+{
+	int fd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int tk_cg_file_open(int dirfd, const char *file)
+{
+	int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* pread at 0 into buf; -EFBIG when the file does not fit. */
+static int cg_pread(int fd, char *buf, size_t cap, size_t *len)
 {
 	ssize_t n = pread(fd, buf, cap, 0);
 
@@ -60,6 +75,64 @@ int tk_cg_read(int fd, char *buf, size_t cap, size_t *len)
 		return -EFBIG;
 	*len = (size_t)n;
 	return 0;
+}
+
+int tk_cg_read_kept(int dirfd, const char *file, int *fd, int keep, char *buf, size_t cap,
+                    size_t *len)
+{
+	int err;
+
+	*len = 0;
+	if (*fd < 0) {
+		err = tk_cg_file_open(dirfd, file);
+		if (err < 0)
+			return err;
+		*fd = err;
+	}
+	err = cg_pread(*fd, buf, cap, len);
+	if (err == 0)
+		return 0;
+	if (!keep) {
+		close(*fd);
+		*fd = -1;
+	}
+	/* A controller disabled since: the file is gone (ENODEV). */
+	return err == -ENODEV ? -ENOENT : err;
+}
+
+int tk_cg_read_each(int dirfd, const char *file, tk_chunk_cb cb, void *ctx)
+{
+	char buf[8192];
+	int fd = tk_cg_file_open(dirfd, file), err = 0;
+
+	if (fd < 0)
+		return fd;
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n < 0) {
+			err = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		err = cb(ctx, buf, (size_t)n);
+		if (err != 0)
+			break;
+	}
+	close(fd);
+	return err;
+}
+
+int tk_cg_mkdir(int dirfd, const char *name)
+{
+	return mkdirat(dirfd, name, 0755) < 0 ? -errno : 0;
+}
+
+int tk_cg_removed(int dirfd)
+{
+	/* Every cgroup, the root included, has cgroup.controllers. */
+	return faccessat(dirfd, "cgroup.controllers", F_OK, 0) < 0 &&
+	       (errno == ENOENT || errno == ENODEV);
 }
 
 int tk_cg_write(int dirfd, const char *file, const char *value, size_t len)

@@ -274,7 +274,6 @@ static int ids_push(void *ctx, uint64_t id, const char *rel)
 
 	(void)rel;
 	v = tk_grow(w->v, &w->cap, w->len + 1, sizeof *v, 64);
-
 	if (v == NULL)
 		return -ENOMEM;
 	w->v = v;
