@@ -986,9 +986,12 @@ static int spawn_options(lua_State *L, struct spawn_state *st, int io_idx)
  *   that spawned exits), `no_new_privs = true`.
  * - `fds = {[3] = f, ...}`: more descriptors (fd, file or `:fileno()`) at
  *   the numbers 3..65535; every other descriptor is closed in the child.
- * - `setsid`, `pgroup` (true: a new group; or a pgid), `cgroup` (path or
- *   handle), `cgroup_fallback` ("attach" to move the child after the start
- *   where clone3 is unavailable).
+ * - `setsid`, `pgroup` (true: a new group; or a pgid), `cgroup` (a
+ *   takana.cgroup handle, or a path as `takana.cgroup(path)` takes it:
+ *   relative to the cgroup2 mount, "/" being the mount's root; a path that
+ *   begins with the mount point itself, "/sys/fs/cgroup/x", is that
+ *   directory), `cgroup_fallback` ("attach" to move the child after the
+ *   start where clone3 is unavailable).
  * @function spawn
  * @tparam table t `{prog, arg1, ..., env=, cwd=, cgroup=, stdin=, stdout=,
  *   stderr=, setsid=, pgroup=, cgroup_fallback=, user=, group=, groups=,
