@@ -157,8 +157,9 @@ int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
 	c.end = buf + len;
 	memset(&rec, 0, sizeof rec);
 	err = parse_head(&c, &rec);
-	if (err == 0)
-		err = parse_fields(&c, f);
+	if (err < 0)
+		return err;
+	err = parse_fields(&c, f);
 	if (err < 0)
 		return err;
 
