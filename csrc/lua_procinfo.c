@@ -386,16 +386,13 @@ static int proc_status(lua_State *L)
  * @treturn[2] nil, message, errno (EACCES for another user's process) */
 static int proc_io(lua_State *L)
 {
+#define IO_FIELD(f) { #f, offsetof(struct tk_io, f) }
 	static const struct u64_field fields[] = {
-		{ "rchar", offsetof(struct tk_io, rchar) },
-		{ "wchar", offsetof(struct tk_io, wchar) },
-		{ "syscr", offsetof(struct tk_io, syscr) },
-		{ "syscw", offsetof(struct tk_io, syscw) },
-		{ "read_bytes", offsetof(struct tk_io, read_bytes) },
-		{ "write_bytes", offsetof(struct tk_io, write_bytes) },
-		{ "cancelled_write_bytes", offsetof(struct tk_io, cancelled_write_bytes) },
+		IO_FIELD(rchar), IO_FIELD(wchar), IO_FIELD(syscr), IO_FIELD(syscw),
+		IO_FIELD(read_bytes), IO_FIELD(write_bytes), IO_FIELD(cancelled_write_bytes),
 		{ NULL, 0 },
 	};
+#undef IO_FIELD
 	struct tk_io io;
 
 	return parsed_push(L, "io", io_parse, &io, sizeof io, fields);
