@@ -28,10 +28,11 @@ enum cg_file {
  * table whose two flags are booleans). */
 enum stat_kind { SK_KV, SK_VALUE, SK_PSI, SK_EVENTS };
 
-/* The layout of cg:stat(), read in this order: each file, the section it
- * fills and its key there (NULL: the file is the whole section). A section
- * whose anchor file is absent is left out and its other files are not
- * read; a section without one is there when any of its files is. */
+/* The layout of cg:stat(), read in this order (a section's rows adjacent):
+ * each file, the section it fills and its key there (NULL: the file is the
+ * whole section). A section whose anchor file is absent is left out and
+ * its other files are not read; a section without one is there when any
+ * of its files is. */
 static const struct stat_file {
 	const char *file, *section, *key;
 	enum stat_kind kind;
