@@ -18,6 +18,7 @@
 
 #include "cgroup.h"
 #include "process.h"
+#include "util.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
 
@@ -48,7 +49,22 @@ int tk_cg_open(int mount_fd, const char *rel, int *out_fd)
 	return 0;
 }
 
-int tk_cg_read(int fd, char *buf, size_t cap, size_t *len)
+int tk_cg_mount_open(const char *mount)
+{
+	int fd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int tk_cg_file_open(int dirfd, const char *file)
+{
+	int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* pread at 0 into buf; -EFBIG when the file does not fit. */
+static int cg_pread(int fd, char *buf, size_t cap, size_t *len)
 {
 	ssize_t n = pread(fd, buf, cap, 0);
 
@@ -59,6 +75,64 @@ int tk_cg_read(int fd, char *buf, size_t cap, size_t *len)
 		return -EFBIG;
 	*len = (size_t)n;
 	return 0;
+}
+
+int tk_cg_read_kept(int dirfd, const char *file, int *fd, int keep, char *buf, size_t cap,
+                    size_t *len)
+{
+	int err;
+
+	*len = 0;
+	if (*fd < 0) {
+		err = tk_cg_file_open(dirfd, file);
+		if (err < 0)
+			return err;
+		*fd = err;
+	}
+	err = cg_pread(*fd, buf, cap, len);
+	if (err == 0)
+		return 0;
+	if (!keep) {
+		close(*fd);
+		*fd = -1;
+	}
+	/* A controller disabled since: the file is gone (ENODEV). */
+	return err == -ENODEV ? -ENOENT : err;
+}
+
+int tk_cg_read_each(int dirfd, const char *file, tk_chunk_cb cb, void *ctx)
+{
+	char buf[8192];
+	int fd = tk_cg_file_open(dirfd, file), err = 0;
+
+	if (fd < 0)
+		return fd;
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n < 0) {
+			err = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		err = cb(ctx, buf, (size_t)n);
+		if (err != 0)
+			break;
+	}
+	close(fd);
+	return err;
+}
+
+int tk_cg_mkdir(int dirfd, const char *name)
+{
+	return mkdirat(dirfd, name, 0755) < 0 ? -errno : 0;
+}
+
+int tk_cg_removed(int dirfd)
+{
+	/* Every cgroup, the root included, has cgroup.controllers. */
+	return faccessat(dirfd, "cgroup.controllers", F_OK, 0) < 0 &&
+	       (errno == ENOENT || errno == ENODEV);
 }
 
 int tk_cg_write(int dirfd, const char *file, const char *value, size_t len)
@@ -357,18 +431,15 @@ struct pidlist {
 static int pidlist_add(void *ctx, int pid)
 {
 	struct pidlist *l = ctx;
+	int *v;
 
 	/* 0: a process outside our pid namespace, which no pidfd reaches. */
 	if (pid <= 0 || pid == l->skip)
 		return 0;
-	if (l->len == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 256;
-		int *v = realloc(l->v, cap * sizeof *v);
-		if (v == NULL)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	v = tk_grow(l->v, &l->cap, l->len + 1, sizeof *v, 256);
+	if (v == NULL)
+		return -ENOMEM;
+	l->v = v;
 	l->v[l->len++] = pid;
 	return 0;
 }
@@ -712,8 +783,7 @@ int tk_psi_parse_line(const char *line, size_t len, struct tk_psi_line *out)
 {
 	const char *p = line, *end = line + len;
 	struct tk_psi_line r;
-	uint64_t total = 0;
-	int digits = 0;
+	uint64_t total;
 
 	if (len > 0 && line[len - 1] == '\n')
 		end--;
@@ -728,15 +798,8 @@ int tk_psi_parse_line(const char *line, size_t len, struct tk_psi_line *out)
 	    expect_word(&p, end, " avg300=") < 0 || parse_fixed2(&p, end, &r.avg300) < 0 ||
 	    expect_word(&p, end, " total=") < 0)
 		return -EBADMSG;
-	while (p < end && *p >= '0' && *p <= '9') {
-		unsigned d = (unsigned)(*p - '0');
-		if (total > (UINT64_MAX - d) / 10)
-			return -EBADMSG;
-		total = total * 10 + d;
-		p++;
-		digits++;
-	}
-	if (digits == 0 || p != end)
+	p = tk_parse_u64(p, end, UINT64_MAX, &total);
+	if (p != end)
 		return -EBADMSG;
 	r.total_us = total;
 	*out = r;

@@ -10,8 +10,25 @@
  * RESOLVE_NO_XDEV, or a checked openat before Linux 5.6. -EXDEV when the
  * result is not on cgroup2. */
 int tk_cg_open(int mount_fd, const char *rel, int *out_fd);
-/* pread at 0 into buf; -EFBIG when the file does not fit. */
-int tk_cg_read(int fd, char *buf, size_t cap, size_t *len);
+/* open(2) of the cgroup2 mount directory: the fd, or -errno. */
+int tk_cg_mount_open(const char *mount);
+/* A file of dirfd opened for reading: the fd, or -errno. */
+int tk_cg_file_open(int dirfd, const char *file);
+/* Reads dirfd/file whole into buf through *fd, which is opened first when
+ * -1 and kept for the next read. A read that fails closes *fd again unless
+ * keep is set (the descriptor someone polls must stay). A file gone (a
+ * controller disabled since: ENODEV) reads as -ENOENT; -EFBIG when the
+ * file does not fit in cap. */
+int tk_cg_read_kept(int dirfd, const char *file, int *fd, int keep, char *buf, size_t cap,
+                    size_t *len);
+/* Reads dirfd/file to its end, a chunk at a time through cb; cb returns 0
+ * to go on, anything else stops the read and is returned. */
+typedef int (*tk_chunk_cb)(void *ctx, const char *buf, size_t len);
+int tk_cg_read_each(int dirfd, const char *file, tk_chunk_cb cb, void *ctx);
+/* mkdir(2) of a child cgroup (mode 0755) named name beneath dirfd. */
+int tk_cg_mkdir(int dirfd, const char *name);
+/* 1 when dirfd's cgroup was removed (its cgroup.controllers is gone). */
+int tk_cg_removed(int dirfd);
 /* One write(2) of value into dirfd/file. */
 int tk_cg_write(int dirfd, const char *file, const char *value, size_t len);
 

@@ -20,6 +20,7 @@
 
 #include "cgroup.h"
 #include "core.h"
+#include "util.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
 #define MOUNTINFO_MAX (1u << 20)
@@ -269,17 +270,13 @@ struct ids {
 static int ids_push(void *ctx, uint64_t id, const char *rel)
 {
 	struct ids *w = ctx;
+	uint64_t *v;
 
 	(void)rel;
-	if (w->len == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-		uint64_t *v = realloc(w->v, cap * sizeof *v);
-
-		if (v == NULL)
-			return -ENOMEM;
-		w->v = v;
-		w->cap = cap;
-	}
+	v = tk_grow(w->v, &w->cap, w->len + 1, sizeof *v, 64);
+	if (v == NULL)
+		return -ENOMEM;
+	w->v = v;
 	w->v[w->len++] = id;
 	return 0;
 }

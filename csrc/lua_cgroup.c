@@ -8,10 +8,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "binding.h"
@@ -25,10 +23,42 @@ enum cg_file {
 	CGF_CPU_PRESSURE, CGF_MEM_PRESSURE, CGF_IO_PRESSURE, CGF_EVENTS, CGF_COUNT
 };
 
-static const char *const cg_files[CGF_COUNT] = {
-	"cpu.stat", "memory.current", "memory.peak", "memory.max", "memory.high",
-	"memory.events", "pids.current", "pids.max", "pids.peak",
-	"cpu.pressure", "memory.pressure", "io.pressure", "cgroup.events",
+/* How a file of cg:stat() becomes Lua: a table of its "key value" lines,
+ * one value, a table of its pressure lines, or cgroup.events (a key-value
+ * table whose two flags are booleans). */
+enum stat_kind { SK_KV, SK_VALUE, SK_PSI, SK_EVENTS };
+
+/* The layout of cg:stat(), read in this order (a section's rows adjacent):
+ * each file, the section it fills and its key there (NULL: the file is the
+ * whole section). A section whose anchor file is absent is left out and
+ * its other files are not read; a section without one is there when any
+ * of its files is. */
+static const struct stat_file {
+	const char *file, *section, *key;
+	enum stat_kind kind;
+	int anchor;
+} stat_layout[CGF_COUNT] = {
+	[CGF_CPU_STAT] = { "cpu.stat", "cpu", NULL, SK_KV, 0 },
+	[CGF_MEM_CURRENT] = { "memory.current", "memory", "current", SK_VALUE, 1 },
+	[CGF_MEM_PEAK] = { "memory.peak", "memory", "peak", SK_VALUE, 0 },
+	[CGF_MEM_MAX] = { "memory.max", "memory", "max", SK_VALUE, 0 },
+	[CGF_MEM_HIGH] = { "memory.high", "memory", "high", SK_VALUE, 0 },
+	[CGF_MEM_EVENTS] = { "memory.events", "memory", "events", SK_KV, 0 },
+	[CGF_PIDS_CURRENT] = { "pids.current", "pids", "current", SK_VALUE, 1 },
+	[CGF_PIDS_MAX] = { "pids.max", "pids", "max", SK_VALUE, 0 },
+	[CGF_PIDS_PEAK] = { "pids.peak", "pids", "peak", SK_VALUE, 0 },
+	[CGF_CPU_PRESSURE] = { "cpu.pressure", "pressure", "cpu", SK_PSI, 0 },
+	[CGF_MEM_PRESSURE] = { "memory.pressure", "pressure", "memory", SK_PSI, 0 },
+	[CGF_IO_PRESSURE] = { "io.pressure", "pressure", "io", SK_PSI, 0 },
+	[CGF_EVENTS] = { "cgroup.events", "events", NULL, SK_EVENTS, 0 },
+};
+
+/* Keys renamed with their values rescaled, so every duration is in ns. */
+static const struct key_unit {
+	const char *suffix, *to;
+	lua_Integer scale;
+} key_units[] = {
+	{ "_usec", "_ns", 1000 },
 };
 
 struct lcgroup {
@@ -48,26 +78,10 @@ static struct lcgroup *cg_check(lua_State *L, int idx)
 /* Reads one of the stat files through its kept fd. -ENOENT when absent. */
 static int cg_file_read(struct lcgroup *cg, int f, char *buf, size_t *len)
 {
-	int err;
-
-	*len = 0;
-	if (cg->fds[f] < 0) {
-		cg->fds[f] = openat(cg->h.fd, cg_files[f], O_RDONLY | O_CLOEXEC);
-		if (cg->fds[f] < 0)
-			return -errno;
-	}
-	err = tk_cg_read(cg->fds[f], buf, READ_BUF, len);
 	/* cgroup.events goes only with the cgroup: its fd, the one polled,
 	 * stays, so an event loop never holds a closed descriptor. */
-	if (err < 0 && f == CGF_EVENTS)
-		return err == -ENODEV ? -ENOENT : err;
-	if (err < 0) {
-		/* A controller disabled since: the file is gone (ENODEV). */
-		close(cg->fds[f]);
-		cg->fds[f] = -1;
-		return err == -ENODEV ? -ENOENT : err;
-	}
-	return 0;
+	return tk_cg_read_kept(cg->h.fd, stat_layout[f].file, &cg->fds[f], f == CGF_EVENTS, buf,
+	                       READ_BUF, len);
 }
 
 /* "max" stays the string "max"; numbers become integers. */
@@ -96,25 +110,31 @@ static void value_push(lua_State *L, const char *v, size_t len)
 	lua_pushlstring(L, v, len);
 }
 
-/* kv callback: sets t[key] = value; keys ending in _usec become _ns. */
+/* kv callback: sets t[key] = value, renamed and rescaled by key_units. */
 static void kv_set(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
 {
 	lua_State *L = ctx;
 
-	if (klen > 5 && memcmp(key + klen - 5, "_usec", 5) == 0) {
-		value_push(L, val, vlen);
+	value_push(L, val, vlen);
+	for (size_t i = 0; i < sizeof key_units / sizeof key_units[0]; i++) {
+		const struct key_unit *u = &key_units[i];
+		size_t slen = strlen(u->suffix);
+
+		if (klen <= slen || memcmp(key + klen - slen, u->suffix, slen) != 0)
+			continue;
 		if (lua_isinteger(L, -1)) {
-			lua_Integer us = lua_tointeger(L, -1);
+			lua_Integer v = lua_tointeger(L, -1);
 			lua_pop(L, 1);
-			lua_pushinteger(L, us > LUA_MAXINTEGER / 1000 ? LUA_MAXINTEGER : us * 1000);
+			lua_pushinteger(L, v > LUA_MAXINTEGER / u->scale ? LUA_MAXINTEGER : v * u->scale);
 		}
-		lua_pushlstring(L, key, klen - 5);
-		lua_pushliteral(L, "_ns");
+		lua_pushlstring(L, key, klen - slen);
+		lua_pushstring(L, u->to);
 		lua_concat(L, 2);
-	} else {
-		value_push(L, val, vlen);
-		lua_pushlstring(L, key, klen);
+		lua_insert(L, -2);
+		lua_rawset(L, -3);
+		return;
 	}
+	lua_pushlstring(L, key, klen);
 	lua_insert(L, -2);
 	lua_rawset(L, -3);
 }
@@ -152,16 +172,29 @@ static int stat_note(struct stat_error *se, int f, int err)
 	return err;
 }
 
-static int single_field(lua_State *L, struct lcgroup *cg, int f, const char *name, char *buf,
-                        struct stat_error *se)
+static int single_push(lua_State *L, struct lcgroup *cg, int f, char *buf,
+                       struct stat_error *se)
 {
 	size_t len;
 
 	if (stat_note(se, f, cg_file_read(cg, f, buf, &len)) < 0)
 		return 0;
 	value_push(L, buf, len);
-	lua_setfield(L, -2, name);
 	return 1;
+}
+
+/* A pressure line as {avg10, avg60, avg300, total_ns}, room for nrec keys. */
+static void psi_line_push(lua_State *L, const struct tk_psi_line *line, int nrec)
+{
+	lua_createtable(L, 0, nrec);
+	lua_pushnumber(L, line->avg10);
+	lua_setfield(L, -2, "avg10");
+	lua_pushnumber(L, line->avg60);
+	lua_setfield(L, -2, "avg60");
+	lua_pushnumber(L, line->avg300);
+	lua_setfield(L, -2, "avg300");
+	lua_pushinteger(L, (lua_Integer)line->total_us * 1000);
+	lua_setfield(L, -2, "total_ns");
 }
 
 static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf, struct stat_error *se)
@@ -178,15 +211,7 @@ static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf, struct s
 		if (eol == NULL)
 			eol = end;
 		if (tk_psi_parse_line(p, (size_t)(eol - p), &line) == 0) {
-			lua_createtable(L, 0, 4);
-			lua_pushnumber(L, line.avg10);
-			lua_setfield(L, -2, "avg10");
-			lua_pushnumber(L, line.avg60);
-			lua_setfield(L, -2, "avg60");
-			lua_pushnumber(L, line.avg300);
-			lua_setfield(L, -2, "avg300");
-			lua_pushinteger(L, (lua_Integer)line.total_us * 1000);
-			lua_setfield(L, -2, "total_ns");
+			psi_line_push(L, &line, 4);
 			lua_setfield(L, -2, line.full ? "full" : "some");
 		} else if (eol > p) {
 			stat_note(se, f, -EBADMSG);
@@ -219,6 +244,67 @@ static int events_push(lua_State *L, struct lcgroup *cg, char *buf)
 	return 0;
 }
 
+/* Pushes file f as stat_layout says and returns 1, or pushes nothing and
+ * returns 0 (the failure noted in se unless the file is absent). */
+static int stat_file_push(lua_State *L, struct lcgroup *cg, int f, char *buf,
+                          struct stat_error *se)
+{
+	switch (stat_layout[f].kind) {
+	case SK_KV:
+		return stat_note(se, f, kv_file_push(L, cg, f, buf)) == 0;
+	case SK_VALUE:
+		return single_push(L, cg, f, buf, se);
+	case SK_PSI:
+		return psi_push(L, cg, f, buf, se);
+	case SK_EVENTS:
+		return stat_note(se, f, events_push(L, cg, buf)) == 0;
+	}
+	return 0;
+}
+
+/* Sets the section table on top into the result beneath it when it holds
+ * anything, else drops it. */
+static void section_close(lua_State *L, const char *section, int have)
+{
+	if (section == NULL)
+		return;
+	if (have)
+		lua_setfield(L, -2, section);
+	else
+		lua_pop(L, 1);
+}
+
+/* Fills the table on top with the sections of stat_layout. */
+static void stat_sections(lua_State *L, struct lcgroup *cg, char *buf, struct stat_error *se)
+{
+	const char *open = NULL;  /* the section whose table is on top */
+	int have = 0, skip = 0;
+
+	for (int f = 0; f < CGF_COUNT; f++) {
+		const struct stat_file *sf = &stat_layout[f];
+
+		if (open != NULL && strcmp(open, sf->section) == 0) {
+			if (skip)
+				continue;
+		} else {
+			section_close(L, open, have);
+			open = NULL;
+			if (sf->key != NULL) {
+				lua_newtable(L);
+				open = sf->section;
+				have = skip = 0;
+			}
+		}
+		if (!stat_file_push(L, cg, f, buf, se)) {
+			skip = sf->anchor;
+			continue;
+		}
+		lua_setfield(L, -2, sf->key != NULL ? sf->key : sf->section);
+		have = 1;
+	}
+	section_close(L, open, have);
+}
+
 /*** Reads the unit's accounting: sections `cpu`, `memory`, `pids`,
  * `pressure`, `events`. A section whose files are absent is absent;
  * `cg:why(section)` says why.
@@ -231,63 +317,17 @@ static int cg_stat(lua_State *L)
 	struct lcgroup *cg = cg_check(L, 1);
 	struct stat_error se = { 0, 0 };
 	char *buf;
-	int have;
 
 	tk_check_nargs(L, 1);
 	buf = lua_newuserdatauv(L, READ_BUF, 0);
 	lua_createtable(L, 0, 5);
-
-	if (stat_note(&se, CGF_CPU_STAT, kv_file_push(L, cg, CGF_CPU_STAT, buf)) == 0)
-		lua_setfield(L, -2, "cpu");
-
-	lua_createtable(L, 0, 5);
-	have = single_field(L, cg, CGF_MEM_CURRENT, "current", buf, &se);
-	if (have) {
-		single_field(L, cg, CGF_MEM_PEAK, "peak", buf, &se);
-		single_field(L, cg, CGF_MEM_MAX, "max", buf, &se);
-		single_field(L, cg, CGF_MEM_HIGH, "high", buf, &se);
-		if (stat_note(&se, CGF_MEM_EVENTS, kv_file_push(L, cg, CGF_MEM_EVENTS, buf)) == 0)
-			lua_setfield(L, -2, "events");
-		lua_setfield(L, -2, "memory");
-	} else {
-		lua_pop(L, 1);
-	}
-
-	lua_createtable(L, 0, 3);
-	if (single_field(L, cg, CGF_PIDS_CURRENT, "current", buf, &se)) {
-		single_field(L, cg, CGF_PIDS_MAX, "max", buf, &se);
-		single_field(L, cg, CGF_PIDS_PEAK, "peak", buf, &se);
-		lua_setfield(L, -2, "pids");
-	} else {
-		lua_pop(L, 1);
-	}
-
-	lua_createtable(L, 0, 3);
-	have = psi_push(L, cg, CGF_CPU_PRESSURE, buf, &se);
-	if (have)
-		lua_setfield(L, -2, "cpu");
-	if (psi_push(L, cg, CGF_MEM_PRESSURE, buf, &se)) {
-		lua_setfield(L, -2, "memory");
-		have = 1;
-	}
-	if (psi_push(L, cg, CGF_IO_PRESSURE, buf, &se)) {
-		lua_setfield(L, -2, "io");
-		have = 1;
-	}
-	if (have)
-		lua_setfield(L, -2, "pressure");
-	else
-		lua_pop(L, 1);
-
-	if (stat_note(&se, CGF_EVENTS, events_push(L, cg, buf)) == 0)
-		lua_setfield(L, -2, "events");
+	stat_sections(L, cg, buf, &se);
 	if (se.err < 0)
-		return tk_push_error(L, lua_pushfstring(L, "stat %s", cg_files[se.file]), se.err);
-	/* Every cgroup, the root included, has cgroup.controllers: a handle
-	 * whose directory was removed finds none, and that is an error, not a
-	 * cgroup without sections. */
-	if (faccessat(cg->h.fd, "cgroup.controllers", F_OK, 0) < 0 &&
-	    (errno == ENOENT || errno == ENODEV)) {
+		return tk_push_error(L, lua_pushfstring(L, "stat %s", stat_layout[se.file].file),
+		                     se.err);
+	/* A handle whose directory was removed finds no cgroup.controllers,
+	 * and that is an error, not a cgroup without sections. */
+	if (tk_cg_removed(cg->h.fd)) {
 		lua_getiuservalue(L, 1, 1);
 		lua_pushnil(L);
 		lua_pushfstring(L, "stat /%s: the cgroup was removed (its directory is gone); "
@@ -344,36 +384,25 @@ static int file_name_check(lua_State *L, int idx)
  * @string file e.g. "cgroup.controllers"
  * @treturn[1] string
  * @treturn[2] nil, message, errno */
+static int buffer_add(void *ctx, const char *chunk, size_t len)
+{
+	luaL_addlstring(ctx, chunk, len);
+	return 0;
+}
+
 static int cg_get(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
 	const char *file = luaL_checkstring(L, 2);
 	luaL_Buffer b;
-	char *buf;
-	ssize_t n;
-	int fd;
+	int err;
 
 	file_name_check(L, 2);
 	tk_check_nargs(L, 2);
-	fd = openat(cg->h.fd, file, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int saved = errno; /* the message allocates */
-		return tk_push_error(L, lua_pushfstring(L, "get %s", file), -saved);
-	}
 	luaL_buffinit(L, &b);
-	for (;;) {
-		buf = luaL_prepbuffsize(&b, READ_BUF);
-		n = read(fd, buf, READ_BUF);
-		if (n < 0) {
-			int e = errno;
-			close(fd);
-			return tk_push_error(L, lua_pushfstring(L, "get %s", file), -e);
-		}
-		if (n == 0)
-			break;
-		luaL_addsize(&b, (size_t)n);
-	}
-	close(fd);
+	err = tk_cg_read_each(cg->h.fd, file, buffer_add, &b);
+	if (err < 0)
+		return tk_push_error(L, lua_pushfstring(L, "get %s", file), err);
 	luaL_pushresult(&b);
 	return 1;
 }
@@ -407,13 +436,13 @@ static int l_cgroup_mkdir(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
 	const char *name = luaL_checkstring(L, 2);
+	int err;
 
 	file_name_check(L, 2);
 	tk_check_nargs(L, 2);
-	if (mkdirat(cg->h.fd, name, 0755) < 0) {
-		int saved = errno; /* the message allocates */
-		return tk_push_error(L, lua_pushfstring(L, "mkdir %s", name), -saved);
-	}
+	err = tk_cg_mkdir(cg->h.fd, name);
+	if (err < 0)
+		return tk_push_error(L, lua_pushfstring(L, "mkdir %s", name), err);
 	lua_pushboolean(L, 1);
 	return 1;
 }
@@ -438,6 +467,15 @@ static int l_cgroup_rmdir(lua_State *L)
 	return 1;
 }
 
+/* A cgroup id, or nil, "ctx: msg", errno when err < 0. */
+static int id_push(lua_State *L, const char *ctx, int err, uint64_t id)
+{
+	if (err < 0)
+		return tk_push_error(L, ctx, err);
+	lua_pushinteger(L, tk_u64_int(id));
+	return 1;
+}
+
 /* core.cgroup_id(cg) -> id | nil, msg, errno */
 static int l_cgroup_id(lua_State *L)
 {
@@ -447,10 +485,7 @@ static int l_cgroup_id(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	err = tk_cg_id(cg->h.fd, &id);
-	if (err < 0)
-		return tk_push_error(L, "cgroup id", err);
-	lua_pushinteger(L, tk_u64_int(id));
-	return 1;
+	return id_push(L, "cgroup id", err, id);
 }
 
 /* core.cgroup_has_pid(cg, pid) -> boolean | nil, msg, errno */
@@ -469,13 +504,17 @@ static int l_cgroup_has_pid(lua_State *L)
 	return 1;
 }
 
+/* Appends the value on top to the list beneath it. */
+static int list_append(lua_State *L)
+{
+	lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+	return 0;
+}
+
 static int procs_append(void *ctx, int pid)
 {
-	lua_State *L = ctx;
-
-	lua_pushinteger(L, pid);
-	lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
-	return 0;
+	lua_pushinteger(ctx, pid);
+	return list_append(ctx);
 }
 
 /* core.cgroup_subtree_procs(cg, max_dirs) -> {pid...} of the cgroup and
@@ -493,6 +532,16 @@ static int l_cgroup_subtree_procs(lua_State *L)
 	if (r < 0)
 		return tk_push_error(L, "cgroup.procs", r);
 	return 1;
+}
+
+/* Opens the cgroup2 mount into *mfd: 0, or pushes nil, msg, errno and
+ * returns 3. */
+static int mount_open_push(lua_State *L, const char *mount, int *mfd)
+{
+	*mfd = tk_cg_mount_open(mount);
+	if (*mfd < 0)
+		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), *mfd);
+	return 0;
 }
 
 /* core.cgroup_find(mount, depth, suffix, pid, id, max_dirs) -> relative
@@ -513,11 +562,8 @@ static int l_cgroup_find(lua_State *L)
 	luaL_argcheck(L, pid >= 0 && pid <= 0x7fffffff, 4, "pid out of range");
 	luaL_argcheck(L, max > 0 && max <= 1 << 20, 6, "directory bound out of range");
 	out = lua_newuserdatauv(L, 4096, 0);
-	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (mfd < 0) {
-		int saved = errno; /* the message allocates */
-		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -saved);
-	}
+	if (mount_open_push(L, mount, &mfd))
+		return 3;
 	r = tk_cg_find(mfd, (int)depth, suffix, (int)pid, (uint64_t)id, (int)max, out, 4096);
 	close(mfd);
 	if (r < 0)
@@ -584,11 +630,8 @@ static int l_cgroup_signal(lua_State *L)
 
 static int child_append(void *ctx, const char *name)
 {
-	lua_State *L = ctx;
-
-	lua_pushstring(L, name);
-	lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-	return 0;
+	lua_pushstring(ctx, name);
+	return list_append(ctx);
 }
 
 /* core.cgroup_children(cg) -> {name...} in directory order | nil, msg,
@@ -622,15 +665,21 @@ static int l_getpid(lua_State *L)
 	return 1;
 }
 
-/* core.pidfd_pid(fd) -> pid | nil, msg, errno (ESRCH once reaped) */
-static int l_pidfd_pid(lua_State *L)
+/* The descriptor argument of the pidfd_ functions. */
+static int pidfd_arg(lua_State *L)
 {
 	lua_Integer fd = luaL_checkinteger(L, 1);
-	int pid, r;
 
 	tk_check_nargs(L, 1);
 	luaL_argcheck(L, fd >= 0 && fd <= 0x7fffffff, 1, "descriptor out of range");
-	r = tk_pidfd_pid((int)fd, &pid);
+	return (int)fd;
+}
+
+/* core.pidfd_pid(fd) -> pid | nil, msg, errno (ESRCH once reaped) */
+static int l_pidfd_pid(lua_State *L)
+{
+	int pid, r = tk_pidfd_pid(pidfd_arg(L), &pid);
+
 	if (r < 0)
 		return tk_push_error(L, "pidfd", r);
 	lua_pushinteger(L, pid);
@@ -641,17 +690,10 @@ static int l_pidfd_pid(lua_State *L)
  * Linux 6.13) */
 static int l_pidfd_cgroup_id(lua_State *L)
 {
-	lua_Integer fd = luaL_checkinteger(L, 1);
 	uint64_t id;
-	int r;
+	int r = tk_pidfd_cgroup_id(pidfd_arg(L), &id);
 
-	tk_check_nargs(L, 1);
-	luaL_argcheck(L, fd >= 0 && fd <= 0x7fffffff, 1, "descriptor out of range");
-	r = tk_pidfd_cgroup_id((int)fd, &id);
-	if (r < 0)
-		return tk_push_error(L, "PIDFD_GET_INFO", r);
-	lua_pushinteger(L, tk_u64_int(id));
-	return 1;
+	return id_push(L, "PIDFD_GET_INFO", r, id);
 }
 
 /*** The descriptor to poll: the cgroup's cgroup.events, which the kernel
@@ -679,16 +721,16 @@ static int cg_fileno(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	if (cg->fds[CGF_EVENTS] < 0) {
-		cg->fds[CGF_EVENTS] = openat(cg->h.fd, "cgroup.events", O_RDONLY | O_CLOEXEC);
-		if (cg->fds[CGF_EVENTS] < 0) {
-			int e = errno;
+		int fd = tk_cg_file_open(cg->h.fd, stat_layout[CGF_EVENTS].file);
+		if (fd < 0) {
 			lua_getiuservalue(L, 1, 1);
-			if (e == ENOENT && *lua_tostring(L, -1) == '\0')
+			if (fd == -ENOENT && *lua_tostring(L, -1) == '\0')
 				return luaL_argerror(L, 1, "the root cgroup has no cgroup.events, so there is "
 				                     "nothing to poll; poll a child cgroup instead");
 			return tk_push_error(L, lua_pushfstring(L, "fileno /%s: cgroup.events",
-			                                        lua_tostring(L, -1)), -e);
+			                                        lua_tostring(L, -1)), fd);
 		}
+		cg->fds[CGF_EVENTS] = fd;
 	}
 	lua_pushinteger(L, cg->fds[CGF_EVENTS]);
 	return 1;
@@ -775,11 +817,10 @@ static int l_cgroup_open(lua_State *L)
 	for (int i = 0; i < CGF_COUNT; i++)
 		cg->fds[i] = -1;
 	luaL_setmetatable(L, TK_CGROUP_MT);
-	cg->mountfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (cg->mountfd < 0) {
-		int saved = errno; /* the message allocates */
-		return tk_push_error(L, lua_pushfstring(L, "cgroup: open %s", mount), -saved);
-	}
+	err = tk_cg_mount_open(mount);
+	if (err < 0)
+		return tk_push_error(L, lua_pushfstring(L, "cgroup: open %s", mount), err);
+	cg->mountfd = err;
 	err = tk_cg_open(cg->mountfd, *rel ? rel : ".", &cg->h.fd);
 	if (err < 0) {
 		close(cg->mountfd);
@@ -820,17 +861,9 @@ static int l_psi_parse(lua_State *L)
 
 	if (err < 0)
 		return tk_push_error(L, "psi_parse", err);
-	lua_createtable(L, 0, 5);
+	psi_line_push(L, &line, 5);
 	lua_pushstring(L, line.full ? "full" : "some");
 	lua_setfield(L, -2, "kind");
-	lua_pushnumber(L, line.avg10);
-	lua_setfield(L, -2, "avg10");
-	lua_pushnumber(L, line.avg60);
-	lua_setfield(L, -2, "avg60");
-	lua_pushnumber(L, line.avg300);
-	lua_setfield(L, -2, "avg300");
-	lua_pushinteger(L, (lua_Integer)line.total_us * 1000);
-	lua_setfield(L, -2, "total_ns");
 	return 1;
 }
 
@@ -890,11 +923,8 @@ static int l_cgroup_path_by_handle(lua_State *L)
 
 	tk_check_nargs(L, 2);
 	out = lua_newuserdatauv(L, 4096, 0);
-	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (mfd < 0) {
-		int saved = errno; /* the message allocates */
-		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -saved);
-	}
+	if (mount_open_push(L, mount, &mfd))
+		return 3;
 	r = tk_cg_path_by_handle(mfd, (uint64_t)id, out, 4096);
 	close(mfd);
 	if (r < 0)
@@ -922,11 +952,8 @@ static int l_cgroup_ids(lua_State *L)
 	tk_check_nargs(L, 2);
 	luaL_argcheck(L, max > 0 && max <= 1 << 20, 2, "directory bound out of range");
 	lua_newtable(L);
-	mfd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (mfd < 0) {
-		int saved = errno;
-		return tk_push_error(L, lua_pushfstring(L, "open %s", mount), -saved);
-	}
+	if (mount_open_push(L, mount, &mfd))
+		return 3;
 	r = tk_cg_walk_ids(mfd, (int)max, id_set, L);
 	close(mfd);
 	if (r < 0)

@@ -74,50 +74,15 @@ static int write_all(int fd, const char *data, size_t len)
 	return 0;
 }
 
-/* core.textfile_write(dir, name, data) -> true | nil, msg, errno.
- * DIR/name ends up holding exactly data, or is left as it was. */
-static int l_textfile_write(lua_State *L)
+/* Writes data to a fresh temporary name in dirfd and renames it to name.
+ * Returns 0 or -errno, with *step naming the call that failed. */
+static int file_replace(int dirfd, const char *name, const char *data, size_t data_len,
+                        const char **step)
 {
-	size_t name_len, data_len;
-	const char *dir = luaL_checkstring(L, 1);
-	const char *name = luaL_checklstring(L, 2, &name_len);
-	const char *data = luaL_checklstring(L, 3, &data_len);
 	char tmp[NAME_MAX + 1];
-	const char *step;
-	char mode_text[8];
-	mode_t mode = 0;
-	uid_t owner = 0;
-	int dirfd, fd = -1, err = 0;
+	int fd = -1, err = 0;
 
-	tk_check_nargs(L, 3);
-	luaL_argcheck(L, name_len > 0 && name_len + TMP_RANDOM + 3 <= NAME_MAX &&
-	              strlen(name) == name_len && strchr(name, '/') == NULL &&
-	              strcmp(name, ".") != 0 && strcmp(name, "..") != 0, 2,
-	              "a plain file name expected (no '/', NUL, '.' or '..', at most 240 bytes)");
-
-	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0) {
-		int saved = errno; /* the message allocates */
-		return tk_push_error(L, lua_pushfstring(L, "textfile directory %s", dir), saved);
-	}
-	err = dir_check(dirfd, &mode, &owner);
-	if (err == -EPERM) {
-		close(dirfd);
-		snprintf(mode_text, sizeof mode_text, "%04o", (unsigned)mode);
-		lua_pushnil(L);
-		lua_pushfstring(L, "textfile directory %s: writable by group or others (mode %s, "
-		                "owner uid %d), so another user could plant or swap files in it; "
-		                "remove that permission (chmod go-w), or make it sticky (chmod +t) "
-		                "and owned by root or uid %d", dir, mode_text, (int)owner, (int)geteuid());
-		lua_pushinteger(L, EPERM);
-		return 3;
-	}
-	if (err < 0) {
-		close(dirfd);
-		return tk_push_error(L, lua_pushfstring(L, "textfile directory %s", dir), err);
-	}
-
-	step = "create";
+	*step = "create";
 	for (int tries = 0; fd < 0 && tries < TMP_TRIES; tries++) {
 		err = tmp_name(tmp, sizeof tmp, name);
 		if (err < 0)
@@ -128,26 +93,80 @@ static int l_textfile_write(lua_State *L)
 		if (err != -EEXIST)
 			break;
 	}
-	if (fd >= 0) {
-		step = "write";
-		err = write_all(fd, data, data_len);
-		/* Data on disk before the name points at it: after a crash the
-		 * collector sees the old file or the new one, never an empty one. */
-		if (err == 0) {
-			step = "fsync";
-			err = fsync(fd) < 0 ? -errno : 0;
-		}
-		if (close(fd) < 0 && err == 0) {
-			step = "close";
-			err = -errno;
-		}
-		if (err == 0) {
-			step = "rename";
-			err = renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
-		}
-		if (err < 0)
-			unlinkat(dirfd, tmp, 0);
+	if (fd < 0)
+		return err;
+	*step = "write";
+	err = write_all(fd, data, data_len);
+	/* Data on disk before the name points at it: after a crash the
+	 * collector sees the old file or the new one, never an empty one. */
+	if (err == 0) {
+		*step = "fsync";
+		err = fsync(fd) < 0 ? -errno : 0;
 	}
+	if (close(fd) < 0 && err == 0) {
+		*step = "close";
+		err = -errno;
+	}
+	if (err == 0) {
+		*step = "rename";
+		err = renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
+	}
+	if (err < 0)
+		unlinkat(dirfd, tmp, 0);
+	return err;
+}
+
+/* Opens dir into *dirfd, or closes it again and pushes nil, msg, errno
+ * (returning 3) when it cannot be opened or others could write into it. */
+static int textfile_dir_open(lua_State *L, const char *dir, int *dirfd)
+{
+	char mode_text[8];
+	mode_t mode = 0;
+	uid_t owner = 0;
+	int err;
+
+	*dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (*dirfd < 0) {
+		int saved = errno; /* the message allocates */
+		return tk_push_error(L, lua_pushfstring(L, "textfile directory %s", dir), saved);
+	}
+	err = dir_check(*dirfd, &mode, &owner);
+	if (err == 0)
+		return 0;
+	close(*dirfd);
+	if (err != -EPERM)
+		return tk_push_error(L, lua_pushfstring(L, "textfile directory %s", dir), err);
+	snprintf(mode_text, sizeof mode_text, "%04o", (unsigned)mode);
+	lua_pushnil(L);
+	lua_pushfstring(L, "textfile directory %s: writable by group or others (mode %s, "
+	                "owner uid %d), so another user could plant or swap files in it; "
+	                "remove that permission (chmod go-w), or make it sticky (chmod +t) "
+	                "and owned by root or uid %d", dir, mode_text, (int)owner, (int)geteuid());
+	lua_pushinteger(L, EPERM);
+	return 3;
+}
+
+/* core.textfile_write(dir, name, data) -> true | nil, msg, errno.
+ * DIR/name ends up holding exactly data, or is left as it was. */
+static int l_textfile_write(lua_State *L)
+{
+	size_t name_len, data_len;
+	const char *dir = luaL_checkstring(L, 1);
+	const char *name = luaL_checklstring(L, 2, &name_len);
+	const char *data = luaL_checklstring(L, 3, &data_len);
+	const char *step;
+	int dirfd, err, nret;
+
+	tk_check_nargs(L, 3);
+	luaL_argcheck(L, name_len > 0 && name_len + TMP_RANDOM + 3 <= NAME_MAX &&
+	              strlen(name) == name_len && strchr(name, '/') == NULL &&
+	              strcmp(name, ".") != 0 && strcmp(name, "..") != 0, 2,
+	              "a plain file name expected (no '/', NUL, '.' or '..', at most 240 bytes)");
+
+	nret = textfile_dir_open(L, dir, &dirfd);
+	if (nret > 0)
+		return nret;
+	err = file_replace(dirfd, name, data, data_len, &step);
 	if (err == 0) {
 		/* The rename itself is durable once the directory is synced; a
 		 * filesystem that cannot sync directories says EINVAL. */

@@ -25,6 +25,7 @@
 
 #include "binding.h"
 #include "process.h"
+#include "util.h"
 
 #define PIPE_CHUNK ((size_t)64 * 1024)
 #define PIPE_READ_MAX ((lua_Integer)TK_BYTES_MAX)
@@ -77,15 +78,10 @@ static ssize_t pipe_fill(struct lpipe *p, size_t want)
 	ssize_t n;
 
 	if (p->cap - p->len < want) {
-		size_t cap = p->cap ? p->cap : PIPE_CHUNK;
-		char *b;
-		while (cap - p->len < want)
-			cap *= 2;
-		b = realloc(p->buf, cap);
+		char *b = tk_grow(p->buf, &p->cap, p->len + want, 1, PIPE_CHUNK);
 		if (b == NULL)
 			return -ENOMEM;
 		p->buf = b;
-		p->cap = cap;
 	}
 	do
 		n = read(p->h.fd, p->buf + p->len, want);

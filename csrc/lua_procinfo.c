@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pwd.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,50 @@ static void int_field(lua_State *L, const char *name, uint64_t v)
 	lua_setfield(L, -2, name);
 }
 
+/* A named uint64_t of a parsed struct. */
+struct u64_field {
+	const char *name;
+	size_t off;
+};
+
+static int io_parse(const char *buf, size_t len, void *out)
+{
+	return tk_io_parse(buf, len, out);
+}
+
+static int smaps_rollup_parse(const char *buf, size_t len, void *out)
+{
+	return tk_smaps_rollup_parse(buf, len, out);
+}
+
+/* Reads <pid>/file of the process at argument 1, parses it into out (size
+ * bytes, zeroed first) and pushes the fields as a table, or nil, msg, errno. */
+static int parsed_push(lua_State *L, const char *file,
+                       int (*parse)(const char *, size_t, void *), void *out, size_t size,
+                       const struct u64_field *fields)
+{
+	struct lproc *p = proc_check(L, 1);
+	const char *buf;
+	size_t len;
+	int r, n = 0;
+
+	tk_check_nargs(L, 1);
+	if (read_or_push(L, p, file, &buf, &len))
+		return 3;
+	memset(out, 0, size);
+	r = parse(buf, len, out);
+	if (r < 0)
+		return proc_error(L, p, file, r);
+	while (fields[n].name != NULL)
+		n++;
+	lua_createtable(L, 0, n);
+	for (int i = 0; i < n; i++) {
+		const char *field = (const char *)out + fields[i].off;
+		int_field(L, fields[i].name, *(const uint64_t *)(const void *)field);
+	}
+	return 1;
+}
+
 /*** Identity, scheduling and memory lines of `/proc/<pid>/status`.
  * Signal masks are integers, bit n-1 set for signal n (as the kernel prints
  * them in hex): test with `mask & (1 << (sig - 1)) ~= 0`. Signal 64 is the
@@ -341,28 +386,16 @@ static int proc_status(lua_State *L)
  * @treturn[2] nil, message, errno (EACCES for another user's process) */
 static int proc_io(lua_State *L)
 {
-	struct lproc *p = proc_check(L, 1);
+#define IO_FIELD(f) { #f, offsetof(struct tk_io, f) }
+	static const struct u64_field fields[] = {
+		IO_FIELD(rchar), IO_FIELD(wchar), IO_FIELD(syscr), IO_FIELD(syscw),
+		IO_FIELD(read_bytes), IO_FIELD(write_bytes), IO_FIELD(cancelled_write_bytes),
+		{ NULL, 0 },
+	};
+#undef IO_FIELD
 	struct tk_io io;
-	const char *buf;
-	size_t len;
-	int r;
 
-	tk_check_nargs(L, 1);
-	if (read_or_push(L, p, "io", &buf, &len))
-		return 3;
-	memset(&io, 0, sizeof io);
-	r = tk_io_parse(buf, len, &io);
-	if (r < 0)
-		return proc_error(L, p, "io", r);
-	lua_createtable(L, 0, 7);
-	int_field(L, "rchar", io.rchar);
-	int_field(L, "wchar", io.wchar);
-	int_field(L, "syscr", io.syscr);
-	int_field(L, "syscw", io.syscw);
-	int_field(L, "read_bytes", io.read_bytes);
-	int_field(L, "write_bytes", io.write_bytes);
-	int_field(L, "cancelled_write_bytes", io.cancelled_write_bytes);
-	return 1;
+	return parsed_push(L, "io", io_parse, &io, sizeof io, fields);
 }
 
 struct fds_ctx {
@@ -433,25 +466,16 @@ static int proc_fds(lua_State *L)
  * @treturn[2] nil, message, errno (EACCES for another user's process) */
 static int proc_memory_full(lua_State *L)
 {
-	struct lproc *p = proc_check(L, 1);
+	static const struct u64_field fields[] = {
+		{ "rss_bytes", offsetof(struct tk_memfull, rss) },
+		{ "pss_bytes", offsetof(struct tk_memfull, pss) },
+		{ "uss_bytes", offsetof(struct tk_memfull, uss) },
+		{ "swap_bytes", offsetof(struct tk_memfull, swap) },
+		{ NULL, 0 },
+	};
 	struct tk_memfull m;
-	const char *buf;
-	size_t len;
-	int r;
 
-	tk_check_nargs(L, 1);
-	if (read_or_push(L, p, "smaps_rollup", &buf, &len))
-		return 3;
-	memset(&m, 0, sizeof m);
-	r = tk_smaps_rollup_parse(buf, len, &m);
-	if (r < 0)
-		return proc_error(L, p, "smaps_rollup", r);
-	lua_createtable(L, 0, 4);
-	int_field(L, "rss_bytes", m.rss);
-	int_field(L, "pss_bytes", m.pss);
-	int_field(L, "uss_bytes", m.uss);
-	int_field(L, "swap_bytes", m.swap);
-	return 1;
+	return parsed_push(L, "smaps_rollup", smaps_rollup_parse, &m, sizeof m, fields);
 }
 
 static void limit_value_push(lua_State *L, uint64_t v)

@@ -227,12 +227,11 @@ static int signals_tostring(lua_State *L)
  * @treturn[1] signals a pollable object: `:read([timeout])`, `:each()`,
  *   `:list()`, `:fileno()`, the cqueues protocol, `:close()`
  * @treturn[2] nil, "signals: message", errno */
-static int l_signals(lua_State *L)
+/* The list of signals at argument 1 as a set; raises on anything else. */
+static tk_sigbits signals_set_check(lua_State *L)
 {
 	tk_sigbits set = 0;
 	lua_Integer n;
-	struct lsignals *s;
-	int fd;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
 	tk_check_nargs(L, 1);
@@ -272,6 +271,16 @@ static int l_signals(lua_State *L)
 		lua_pop(L, 1);
 		set |= TK_SIGBIT(sig);
 	}
+	return set;
+}
+
+/* Why this process could not see the signals of set: pushes nil, msg,
+ * errno and returns 3, or returns 0 when nothing stands in the way. */
+static int signals_unreachable(lua_State *L, tk_sigbits set)
+{
+	pid_t tid;
+	int sig;
+
 	if (set & TK_SIGBIT(SIGCHLD)) {
 		struct sigaction sa;
 		/* Ignored, CHLD is never sent: the kernel reaps each child itself
@@ -286,21 +295,29 @@ static int l_signals(lua_State *L)
 			return 3;
 		}
 	}
-	{
-		pid_t tid;
-		int sig;
-		if (tk_signals_check_threads(set, &tid, &sig)) {
-			lua_pushnil(L);
-			tk_signal_push_name(L, sig);
-			lua_pushfstring(L, "signals: thread %d of this process has %s unblocked, and a %s sent "
-			                "to the process may go to it instead: subscribe before other threads "
-			                "start (they inherit the mask), or block it in them",
-			                (int)tid, lua_tostring(L, -1), lua_tostring(L, -1));
-			lua_remove(L, -2);
-			lua_pushinteger(L, EBUSY);
-			return 3;
-		}
+	if (tk_signals_check_threads(set, &tid, &sig)) {
+		lua_pushnil(L);
+		tk_signal_push_name(L, sig);
+		lua_pushfstring(L, "signals: thread %d of this process has %s unblocked, and a %s sent "
+		                "to the process may go to it instead: subscribe before other threads "
+		                "start (they inherit the mask), or block it in them",
+		                (int)tid, lua_tostring(L, -1), lua_tostring(L, -1));
+		lua_remove(L, -2);
+		lua_pushinteger(L, EBUSY);
+		return 3;
 	}
+	return 0;
+}
+
+static int l_signals(lua_State *L)
+{
+	tk_sigbits set = signals_set_check(L);
+	struct lsignals *s;
+	int fd, nret;
+
+	nret = signals_unreachable(L, set);
+	if (nret > 0)
+		return nret;
 	s = lua_newuserdatauv(L, sizeof *s, 0);
 	memset(s, 0, sizeof *s);
 	tk_handle_init(&s->h, "signals object", "r", signals_release);

@@ -29,6 +29,7 @@
 
 #include "binding.h"
 #include "process.h"
+#include "util.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
 #define NRLIMITS 16           /* entries of tk_rlimit_names */
@@ -328,55 +329,69 @@ static void env_option(lua_State *L, struct spawn_state *st)
 
 /* ---- user, group, groups ------------------------------------------------- */
 
-/* getpwnam_r/getpwuid_r (want_uid >= 0) with a growing buffer. Returns
- * the entry in *pw (strings in *buf, freed by the caller) or NULL. */
-static struct passwd *pw_lookup(const char *name, long long want_uid, struct passwd *pw, char **buf)
+/* One getpw*_r or getgr*_r call: by id when id >= 0, else by name. */
+typedef int (*id_get_fn)(const char *name, long long id, void *ent, char *buf, size_t size,
+                         void **res);
+
+static int pw_get(const char *name, long long id, void *ent, char *buf, size_t size, void **res)
 {
-	struct passwd *res = NULL;
+	struct passwd *r = NULL;
+	int err = id >= 0 || name == NULL ? getpwuid_r((uid_t)id, ent, buf, size, &r)
+	                                  : getpwnam_r(name, ent, buf, size, &r);
+
+	*res = r;
+	return err;
+}
+
+static int gr_get(const char *name, long long id, void *ent, char *buf, size_t size, void **res)
+{
+	struct group *r = NULL;
+	int err = id >= 0 || name == NULL ? getgrgid_r((gid_t)id, ent, buf, size, &r)
+	                                  : getgrnam_r(name, ent, buf, size, &r);
+
+	*res = r;
+	return err;
+}
+
+/* Calls get with a buffer grown until the entry fits. Returns the entry in
+ * *ent (strings in *buf, freed by the caller) or NULL. */
+static void *id_lookup(id_get_fn get, const char *name, long long want_id, void *ent, char **buf)
+{
+	size_t cap = 0;
+	void *res = NULL;
 
 	for (size_t size = 1024; size <= PW_BUF_MAX; size *= 2) {
 		int r;
-		char *b = realloc(*buf, size);
+		char *b = tk_grow(*buf, &cap, size, 1, 1024);
 		if (b == NULL)
 			return NULL;
 		*buf = b;
-		r = want_uid >= 0 ? getpwuid_r((uid_t)want_uid, pw, b, size, &res)
-		                  : getpwnam_r(name, pw, b, size, &res);
+		r = get(name, want_id, ent, b, size, &res);
 		if (r != ERANGE)
 			return r == 0 ? res : NULL;
 	}
 	return NULL;
 }
 
+static struct passwd *pw_lookup(const char *name, long long want_uid, struct passwd *pw, char **buf)
+{
+	return id_lookup(pw_get, name, want_uid, pw, buf);
+}
+
 static struct group *gr_lookup(const char *name, long long want_gid, struct group *gr, char **buf)
 {
-	struct group *res = NULL;
-
-	for (size_t size = 1024; size <= PW_BUF_MAX; size *= 2) {
-		int r;
-		char *b = realloc(*buf, size);
-		if (b == NULL)
-			return NULL;
-		*buf = b;
-		r = want_gid >= 0 ? getgrgid_r((gid_t)want_gid, gr, b, size, &res)
-		                  : getgrnam_r(name, gr, b, size, &res);
-		if (r != ERANGE)
-			return r == 0 ? res : NULL;
-	}
-	return NULL;
+	return id_lookup(gr_get, name, want_gid, gr, buf);
 }
 
 /* A numeric id in a string ("65534"), as chown(1) takes it; -1 otherwise. */
 static long long numeric_id(const char *s)
 {
-	char *end;
-	unsigned long long v;
+	const char *end = s + strlen(s);
+	uint64_t v;
 
-	if (*s < '0' || *s > '9')
+	if (tk_parse_u64(s, end, (uid_t)-2, &v) != end)
 		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	return (*end != '\0' || errno != 0 || v >= (uid_t)-1) ? -1 : (long long)v;
+	return (long long)v;
 }
 
 /* The group at idx (name or gid) as a gid, or raises. */
@@ -971,9 +986,12 @@ static int spawn_options(lua_State *L, struct spawn_state *st, int io_idx)
  *   that spawned exits), `no_new_privs = true`.
  * - `fds = {[3] = f, ...}`: more descriptors (fd, file or `:fileno()`) at
  *   the numbers 3..65535; every other descriptor is closed in the child.
- * - `setsid`, `pgroup` (true: a new group; or a pgid), `cgroup` (path or
- *   handle), `cgroup_fallback` ("attach" to move the child after the start
- *   where clone3 is unavailable).
+ * - `setsid`, `pgroup` (true: a new group; or a pgid), `cgroup` (a
+ *   takana.cgroup handle, or a path as `takana.cgroup(path)` takes it:
+ *   relative to the cgroup2 mount, "/" being the mount's root; a path that
+ *   begins with the mount point itself, "/sys/fs/cgroup/x", is that
+ *   directory), `cgroup_fallback` ("attach" to move the child after the
+ *   start where clone3 is unavailable).
  * @function spawn
  * @tparam table t `{prog, arg1, ..., env=, cwd=, cgroup=, stdin=, stdout=,
  *   stderr=, setsid=, pgroup=, cgroup_fallback=, user=, group=, groups=,

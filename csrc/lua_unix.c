@@ -94,6 +94,36 @@ static int bind_mode(int fd, const struct sockaddr_un *sa, socklen_t len, mode_t
 	return 0;
 }
 
+/* A socket of kind UX_DGRAM or UX_LISTEN bound at the path of argument 1
+ * with the mode of argument 2; pushes it, or nil, msg, errno. */
+static int ux_bound(lua_State *L, enum ux_kind kind, mode_t default_mode)
+{
+	struct sockaddr_un sa;
+	socklen_t len = ux_addr(L, 1, &sa);
+	mode_t mode = ux_mode(L, 2, default_mode);
+	int dgram = kind == UX_DGRAM, one = 1, fd, r;
+
+	tk_check_nargs(L, 2);
+	fd = socket(AF_UNIX, (dgram ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return tk_push_error(L, dgram ? "notify socket" : "control socket", -errno);
+	if (dgram && setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0) {
+		r = -errno;
+		close(fd);
+		return tk_push_error(L, "notify socket: SO_PASSCRED", r);
+	}
+	r = bind_mode(fd, &sa, len, mode);
+	if (r == 0 && !dgram && listen(fd, 64) < 0)
+		r = -errno;
+	if (r < 0) {
+		close(fd);
+		return tk_push_error(L, lua_pushfstring(L, "%s %s", dgram ? "bind" : "listen",
+		                                        sa.sun_path), r);
+	}
+	ux_new(L, fd, kind);
+	return 1;
+}
+
 /*** A datagram socket bound at path, with SO_PASSCRED: each datagram
  * carries its sender's pid, uid and gid (sd_notify's NOTIFY_SOCKET).
  * @function unix_dgram
@@ -103,27 +133,7 @@ static int bind_mode(int fd, const struct sockaddr_un *sa, socklen_t len, mode_t
  * @treturn[2] nil, message, errno */
 static int l_unix_dgram(lua_State *L)
 {
-	struct sockaddr_un sa;
-	socklen_t len = ux_addr(L, 1, &sa);
-	mode_t mode = ux_mode(L, 2, 0666);
-	int one = 1, fd, r;
-
-	tk_check_nargs(L, 2);
-	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return tk_push_error(L, "notify socket", -errno);
-	if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0) {
-		r = -errno;
-		close(fd);
-		return tk_push_error(L, "notify socket: SO_PASSCRED", r);
-	}
-	r = bind_mode(fd, &sa, len, mode);
-	if (r < 0) {
-		close(fd);
-		return tk_push_error(L, lua_pushfstring(L, "bind %s", sa.sun_path), r);
-	}
-	ux_new(L, fd, UX_DGRAM);
-	return 1;
+	return ux_bound(L, UX_DGRAM, 0666);
 }
 
 /*** A listening stream socket at path (mode 0600 by default).
@@ -134,24 +144,7 @@ static int l_unix_dgram(lua_State *L)
  * @treturn[2] nil, message, errno */
 static int l_unix_listen(lua_State *L)
 {
-	struct sockaddr_un sa;
-	socklen_t len = ux_addr(L, 1, &sa);
-	mode_t mode = ux_mode(L, 2, 0600);
-	int fd, r;
-
-	tk_check_nargs(L, 2);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return tk_push_error(L, "control socket", -errno);
-	r = bind_mode(fd, &sa, len, mode);
-	if (r == 0 && listen(fd, 64) < 0)
-		r = -errno;
-	if (r < 0) {
-		close(fd);
-		return tk_push_error(L, lua_pushfstring(L, "listen %s", sa.sun_path), r);
-	}
-	ux_new(L, fd, UX_LISTEN);
-	return 1;
+	return ux_bound(L, UX_LISTEN, 0600);
 }
 
 /*** Connects a stream socket to path; the result is non-blocking.

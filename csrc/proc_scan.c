@@ -192,20 +192,28 @@ static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
 	return 0;
 }
 
+/* One pass over /proc: where we are in the old cache, the new cache being
+ * built, and how many descriptors it may keep. */
+struct scan {
+	size_t ci, next_len, budget;
+	uint32_t last_pid;
+	int use_cache;
+};
+
 static int next_push(struct tk_proc_scanner *s, size_t *len, uint32_t pid, int fd)
 {
-	if (*len == s->cache_cap) {
-		size_t cap = s->cache_cap ? s->cache_cap * 2 : 256;
-		struct tk_fd_entry *a = realloc(s->cache, cap * sizeof *a);
-		if (a == NULL)
-			return -ENOMEM;
-		s->cache = a;
-		a = realloc(s->next, cap * sizeof *a);
-		if (a == NULL)
-			return -ENOMEM;
-		s->next = a;
-		s->cache_cap = cap;
-	}
+	/* Both arrays share cache_cap, so each grows from the same old cap. */
+	size_t cap = s->cache_cap, cap_next = s->cache_cap;
+	struct tk_fd_entry *a = tk_grow(s->cache, &cap, *len + 1, sizeof *a, 256);
+
+	if (a == NULL)
+		return -ENOMEM;
+	s->cache = a;
+	a = tk_grow(s->next, &cap_next, *len + 1, sizeof *a, 256);
+	if (a == NULL)
+		return -ENOMEM;
+	s->next = a;
+	s->cache_cap = cap;
 	s->next[*len].pid = pid;
 	s->next[*len].fd = fd;
 	(*len)++;
@@ -219,10 +227,108 @@ int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out)
 	return stat_read(s, 1, &s->init_fd, out);
 }
 
+/* What the other scanners hold is not ours to use, and what we may take is
+ * reserved now, in the shared total, so two scans that start together
+ * cannot both take the whole budget; the reservation becomes what we
+ * really kept when the scan ends. */
+static size_t budget_reserve(const struct tk_proc_scanner *s)
+{
+	size_t total = atomic_load(&cached_fds_total), others, budget;
+
+	do {
+		others = total - s->cache_len;
+		budget = others < s->cache_limit ? s->cache_limit - others : 0;
+	} while (!atomic_compare_exchange_weak(&cached_fds_total, &total, others + budget));
+	return budget;
+}
+
+/* Out of descriptors: give the cached ones back and go on cold. */
+static void cache_give_back(struct tk_proc_scanner *s, struct scan *sc)
+{
+	while (sc->ci < s->cache_len)
+		close(s->cache[sc->ci++].fd);
+	for (size_t i = 0; i < sc->next_len; i++)
+		close(s->next[i].fd);
+	sc->next_len = 0;
+	sc->use_cache = 0;
+	s->cache_limit /= 2;
+}
+
+/* Reads one pid, reusing its cached fd, and keeps the fd for the next scan
+ * while the budget allows. Returns what stat_read returned. */
+static int scan_pid(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid,
+                    struct tk_record *rec)
+{
+	int fd = -1, r;
+
+	/* Cached pids below this one are gone: /proc lists in pid order. */
+	while (sc->ci < s->cache_len && s->cache[sc->ci].pid < pid)
+		close(s->cache[sc->ci++].fd);
+	if (sc->ci < s->cache_len && s->cache[sc->ci].pid == pid)
+		fd = s->cache[sc->ci++].fd;
+
+	r = stat_read(s, pid, &fd, rec);
+	if (r == -EMFILE || r == -ENFILE) {
+		cache_give_back(s, sc);
+		r = stat_read(s, pid, &fd, rec);
+	}
+	if (fd >= 0) {
+		if (sc->use_cache && pid > sc->last_pid && sc->next_len < sc->budget &&
+		    next_push(s, &sc->next_len, pid, fd) == 0)
+			sc->last_pid = pid;
+		else
+			close(fd);
+	}
+	return r;
+}
+
+/* Files one stat_read result: a record, a vanished or denied count, or the
+ * error that ends the scan. */
+static int scan_result(struct tk_recbuf *out, int r, const struct tk_record *rec)
+{
+	struct tk_record *slot;
+
+	if (r == -ESRCH) {
+		out->vanished++;
+		return 0;
+	}
+	if (r == -EACCES || r == -EPERM) {
+		out->denied++;
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	slot = tk_recbuf_push(out);
+	if (slot == NULL)
+		return -ENOMEM;
+	*slot = *rec;
+	return 0;
+}
+
+/* Reads the pid directories in one getdents64 buffer of n bytes. */
+static int scan_dents(struct tk_proc_scanner *s, struct scan *sc, ssize_t n,
+                      struct tk_recbuf *out)
+{
+	for (ssize_t off = 0; off < n;) {
+		struct dirent64 *d = (struct dirent64 *)(void *)(s->dents + off);
+		struct tk_record rec;
+		uint32_t pid;
+		int err;
+
+		off += d->d_reclen;
+		if (d->d_type != DT_DIR || parse_pid(d->d_name, &pid) < 0)
+			continue;
+		err = scan_result(out, scan_pid(s, sc, pid, &rec), &rec);
+		if (err < 0)
+			return err;
+	}
+	return 0;
+}
+
 int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache)
 {
-	size_t ci = 0, next_len = 0, budget;
-	uint32_t last_pid = 0;
+	struct scan sc = { .use_cache = use_cache };
+	struct tk_fd_entry *t;
 	int err = 0;
 
 	if (s->proc_fd < 0)
@@ -231,89 +337,26 @@ int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache
 		tk_proc_scanner_drop_cache(s);
 	if (lseek(s->proc_fd, 0, SEEK_SET) < 0)
 		return -errno;
-	/* What the other scanners hold is not ours to use, and what we may
-	 * take is reserved now, in the shared total, so two scans that start
-	 * together cannot both take the whole budget; the reservation becomes
-	 * what we really kept when the scan ends. */
-	{
-		size_t total = atomic_load(&cached_fds_total), others;
-
-		do {
-			others = total - s->cache_len;
-			budget = others < s->cache_limit ? s->cache_limit - others : 0;
-		} while (!atomic_compare_exchange_weak(&cached_fds_total, &total, others + budget));
-	}
+	sc.budget = budget_reserve(s);
 
 	for (;;) {
 		ssize_t n = getdents64(s->proc_fd, s->dents, s->dents_cap);
-		if (n < 0) {
-			err = -errno;
+		if (n <= 0) {
+			err = n < 0 ? -errno : 0;
 			break;
 		}
-		if (n == 0)
+		err = scan_dents(s, &sc, n, out);
+		if (err < 0)
 			break;
-		for (ssize_t off = 0; off < n;) {
-			struct dirent64 *d = (struct dirent64 *)(void *)(s->dents + off);
-			struct tk_record rec;
-			uint32_t pid;
-			int fd = -1, r;
-
-			off += d->d_reclen;
-			if (d->d_type != DT_DIR || parse_pid(d->d_name, &pid) < 0)
-				continue;
-			/* Cached pids below this one are gone: /proc lists in pid order. */
-			while (ci < s->cache_len && s->cache[ci].pid < pid)
-				close(s->cache[ci++].fd);
-			if (ci < s->cache_len && s->cache[ci].pid == pid)
-				fd = s->cache[ci++].fd;
-
-			r = stat_read(s, pid, &fd, &rec);
-			if (r == -EMFILE || r == -ENFILE) {
-				/* Out of descriptors: give the cached ones back and go on cold. */
-				while (ci < s->cache_len)
-					close(s->cache[ci++].fd);
-				for (size_t i = 0; i < next_len; i++)
-					close(s->next[i].fd);
-				next_len = 0;
-				use_cache = 0;
-				s->cache_limit /= 2;
-				r = stat_read(s, pid, &fd, &rec);
-			}
-			if (fd >= 0) {
-				if (use_cache && pid > last_pid && next_len < budget &&
-				    next_push(s, &next_len, pid, fd) == 0)
-					last_pid = pid;
-				else
-					close(fd);
-			}
-			if (r == 0) {
-				struct tk_record *slot = tk_recbuf_push(out);
-				if (slot == NULL) {
-					err = -ENOMEM;
-					goto done;
-				}
-				*slot = rec;
-			} else if (r == -ESRCH) {
-				out->vanished++;
-			} else if (r == -EACCES || r == -EPERM) {
-				out->denied++;
-			} else {
-				err = r;
-				goto done;
-			}
-		}
 	}
-done:
-	while (ci < s->cache_len)
-		close(s->cache[ci++].fd);
+	while (sc.ci < s->cache_len)
+		close(s->cache[sc.ci++].fd);
 	/* The rebuilt list becomes the cache; swap so both buffers are reused. */
-	{
-		struct tk_fd_entry *t = s->cache;
-		s->cache = s->next;
-		s->next = t;
-		atomic_fetch_add(&cached_fds_total, next_len);
-		atomic_fetch_sub(&cached_fds_total, budget);
-		s->cache_len = next_len;
-	}
+	t = s->cache;
+	s->cache = s->next;
+	s->next = t;
+	atomic_fetch_add(&cached_fds_total, sc.next_len);
+	atomic_fetch_sub(&cached_fds_total, sc.budget);
+	s->cache_len = sc.next_len;
 	return err;
 }

@@ -78,29 +78,19 @@ enum {
 	F_NICE, F_NTHREADS, F_ITREAL, F_START, F_VSIZE, F_RSS, F_COUNT
 };
 
-int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
-                  struct tk_record *out)
+/* Reads "pid (comm) state" into rec; the cursor is left after the state. */
+static int parse_head(struct cursor *c, struct tk_record *rec)
 {
-	struct tk_record rec;
-	struct cursor c;
-	const char *open, *close;
+	const char *open, *close = NULL;
 	uint64_t pid;
-	int64_t f[F_COUNT];
 	size_t comm_len;
 
-	if (buf == NULL || units == NULL || out == NULL)
-		return -EINVAL;
-	c.p = buf;
-	c.end = buf + len;
-	memset(&rec, 0, sizeof rec);
-
-	if (parse_u64(&c, &pid) < 0 || pid == 0 || pid > INT32_MAX)
+	if (parse_u64(c, &pid) < 0 || pid == 0 || pid > INT32_MAX)
 		return -EBADMSG;
-	if (expect_space(&c) < 0 || c.p >= c.end || *c.p != '(')
+	if (expect_space(c) < 0 || c->p >= c->end || *c->p != '(')
 		return -EBADMSG;
-	open = c.p;
-	close = NULL;
-	for (const char *q = c.end; q > open + 1;) {
+	open = c->p;
+	for (const char *q = c->end; q > open + 1;) {
 		q--;
 		if (*q == ')') {
 			close = q;
@@ -112,27 +102,33 @@ int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
 	comm_len = (size_t)(close - open - 1);
 	if (comm_len >= TK_COMM_LEN)
 		comm_len = TK_COMM_LEN - 1;
-	memcpy(rec.comm, open + 1, comm_len);
-	rec.comm_len = (uint32_t)comm_len;
+	memcpy(rec->comm, open + 1, comm_len);
+	rec->comm_len = (uint32_t)comm_len;
+	rec->pid = (uint32_t)pid;
 
-	c.p = close + 1;
-	if (expect_space(&c) < 0 || c.p >= c.end)
+	c->p = close + 1;
+	if (expect_space(c) < 0 || c->p >= c->end)
 		return -EBADMSG;
-	if ((unsigned char)*c.p < 'A' || (unsigned char)*c.p > 'z')
+	if ((unsigned char)*c->p < 'A' || (unsigned char)*c->p > 'z')
 		return -EBADMSG;
-	rec.state = (uint32_t)(unsigned char)*c.p++;
+	rec->state = (uint32_t)(unsigned char)*c->p++;
 	/* A task already reaped but still reachable prints state X with ppid 0
 	 * and pgrp/session -1: it is gone, not malformed. */
-	if (rec.state == 'X')
+	if (rec->state == 'X')
 		return -ESRCH;
+	return 0;
+}
 
+/* Reads fields 4..24 into f and checks the ranges the record needs. */
+static int parse_fields(struct cursor *c, int64_t f[F_COUNT])
+{
 	for (int i = 0; i < F_COUNT; i++) {
-		if (expect_space(&c) < 0 || parse_i64(&c, &f[i]) < 0)
+		if (expect_space(c) < 0 || parse_i64(c, &f[i]) < 0)
 			return -EBADMSG;
 	}
 	/* Later fields exist on every kernel we support but are not needed;
 	 * what follows must still look like the rest of the line. */
-	if (c.p < c.end && *c.p != ' ' && *c.p != '\n')
+	if (c->p < c->end && *c->p != ' ' && *c->p != '\n')
 		return -EBADMSG;
 
 	/* A task whose pids were already detached (reaped, mid-release) can
@@ -144,8 +140,29 @@ int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
 	    f[F_MINFLT] < 0 || f[F_MAJFLT] < 0 || f[F_UTIME] < 0 || f[F_STIME] < 0 ||
 	    f[F_START] < 0 || f[F_RSS] < 0)
 		return -EBADMSG;
+	return 0;
+}
 
-	rec.pid = (uint32_t)pid;
+int tk_stat_parse(const char *buf, size_t len, const struct tk_units *units,
+                  struct tk_record *out)
+{
+	struct tk_record rec;
+	struct cursor c;
+	int64_t f[F_COUNT];
+	int err;
+
+	if (buf == NULL || units == NULL || out == NULL)
+		return -EINVAL;
+	c.p = buf;
+	c.end = buf + len;
+	memset(&rec, 0, sizeof rec);
+	err = parse_head(&c, &rec);
+	if (err < 0)
+		return err;
+	err = parse_fields(&c, f);
+	if (err < 0)
+		return err;
+
 	rec.ppid = (uint32_t)f[F_PPID];
 	rec.pgid = (uint32_t)f[F_PGRP];
 	rec.sid = (uint32_t)f[F_SESSION];

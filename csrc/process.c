@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <linux/sched.h>
 
+#include "cgroup.h"
 #include "process.h"
 #include "signals.h"
 
@@ -426,21 +427,16 @@ static int spawn_clone(struct child_ctx *c, pid_t *pid, int *pidfd)
  * reaped, and its pidfd closed. */
 static int attach_after(const struct tk_spawn_opts *o, pid_t pid, int pidfd)
 {
-	int procs = openat(o->cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
 	char num[16];
 	int len = snprintf(num, sizeof num, "%d", (int)pid);
+	int err = tk_cg_write(o->cgroup_fd, "cgroup.procs", num, (size_t)len);
 
-	if (procs < 0 || write(procs, num, (size_t)len) != len) {
-		int e = errno;
-		if (procs >= 0)
-			close(procs);
+	if (err < 0) {
 		tk_pidfd_signal(pidfd, SIGKILL);
 		waitpid(pid, NULL, 0);
 		close(pidfd);
-		return -e;
 	}
-	close(procs);
-	return 0;
+	return err;
 }
 
 /* posix_spawn + pidfd_open: for kernels or sandboxes without clone3. The

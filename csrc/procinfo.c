@@ -21,6 +21,7 @@
 #include "cgroup.h"
 #include "process.h"
 #include "procinfo.h"
+#include "util.h"
 
 /* Files larger than this are refused: cmdline and environ are bounded by
  * the exec limits (a quarter of the stack rlimit), far below it. */
@@ -93,7 +94,7 @@ int tk_pref_open(pid_t pid, int pidfd, struct tk_pref *out)
 
 int tk_pref_read(const struct tk_pref *p, const char *name, char **buf, size_t *len)
 {
-	size_t cap = 4096, n = 0;
+	size_t cap = 0, n = 0;
 	char *b = NULL;
 	int fd, r = 0;
 
@@ -104,15 +105,13 @@ int tk_pref_read(const struct tk_pref *p, const char *name, char **buf, size_t *
 		return tk_pref_after(p, -errno);
 	for (;;) {
 		ssize_t got;
-		if (b == NULL || n + 1 >= cap) {
+		if (n + 1 >= cap) {
 			char *nb;
-			if (b != NULL)
-				cap *= 2;
-			if (cap > READ_MAX) {
+			if (cap > READ_MAX / 2) {
 				r = -EFBIG;
 				break;
 			}
-			nb = realloc(b, cap);
+			nb = tk_grow(b, &cap, n + 2, 1, 4096);
 			if (nb == NULL) {
 				r = -ENOMEM;
 				break;
@@ -144,13 +143,13 @@ int tk_pref_read(const struct tk_pref *p, const char *name, char **buf, size_t *
 
 int tk_pref_readlink(const struct tk_pref *p, const char *name, char **out)
 {
-	size_t cap = 256;
+	size_t cap = 0, need = 256;
 	char *b = NULL;
 	int r = 0;
 
 	*out = NULL;
 	for (;;) {
-		char *nb = realloc(b, cap);
+		char *nb = tk_grow(b, &cap, need, 1, 256);
 		ssize_t n;
 		if (nb == NULL) {
 			r = -ENOMEM;
@@ -170,7 +169,7 @@ int tk_pref_readlink(const struct tk_pref *p, const char *name, char **out)
 			r = -ENAMETOOLONG;
 			break;
 		}
-		cap *= 2;
+		need = cap + 1;
 	}
 	r = tk_pref_after(p, r);
 	if (r < 0) {
@@ -196,16 +195,12 @@ int tk_pref_write(const struct tk_pref *p, const char *name, const char *value, 
 
 static int fd_number(const char *s)
 {
-	long v = 0;
+	const char *end = s + strlen(s);
+	uint64_t v;
 
-	if (*s == '\0')
+	if (tk_parse_u64(s, end, INT_MAX, &v) != end)
 		return -1;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || v > INT_MAX / 10)
-			return -1;
-		v = v * 10 + (*s - '0');
-	}
-	return v > INT_MAX ? -1 : (int)v;
+	return (int)v;
 }
 
 int tk_pref_fds(const struct tk_pref *p, int targets, tk_fd_cb cb, void *ctx)
@@ -368,21 +363,12 @@ static int key_is(const char *key, size_t klen, const char *want)
  * *used to the characters read. */
 static int dec_u64(const char *s, size_t len, uint64_t *out, size_t *used)
 {
-	uint64_t v = 0;
-	size_t i = 0;
+	const char *end = tk_parse_u64(s, s + len, UINT64_MAX, out);
 
-	while (i < len && s[i] >= '0' && s[i] <= '9') {
-		unsigned d = (unsigned)(s[i] - '0');
-		if (v > (UINT64_MAX - d) / 10)
-			return -EBADMSG;
-		v = v * 10 + d;
-		i++;
-	}
-	if (i == 0)
+	if (end == NULL)
 		return -EBADMSG;
-	*out = v;
 	if (used)
-		*used = i;
+		*used = (size_t)(end - s);
 	return 0;
 }
 

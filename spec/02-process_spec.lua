@@ -286,12 +286,32 @@ describe("takana.spawn", function()
       assert.truthy(out:find("0::" .. path:sub(#H.cgroup2_mount() + 1) .. "\n", 1, true), out)
     end)
 
+    it("takes a path as takana.cgroup does: relative to the cgroup2 mount, with or without a leading /", function()
+      if not path then pending("needs root and a cgroup2 mount") return end
+      local rel = path:sub(#H.cgroup2_mount() + 2)
+      for _, p in ipairs { "/" .. rel, rel } do
+        local c = spawn_ok { "cat", "/proc/self/cgroup", cgroup = p, stdout = "pipe" }
+        local out = c.stdout:read("a")
+        c:wait()
+        assert.truthy(("\n" .. out):find("\n0::/" .. rel .. "\n", 1, true), out)
+      end
+    end)
+
     it("refuses a directory outside cgroup2", function()
-      assert.has_error(function() takana.spawn { "true", cgroup = "/tmp" } end)
-      local c, err = takana.spawn { "true", cgroup = "/nonexistent-cgroup" }
+      -- core.spawn takes a filesystem path; takana.spawn a cgroup path.
+      assert.has_error(function() core.spawn { "true", cgroup = "/tmp" } end)
+      local c, err, errno = takana.spawn { "true", cgroup = "/nonexistent-cgroup" }
       assert.is_nil(c)
-      assert.equal("spawn true: cgroup /nonexistent-cgroup does not exist (create it first, "
-        .. "e.g. with cgroup:mkdir()): No such file or directory", err)
+      assert.equal(ENOENT, errno)
+      local mnt = H.cgroup2_mount()
+      if mnt then
+        assert.equal("spawn true: cgroup /nonexistent-cgroup: No such file or directory "
+          .. "(create it first, e.g. with cgroup:mkdir())", err)
+        c, err = takana.spawn { "true", cgroup = mnt .. "/nonexistent-cgroup" }
+        assert.is_nil(c)
+        assert.equal("spawn true: cgroup " .. mnt .. "/nonexistent-cgroup does not exist (create it first, "
+          .. "e.g. with cgroup:mkdir()): No such file or directory", err)
+      end
     end)
   end)
 end)

@@ -207,6 +207,18 @@ local spawn_options = {
   no_new_privs = 1, fds = 1,
 }
 
+-- A cgroup path means what takana.cgroup(path) means: relative to the
+-- cgroup2 mount, "/" being its root. A path that already begins with the
+-- mount point ("/sys/fs/cgroup/x") is a filesystem path, opened by the C
+-- side as it is.
+local function under_cgroup2_mount(path)
+  local m = M.cgroup.mounts()
+  local mnt = m and m.v2
+  if not mnt then return false end
+  if mnt:sub(-1) ~= "/" then mnt = mnt .. "/" end
+  return path:sub(1, #mnt) == mnt or path .. "/" == mnt
+end
+
 function M.spawn(t, ...)
   if type(t) ~= "table" then argerror("spawn", 1, "table expected, got " .. type(t)) end
   if select("#", ...) > 0 then argerror("spawn", 2, "no more than 1 argument expected") end
@@ -215,7 +227,7 @@ function M.spawn(t, ...)
       argerror("spawn", 1, "unknown option '" .. tostring(k) .. "'")
     end
   end
-  if type(t.cgroup) == "string" and t.cgroup:sub(1, 1) ~= "/" and M.cgroup then
+  if type(t.cgroup) == "string" and not under_cgroup2_mount(t.cgroup) then
     local cg, err, errno = M.cgroup(t.cgroup)
     if not cg then
       local hint = errno == ENOENT and " (create it first, e.g. with cgroup:mkdir())" or ""
