@@ -2,6 +2,7 @@
 -- Exit codes: 0 success, 1 runtime failure, 2 bad usage.
 local takana = require "takana"
 local core = require "takana.core"
+local util = require "takana.util"
 
 local M = {}
 
@@ -15,13 +16,7 @@ local function fail(msg)
   os.exit(1)
 end
 
-local function first_line(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local line = f:read("l")
-  f:close()
-  return line
-end
+local first_line = util.first_line
 
 local snapshot_backends = { auto = true, kfunc = true, iter = true, proc = true }
 

@@ -12,6 +12,7 @@
 -- @module takana.supervisor
 local takana = require "takana"
 local core = require "takana.core"
+local util = require "takana.util"
 
 local M = {}
 
@@ -20,9 +21,7 @@ local EAGAIN, ENOENT, ESRCH, ETIMEDOUT, EBADMSG = E.EAGAIN, E.ENOENT, E.ESRCH, E
 
 local function now() return (takana.now or core.monotime)() end
 
-local function argerror(fname, n, msg)
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
-end
+local argerror, nargs, check_options = util.argerror, util.nargs, util.check_options
 
 -- ---- JSON ----
 -- A small JSON codec for the control protocol (one object a line).
@@ -184,13 +183,7 @@ end
 
 -- ---- helpers ----
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = util.read_file
 
 local function environ()
   if takana.environ then return takana.environ() end
@@ -230,12 +223,7 @@ local sup_options = { cgroup = "string|userdata", log = "string|function|boolean
   adopt = "boolean", reload = "function", signals = "boolean", runtime = "string",
   log_size = "number", log_files = "number", log_lines = "number", on_exit = "function" }
 
-local function check_type(fname, n, key, v, want)
-  for w in want:gmatch("[^|]+") do
-    if type(v) == w then return end
-  end
-  argerror(fname, n, ("option '%s': %s expected, got %s"):format(key, want:gsub("|", " or "), type(v)))
-end
+local required = { required = true }
 
 local function mkdir_p(path)
   local lfs = require "lfs"
@@ -266,12 +254,8 @@ end
 -- @treturn[1] supervisor
 -- @treturn[2] nil, message, errno
 function M.new(opts, ...)
-  if select("#", ...) > 0 then argerror("supervisor", 2, "no more than 1 argument expected") end
-  if type(opts) ~= "table" then argerror("supervisor", 1, "table expected, got " .. type(opts)) end
-  for k, v in pairs(opts) do
-    if not sup_options[k] then argerror("supervisor", 1, "unknown option '" .. tostring(k) .. "'") end
-    check_type("supervisor", 1, k, v, sup_options[k])
-  end
+  nargs("supervisor", 1, select("#", ...) + 1)
+  check_options("supervisor", 1, opts, sup_options, required)
   if opts.cgroup == nil then argerror("supervisor", 1, "option 'cgroup' is required") end
   local self = setmetatable({
     services = {}, order = {}, fds = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
@@ -366,12 +350,8 @@ local svc_options = { name = "string", cmd = "table", env = "table", cwd = "stri
 -- `rlimits`, `no_new_privs`, `pdeathsig` go to spawn.
 -- @treturn service the service table (read its `state`)
 function supervisor:service(t, ...)
-  if select("#", ...) > 0 then argerror("service", 2, "no more than 1 argument expected") end
-  if type(t) ~= "table" then argerror("service", 1, "table expected, got " .. type(t)) end
-  for k, v in pairs(t) do
-    if not svc_options[k] then argerror("service", 1, "unknown option '" .. tostring(k) .. "'") end
-    check_type("service", 1, k, v, svc_options[k])
-  end
+  nargs("service", 1, select("#", ...) + 1)
+  check_options("service", 1, t, svc_options, required)
   local name = t.name
   if type(name) ~= "string" or not name:match("^[%w][%w_.@-]*$") or #name > 64 then
     argerror("service", 1, "option 'name': 1-64 of [A-Za-z0-9_.@-], not starting with a punctuation mark")
