@@ -697,8 +697,14 @@ function cgroup:attach(who, ...)
 end
 
 --- The pids in the cgroup (cgroup.procs), in the kernel's order.
-function cgroup:procs(...)
-  nargs("procs", 0, select("#", ...))
+-- @tparam[opt] table opts `{recursive = true}`: those of every cgroup
+--   beneath it too (parents first; past 100,000 cgroups, E2BIG)
+-- @treturn[1] {int,...}
+-- @treturn[2] nil, message, errno (ENOENT for a removed cgroup)
+function cgroup:procs(opts, ...)
+  nargs("procs", 1, select("#", ...) + 1)
+  opts = options("procs", 1, opts, { recursive = "boolean" })
+  if opts.recursive then return core.cgroup_subtree_procs(self, MAX_DIRS) end
   local text, err, errno = self:get("cgroup.procs")
   if not text then return nil, err, errno end
   local r = {}

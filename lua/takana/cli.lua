@@ -1,7 +1,6 @@
 --- The `takana` command: subcommands over the module.
 -- Exit codes: 0 success, 1 runtime failure, 2 bad usage.
 local takana = require "takana"
-local core = require "takana.core"
 local util = require "takana.util"
 
 local M = {}
@@ -25,17 +24,11 @@ local function check_snapshot_backend(cmd, backend)
   return backend
 end
 
--- ps and export take one snapshot and exit. A BPF tier's load (20-45 ms)
--- is repaid only where a cold /proc scan (~7 us a process, against
--- 0.2-0.5 us) would take longer: several thousand processes. /proc/loadavg's
--- task count, threads included and so an upper bound, decides without a scan.
-local ONESHOT_BPF_TASKS = 5000
-
+-- ps and export take one snapshot and exit: by default the library picks
+-- the backend cheapest for one (proc below several thousand tasks).
 function M.oneshot_backend(cmd, backend)
   if backend then return check_snapshot_backend(cmd, backend) end
-  local tasks = tonumber((first_line("/proc/loadavg") or ""):match("^%S+ %S+ %S+ %d+/(%d+)") or "")
-  if tasks and tasks < ONESHOT_BPF_TASKS then return "proc" end
-  return "auto"
+  return "cheapest"
 end
 
 -- Parses argv against {flag = "bool"|"value"|"list"}; returns options and
@@ -174,7 +167,7 @@ local function row_context()
   function ctx.user(uid)
     local u = users[uid]
     if u == nil then
-      u = core.user_name(uid) or tostring(uid)
+      u = takana.user_name(uid) or tostring(uid)
       users[uid] = u
     end
     return u
@@ -227,20 +220,27 @@ usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS] [--cgroup PATH
 
 -- The order and depth of `ps --tree`: {pid, depth} pairs for records
 -- ({pid=, ppid=}, in pid order), each pid exactly once, children in pid
--- order under their parent. A process whose parent is not listed is a
--- root. A snapshot read from /proc is not atomic: during pid reuse it can
--- hold a parent cycle (A.ppid = B, B.ppid = A) that no root reaches, so
--- the members of a cycle become roots too. O(n), no recursion.
-function M.tree_order(records)
-  local by_pid, kids, is_root = {}, {}, {}
+-- order under their parent. children_of(pid) lists a pid's children in pid
+-- order (a snapshot's `snap:children`; those not among the records are
+-- left out); without it they are found from the records. A process whose
+-- parent is not listed is a root. A snapshot read from /proc is not
+-- atomic: during pid reuse it can hold a parent cycle (A.ppid = B, B.ppid =
+-- A) that no root reaches, so the members of a cycle become roots too.
+-- O(n) with O(1) children_of, no recursion.
+function M.tree_order(records, children_of)
+  local by_pid, is_root, kids = {}, {}, nil
   for _, p in ipairs(records) do by_pid[p.pid] = p end
+  if not children_of then
+    kids = {}
+    children_of = function(pid) return kids[pid] end
+  end
   for _, p in ipairs(records) do
-    if p.ppid ~= p.pid and by_pid[p.ppid] then
+    if p.ppid == p.pid or not by_pid[p.ppid] then
+      is_root[p.pid] = true
+    elseif kids then
       local k = kids[p.ppid]
       if not k then k = {} kids[p.ppid] = k end
       k[#k + 1] = p.pid
-    else
-      is_root[p.pid] = true
     end
   end
   -- Walk up from each pid not yet placed; meeting this walk's own mark
@@ -267,9 +267,9 @@ function M.tree_order(records)
       while #stack > 0 do
         local e = table.remove(stack)
         out[#out + 1] = e
-        local k = kids[e[1]] or {}
+        local k = children_of(e[1]) or {}
         for i = #k, 1, -1 do
-          if not is_root[k[i]] then stack[#stack + 1] = { k[i], e[2] + 1 } end
+          if by_pid[k[i]] and not is_root[k[i]] then stack[#stack + 1] = { k[i], e[2] + 1 } end
         end
       end
     end
@@ -294,7 +294,7 @@ function M.ps(args)
     local ok, cg, cerr = pcall(takana.cgroup, opts.cgroup == "/" and "" or opts.cgroup)
     if not ok then usage_error("ps: --cgroup: " .. tostring(cg):gsub("^.-bad argument", "bad argument")) end
     if not cg then fail("ps: --cgroup: " .. cerr) end
-    local pids, perr = core.cgroup_subtree_procs(cg, 100000)
+    local pids, perr = cg:procs { recursive = true }
     cg:close()
     if not pids then fail("ps: --cgroup " .. opts.cgroup .. ": " .. perr) end
     members = {}
@@ -342,7 +342,8 @@ function M.ps(args)
     for p in snap:each() do
       if show(p) then records[#records + 1] = { pid = p.pid, ppid = p.ppid } end
     end
-    for _, e in ipairs(M.tree_order(records)) do line(snap:get(e[1]), e[2]) end
+    local function children_of(pid) return snap:children(pid) end
+    for _, e in ipairs(M.tree_order(records, children_of)) do line(snap:get(e[1]), e[2]) end
   else
     for p in snap:each() do
       if show(p) then line(p) end
@@ -458,8 +459,8 @@ function M.watch(args)
     io.write(("%-15s %-5s %7s %7s %-16s %s\n"):format("TIME_S", "EVENT", "PID", "PPID", "COMM", "DETAIL"))
   end
   io.stdout:setvbuf("line")
-  local seen, deadline = 0, duration and (require("takana.core").monotime() + duration)
-  local monotime = require("takana.core").monotime
+  local monotime = takana.now
+  local seen, deadline = 0, duration and (monotime() + duration)
   while true do
     local events, rerr = ev:read()
     if not events then fail(rerr) end
@@ -561,7 +562,7 @@ end
 -- `takana cgroup PATH --procs`: the processes of a cgroup and of its
 -- descendants, in pid order.
 function M.cgroup_procs(cg, as_json)
-  local pids, err = core.cgroup_subtree_procs(cg, 100000)
+  local pids, err = cg:procs { recursive = true }
   if not pids then fail(("cgroup %s: %s"):format(cg.path, err)) end
   cg:close()
   table.sort(pids)
@@ -636,7 +637,7 @@ function M.exposition(opts)
     end
     out[#out + 1] = name .. labels(lbl) .. " " .. prom_number(value)
   end
-  local monotime = require("takana.core").monotime
+  local monotime = takana.now
   local t0 = monotime()
   local snap, err = takana.snapshot { backend = opts.backend or "auto" }
   if not snap then return nil, err end
@@ -726,8 +727,8 @@ function M.export(args)
   end
   -- Run as root into a directory others may write: a temporary file made
   -- exclusively, under a random name, through a directory fd, then renamed
-  -- (core.textfile_write); plain io.open would follow a planted symlink.
-  local ok, werr = require("takana.core").textfile_write(opts.textfile, "takana.prom", text)
+  -- (takana.textfile_write); plain io.open would follow a planted symlink.
+  local ok, werr = takana.textfile_write(opts.textfile, "takana.prom", text)
   if not ok then fail("export: " .. werr) end
   return 0
 end
@@ -799,7 +800,7 @@ function M.top(args)
   if opts.iterations and not (iterations and iterations >= 1) then usage_error("top: --iterations needs N >= 1") end
   local backend = check_snapshot_backend("top", opts.backend or "auto")
   local tty = os.execute("test -t 1") == true and os.execute("test -t 0") == true
-  local monotime = require("takana.core").monotime
+  local monotime = takana.now
   local saved
   local function restore()
     if saved then

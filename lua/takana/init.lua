@@ -49,10 +49,23 @@ local function fields_mask(list)
   return mask
 end
 
+-- backend = "cheapest": one snapshot repays a BPF tier's load (20-45 ms)
+-- only where a cold /proc scan (~7 us a process, against 0.2-0.5 us) would
+-- take longer: several thousand processes. /proc/loadavg's task count
+-- (threads included, so an upper bound) decides without a scan.
+local CHEAPEST_BPF_TASKS = 5000
+
+local function cheapest_backend()
+  local tasks = tonumber((util.first_line("/proc/loadavg") or ""):match("^%S+ %S+ %S+ %d+/(%d+)") or "")
+  if tasks and tasks < CHEAPEST_BPF_TASKS then return "proc" end
+  return "auto"
+end
+
 --- Takes a snapshot of every live process.
 -- @tparam[opt] table opts
 --   `backend`: `"auto"` (default: the best tier that works), `"kfunc"`,
---   `"iter"` or `"proc"`;
+--   `"iter"`, `"proc"`, or `"cheapest"` for a single snapshot: proc below
+--   5,000 tasks (a BPF tier's load would cost more than it saves), else auto;
 --   `cache`: for the proc backend, keep `/proc/<pid>/stat` descriptors open
 --   between snapshots (default true);
 --   `fields`: the record fields to fill, e.g. `{"pid", "ppid", "comm"}`
@@ -73,6 +86,7 @@ function M.snapshot(opts, ...)
   nargs("snapshot", 1, select("#", ...) + 1)
   opts = check_options("snapshot", 1, opts, { backend = "string", cache = "boolean", fields = "table" })
   local backend = opts.backend or "auto"
+  if backend == "cheapest" then backend = cheapest_backend() end
   if backend ~= "auto" and not tiers[backend] then
     argerror("snapshot", 1, "unknown backend '" .. backend .. "' (auto, kfunc, iter or proc)")
   end
@@ -536,6 +550,28 @@ function M.probe(opts)
   end
   return deep_copy(probed)
 end
+
+--- The login name of a user, from the passwd database (getpwuid_r, so
+-- NSS sources count): what `takana ps -o user` shows.
+-- @function user_name
+-- @int uid 0..2^32-1
+-- @treturn string|nil the name; nil when the database has no entry
+M.user_name = core.user_name
+
+--- Writes `dir/name` atomically, for node_exporter's textfile collector and
+-- the like: the data goes to a new file made exclusively (O_EXCL |
+-- O_NOFOLLOW, under a random name) through a descriptor of `dir`, is
+-- synced, then renamed over `name`; a reader sees the old file or the new
+-- one, never part of one, and a symlink planted in `dir` is never
+-- followed. A `dir` that group or others may write is refused with EPERM,
+-- unless it is sticky and owned by root or the caller.
+-- @function textfile_write
+-- @string dir
+-- @string name a plain file name (no "/", at most 240 bytes)
+-- @string data
+-- @treturn[1] true
+-- @treturn[2] nil, "textfile dir/name: step: message", errno
+M.textfile_write = core.textfile_write
 
 --- Descriptors held by the /proc backend's cache: `{fds=n, process_fds=n, limit=n}`;
 -- `process_fds` counts every /proc reader of the process (poll event
