@@ -788,6 +788,82 @@ local function terminal_size()
   return tonumber(r) or 24, tonumber(c) or 80
 end
 
+-- The terminal in raw mode on the alternate screen, cursor hidden: keys
+-- arrive one by one and Ctrl-C is a byte to handle, so the terminal is
+-- always given back. Returns the function that gives it back.
+local function raw_terminal()
+  local p = io.popen("stty -g 2>/dev/null")
+  local saved = p:read("l")
+  p:close()
+  os.execute("stty raw -echo 2>/dev/null")
+  io.write("\27[?1049h\27[?25l")
+  return function()
+    if saved then
+      os.execute("stty " .. saved .. " 2>/dev/null")
+      io.write("\27[?25h\27[?1049l")
+      io.flush()
+      saved = nil
+    end
+  end
+end
+
+local stdin = { fileno = function() return 0 end }
+
+-- A key pressed within wait seconds: nil when none, false to quit.
+local function top_key(wait)
+  local ready = takana.poll({ stdin }, wait)
+  if not (ready and #ready > 0) then return nil end
+  local key = io.stdin:read(1)
+  if key == "q" or key == "\3" or key == nil then return false end
+  return key
+end
+
+-- Takes a snapshot and shows its frame against prev; returns it.
+local function top_draw(prev, backend, sort_key, tty, show_k)
+  local t0 = takana.now()
+  local snap, serr = takana.snapshot { backend = backend }
+  if not snap then error(serr, 0) end
+  local cost = (takana.now() - t0) * 1e6
+  -- A pipe gets every process at full width, like top -b.
+  local rows, cols = math.maxinteger, math.maxinteger
+  if tty then rows, cols = terminal_size() end
+  local lines = top_frame(prev, snap, sort_key, rows, cols, cost, show_k)
+  if tty then
+    io.write("\27[H\27[2J", table.concat(lines, "\r\n"))
+  else
+    io.write(table.concat(lines, "\n"), "\n\n")
+  end
+  io.flush()
+  return snap
+end
+
+local function top_loop(backend, interval, iterations, tty, show_k)
+  local now = takana.now
+  local prev = assert(takana.snapshot { backend = backend })
+  local sort_key, frames = "c", 0
+  local next_at = now() + math.min(interval, 0.5)
+  while true do
+    -- wait for a key or the next frame
+    local wait = next_at - now()
+    if tty and wait > 0 then
+      local key = top_key(wait)
+      if key == false then return end
+      if key then
+        if key == "c" or key == "m" or key == "p" then sort_key = key end
+        next_at = now() -- redraw now
+      end
+    elseif wait > 0 then
+      takana.poll({}, wait)
+    end
+    if now() >= next_at then
+      prev = top_draw(prev, backend, sort_key, tty, show_k)
+      frames = frames + 1
+      if iterations and frames >= iterations then return end
+      next_at = now() + interval
+    end
+  end
+end
+
 function M.top(args)
   local opts = parse_args(args, { interval = "value", backend = "value", iterations = "value",
                                   k = "bool", help = "bool" }, "top")
@@ -800,66 +876,8 @@ function M.top(args)
   if opts.iterations and not (iterations and iterations >= 1) then usage_error("top: --iterations needs N >= 1") end
   local backend = check_snapshot_backend("top", opts.backend or "auto")
   local tty = os.execute("test -t 1") == true and os.execute("test -t 0") == true
-  local monotime = takana.now
-  local saved
-  local function restore()
-    if saved then
-      os.execute("stty " .. saved .. " 2>/dev/null")
-      io.write("\27[?25h\27[?1049l")
-      io.flush()
-      saved = nil
-    end
-  end
-  if tty then
-    local p = io.popen("stty -g 2>/dev/null")
-    saved = p:read("l")
-    p:close()
-    -- Raw input: keys arrive one by one and Ctrl-C is a byte to handle,
-    -- so the terminal is always given back.
-    os.execute("stty raw -echo 2>/dev/null")
-    io.write("\27[?1049h\27[?25l")
-  end
-  local stdin = { fileno = function() return 0 end }
-  local ok, err = pcall(function()
-    local prev = assert(takana.snapshot { backend = backend })
-    local sort_key, frames = "c", 0
-    local next_at = monotime() + math.min(interval, 0.5)
-    while true do
-      -- wait for a key or the next frame
-      local wait = next_at - monotime()
-      if tty and wait > 0 then
-        local ready = takana.poll({ stdin }, wait)
-        if ready and #ready > 0 then
-          local key = io.stdin:read(1)
-          if key == "q" or key == "\3" or key == nil then return end
-          if key == "c" or key == "m" or key == "p" then sort_key = key end
-          next_at = monotime() -- redraw now
-        end
-      elseif wait > 0 then
-        takana.poll({}, wait)
-      end
-      if monotime() >= next_at then
-        local t0 = monotime()
-        local snap, serr = takana.snapshot { backend = backend }
-        if not snap then error(serr, 0) end
-        local cost = (monotime() - t0) * 1e6
-        -- A pipe gets every process at full width, like top -b.
-        local rows, cols = math.maxinteger, math.maxinteger
-        if tty then rows, cols = terminal_size() end
-        local lines = top_frame(prev, snap, sort_key, rows, cols, cost, opts.k)
-        if tty then
-          io.write("\27[H\27[2J", table.concat(lines, "\r\n"))
-        else
-          io.write(table.concat(lines, "\n"), "\n\n")
-        end
-        io.flush()
-        prev = snap
-        frames = frames + 1
-        if iterations and frames >= iterations then return end
-        next_at = monotime() + interval
-      end
-    end
-  end)
+  local restore = tty and raw_terminal() or function() end
+  local ok, err = pcall(top_loop, backend, interval, iterations, tty, opts.k)
   restore()
   if not ok then fail(tostring(err)) end
   return 0

@@ -377,16 +377,10 @@ end
 -- and a probe loads and attaches every backend (tens of ms).
 local probed
 
-local function probe_fresh()
-  local r = {}
-  -- Each section is computed on its own: one that raises (no /proc, no
-  -- descriptors left) becomes { ok = false, why = ... } and the rest stand.
-  local function section(name, fn)
-    local ok, v = pcall(fn)
-    r[name] = ok and v or { ok = false, why = tostring(v) }
-  end
+-- What processes are read through: the kernel, BTF, the snapshot tiers
+-- and /proc.
+local function probe_reading(section)
   section("kernel", function() return util.first_line("/proc/sys/kernel/osrelease") end)
-  if type(r.kernel) ~= "string" then r.kernel = nil end
   section("btf", function()
     local btf = io.open("/sys/kernel/btf/vmlinux")
     if btf then btf:close() end
@@ -423,7 +417,11 @@ local function probe_fresh()
     end
     return t
   end)
+end
 
+-- The objects takana opens: pidfds, clone3 children, event streams,
+-- cgroups.
+local function probe_objects(section)
   section("pidfd", function()
     local self = util.first_line("/proc/self/stat")
     local pok, p, perr = pcall(core.pidfd, self and tonumber(self:match("^%d+")) or 1)
@@ -459,6 +457,19 @@ local function probe_fresh()
 
   -- Inside section: loading takana.cgroup needs a descriptor too.
   section("cgroup", function() return M.cgroup.probe() end)
+end
+
+local function probe_fresh()
+  local r = {}
+  -- Each section is computed on its own: one that raises (no /proc, no
+  -- descriptors left) becomes { ok = false, why = ... } and the rest stand.
+  local function section(name, fn)
+    local ok, v = pcall(fn)
+    r[name] = ok and v or { ok = false, why = tostring(v) }
+  end
+  probe_reading(section)
+  if type(r.kernel) ~= "string" then r.kernel = nil end
+  probe_objects(section)
   return r
 end
 

@@ -633,45 +633,45 @@ local function close_obj(self, o)
   if o then self:_unwatch(o); o:close() end
 end
 
-function supervisor:_start(svc)
-  local t = now()
+-- The start limit: nil, or why svc may not start now. Leaves in
+-- svc.starts the starts within the interval.
+local function start_limited(svc, t)
   local sl = svc.start_limit
   local kept = {}
   for _, s in ipairs(svc.starts) do if t - s < sl.interval then kept[#kept + 1] = s end end
   svc.starts = kept
   if sl.burst > 0 and #kept >= sl.burst then
-    return self:_fail(svc, ("start limit: %d starts within %g s"):format(#kept, sl.interval))
+    return ("start limit: %d starts within %g s"):format(#kept, sl.interval)
   end
-  local cg, err = self:_svc_cgroup(svc)
-  if not cg then return self:_fail(svc, "cgroup: " .. tostring(err)) end
-  if populated(cg) then
-    if self.adopt then return self:_adopt(svc) end
-    -- Leftovers of an earlier supervisor: stop them, then start fresh.
-    svc.cleaning = true
-    return self:_begin_stop(svc)
-  end
-  if svc.limits then
-    local keys = {}
-    for k in pairs(svc.limits) do keys[#keys + 1] = k end
-    table.sort(keys)
-    -- The controllers the limits need, enabled for the services' cgroups
-    -- (once each); a controller that cannot be enabled fails the service
-    -- with the reason, never a silent run without its limit.
-    self.enabled = self.enabled or {}
-    for _, k in ipairs(keys) do
-      local c = k:match("^(%w+)%.")
-      if c and not self.enabled[c] then
-        local ok, eerr = self.cg:enable { c }
-        if not ok then return self:_fail(svc, "limit " .. k .. ": " .. tostring(eerr)) end
-        self.enabled[c] = true
-      end
-    end
-    for _, k in ipairs(keys) do
-      local ok, serr = cg:set(k, svc.limits[k])
-      if not ok then return self:_fail(svc, "limit " .. k .. ": " .. tostring(serr)) end
+end
+
+-- Applies svc's limits to its cgroup cg: nil, or why one failed.
+function supervisor:_apply_limits(svc, cg)
+  local keys = {}
+  for k in pairs(svc.limits) do keys[#keys + 1] = k end
+  table.sort(keys)
+  -- The controllers the limits need, enabled for the services' cgroups
+  -- (once each); a controller that cannot be enabled fails the service
+  -- with the reason, never a silent run without its limit.
+  self.enabled = self.enabled or {}
+  for _, k in ipairs(keys) do
+    local c = k:match("^(%w+)%.")
+    if c and not self.enabled[c] then
+      local ok, eerr = self.cg:enable { c }
+      if not ok then return "limit " .. k .. ": " .. tostring(eerr) end
+      self.enabled[c] = true
     end
   end
-  kept[#kept + 1] = t
+  for _, k in ipairs(keys) do
+    local ok, serr = cg:set(k, svc.limits[k])
+    if not ok then return "limit " .. k .. ": " .. tostring(serr) end
+  end
+end
+
+-- What spawn gets to start svc in cg, and the readiness channel opened
+-- for it ({notify = socket} or {readyr =, readyw =}, the pipe whose write
+-- end the child gets as fd n); or nil, why.
+function supervisor:_spawn_spec(svc, cg)
   self.env0 = self.env0 or environ()
   local env = {}
   for k, v in pairs(self.env0) do env[k] = v end
@@ -685,36 +685,24 @@ function supervisor:_start(svc)
   spec.stdin = "null"
   -- stdout and stderr: spawn's non-blocking pipe objects, read by _drain.
   spec.stdout, spec.stderr = "pipe", "pipe"
-  local cleanup = {}
-  local notify, readyr, readyw
+  spec.env = env
+  local ch = {}
   if svc.ready_mode == "notify" then
     local path = self.runtime .. "/" .. svc.name .. ".notify"
     os.remove(path)
     local nerr, nerrno
-    notify, nerr, nerrno = core.unix_dgram(path, 438)
-    if not notify then
-      for _, o in ipairs(cleanup) do o:close() end
-      return self:_fail(svc, "notify socket: " .. tostring(nerr) .. " (" .. tostring(nerrno) .. ")")
-    end
+    ch.notify, nerr, nerrno = core.unix_dgram(path, 438)
+    if not ch.notify then return nil, "notify socket: " .. tostring(nerr) .. " (" .. tostring(nerrno) .. ")" end
     env.NOTIFY_SOCKET = path
   elseif type(svc.ready_mode) == "table" then
-    readyr, readyw = core.pipe()
-    spec.fds = { [svc.ready_mode.fd] = readyw }
-    cleanup[#cleanup + 1] = readyw
+    ch.readyr, ch.readyw = core.pipe()
+    spec.fds = { [svc.ready_mode.fd] = ch.readyw }
   end
-  spec.env = env
-  local ok, child, serr, serrno = pcall(takana.spawn, spec)
-  for _, o in ipairs(cleanup) do o:close() end
-  if not ok then
-    if notify then notify:close() end
-    if readyr then readyr:close() end
-    return self:_fail(svc, "spawn: " .. tostring(child))
-  end
-  if not child then
-    if notify then notify:close() end
-    if readyr then readyr:close() end
-    return self:_schedule(svc, { error = serr, errno = serrno, runtime = 0 })
-  end
+  return spec, ch
+end
+
+-- svc's child is running: its bookkeeping, and its descriptors watched.
+function supervisor:_started(svc, child, cg, t, ch)
   svc.child = child
   if svc.restart_pending then svc.restarts = svc.restarts + 1 end
   svc.restart_pending = nil
@@ -731,17 +719,47 @@ function supervisor:_start(svc)
   self:_watch(child, function() self:_child_exit(svc) end)
   self:_watch(svc.out, function() self:_drain(svc, "out") end)
   self:_watch(svc.err, function() self:_drain(svc, "err") end)
-  if notify then
-    svc.notify = notify
-    self:_watch(notify, function() self:_notify(svc) end)
+  if ch.notify then
+    svc.notify = ch.notify
+    self:_watch(ch.notify, function() self:_notify(svc) end)
   end
-  if readyr then
-    svc.readyp = readyr
-    self:_watch(readyr, function() self:_readyfd(svc) end)
+  if ch.readyr then
+    svc.readyp = ch.readyr
+    self:_watch(ch.readyr, function() self:_readyfd(svc) end)
   end
   svc.state = "starting"
   if svc.ready_mode == nil then self:_set_ready(svc) end
   if svc.want == "down" then self:_begin_stop(svc) end
+end
+
+function supervisor:_start(svc)
+  local t = now()
+  local limited = start_limited(svc, t)
+  if limited then return self:_fail(svc, limited) end
+  local cg, err = self:_svc_cgroup(svc)
+  if not cg then return self:_fail(svc, "cgroup: " .. tostring(err)) end
+  if populated(cg) then
+    if self.adopt then return self:_adopt(svc) end
+    -- Leftovers of an earlier supervisor: stop them, then start fresh.
+    svc.cleaning = true
+    return self:_begin_stop(svc)
+  end
+  if svc.limits then
+    local why = self:_apply_limits(svc, cg)
+    if why then return self:_fail(svc, why) end
+  end
+  svc.starts[#svc.starts + 1] = t
+  local spec, ch = self:_spawn_spec(svc, cg)
+  if not spec then return self:_fail(svc, ch) end
+  local ok, child, serr, serrno = pcall(takana.spawn, spec)
+  if ch.readyw then ch.readyw:close() end
+  if not (ok and child) then
+    if ch.notify then ch.notify:close() end
+    if ch.readyr then ch.readyr:close() end
+    if not ok then return self:_fail(svc, "spawn: " .. tostring(child)) end
+    return self:_schedule(svc, { error = serr, errno = serrno, runtime = 0 })
+  end
+  self:_started(svc, child, cg, t, ch)
 end
 
 function supervisor._adopt(_, svc)
