@@ -736,6 +736,18 @@ local function holds_caller(self)
   return false, me
 end
 
+-- What freeze and wait_empty refuse: a cgroup holding the caller, which
+-- would wait on itself. nil, or "fname <path>: unknown<why>" (the check
+-- failed) or "fname <path>: this process (pid n) is in it<inside>",
+-- EDEADLK; and errno.
+local function refuse_holder(self, fname, unknown, inside)
+  local holds, me, herrno = holds_caller(self)
+  if holds == nil then return ("%s %s: %s%s"):format(fname, self.path, unknown, me), herrno end
+  if holds then
+    return ("%s %s: this process (pid %d) is in it%s"):format(fname, self.path, me, inside), EDEADLK
+  end
+end
+
 --- Freezes every process of the unit and waits until cgroup.events says so.
 -- Refused (nil, message, EPERM or EDEADLK) for the root cgroup, which holds
 -- every process, and for a cgroup that holds the caller, which would freeze
@@ -752,12 +764,9 @@ function cgroup:freeze(timeout, ...)
     return nil, "freeze /: refusing to freeze the root cgroup (it holds every process, this one included); "
       .. "freeze a child cgroup", EPERM
   end
-  local holds, me, herrno = holds_caller(self)
-  if holds == nil then return nil, ("freeze %s: cannot tell whether it holds this process: %s"):format(self.path, me), herrno end
-  if holds then
-    return nil, ("freeze %s: this process (pid %d) is in it and would freeze itself, with no one to thaw it; "
-      .. "move it out first"):format(self.path, me), EDEADLK
-  end
+  local why, werrno = refuse_holder(self, "freeze", "cannot tell whether it holds this process: ",
+    " and would freeze itself, with no one to thaw it; move it out first")
+  if why then return nil, why, werrno end
   local ok, err, errno = core.cgroup_write(self, "cgroup.freeze", "1")
   if not ok then return nil, "freeze: " .. err, errno end
   if wait_frozen(self, true, timeout or 5) then return true end
@@ -967,12 +976,8 @@ function cgroup:wait_empty(timeout, ...)
   timeout_arg("wait_empty", 1, timeout)
   local why, werrno = removed(self, "wait_empty")
   if why then return nil, why, werrno end
-  local holds, me, herrno = holds_caller(self)
-  if holds == nil then return nil, ("wait_empty %s: %s"):format(self.path, me), herrno end
-  if holds then
-    return nil, ("wait_empty %s: this process (pid %d) is in it, so it cannot become empty while this "
-      .. "process waits"):format(self.path, me), EDEADLK
-  end
+  why, werrno = refuse_holder(self, "wait_empty", "", ", so it cannot become empty while this process waits")
+  if why then return nil, why, werrno end
   return wait_empty(self, "wait_empty", timeout)
 end
 

@@ -411,10 +411,17 @@ function supervisor:service(t, ...)
   return svc
 end
 
+-- The service called name, or nil, "fname: no service 'name'", ENOENT.
+function supervisor:_lookup(fname, name)
+  local svc = self.services[name]
+  if not svc then return nil, fname .. ": no service '" .. tostring(name) .. "'", ENOENT end
+  return svc
+end
+
 --- Removes a service: stops it first (the stop sequence), then forgets it.
 function supervisor:remove(name)
-  local svc = self.services[name]
-  if not svc then return nil, "remove: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("remove", name)
+  if not svc then return nil, err, errno end
   svc.removing = true
   self:stop(name)
   return true
@@ -955,8 +962,8 @@ end
 
 --- Starts a stopped, failed or waiting service (resets its start limit).
 function supervisor:start(name)
-  local svc = self.services[name]
-  if not svc then return nil, "start: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("start", name)
+  if not svc then return nil, err, errno end
   svc.want = "up"
   if svc.state == "failed" or svc.state == "stopped" or svc.state == "backoff" then
     svc.starts = {}
@@ -971,8 +978,8 @@ end
 --- Stops a service with its stop sequence: stop.signal to the whole
 -- cgroup, then after stop.timeout cgroup.kill, then wait until empty.
 function supervisor:stop(name)
-  local svc = self.services[name]
-  if not svc then return nil, "stop: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("stop", name)
+  if not svc then return nil, err, errno end
   svc.want = "down"
   if svc.state == "running" or svc.state == "starting" then
     self:_begin_stop(svc)
@@ -988,8 +995,8 @@ end
 
 --- Stops then starts a service.
 function supervisor:restart(name)
-  local svc = self.services[name]
-  if not svc then return nil, "restart: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("restart", name)
+  if not svc then return nil, err, errno end
   if svc.state == "running" or svc.state == "starting" then
     self:_begin_stop(svc)
     svc.stop_requested = nil
@@ -1003,8 +1010,8 @@ end
 
 --- Sends a signal to every process of a service.
 function supervisor:signal(name, sig)
-  local svc = self.services[name]
-  if not svc then return nil, "signal: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("signal", name)
+  if not svc then return nil, err, errno end
   local n = signum("signal", 2, sig)
   if not svc.cg then return nil, "signal: service '" .. name .. "' has no processes", ESRCH end
   return cg_signal(svc.cg, n)
