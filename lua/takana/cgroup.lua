@@ -116,12 +116,11 @@ end
 -- The unified-hierarchy path of a process, from /proc/<pid>/cgroup's "0::"
 -- line: relative to the reader's cgroup namespace, so it may begin with "..".
 local function path_of(fname, pid)
-  local text, err, errno = read_file(("/proc/%s/cgroup"):format(pid))
-  if not text then
+  local p, err, errno = util.proc_cgroup(pid)
+  if p == nil then
     if errno == ENOENT then return nil, ("%s: no such process"):format(fname), ESRCH end
     return nil, ("%s: %s"):format(fname, err), errno
   end
-  local p = text:match("\n0::([^\n]*)") or text:match("^0::([^\n]*)")
   if not p then return nil, ("%s: the process is in no cgroup2 hierarchy"):format(fname), ENOENT end
   return p
 end

@@ -202,9 +202,7 @@ end
 
 -- The cgroup2 path of a live process, "/a/b", from /proc/<pid>/cgroup.
 local function cgroup_of_pid(pid)
-  local s = read_file("/proc/" .. math.tointeger(pid) .. "/cgroup")
-  if not s then return nil end
-  return s:match("0::([^\n]*)")
+  return util.proc_cgroup(math.tointeger(pid)) or nil
 end
 
 local function signum(fname, n, sig)

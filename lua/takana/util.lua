@@ -71,6 +71,16 @@ function M.first_line(path)
   return l
 end
 
+-- The unified-hierarchy path of a process, from /proc/<pid>/cgroup's "0::"
+-- line (relative to the reader's cgroup namespace, so it may begin with
+-- ".."); false when it is in no cgroup2 hierarchy; nil, "path: message",
+-- errno when the file cannot be read (ENOENT: the process is gone).
+function M.proc_cgroup(pid)
+  local text, err, errno = M.read_file("/proc/" .. pid .. "/cgroup")
+  if not text then return nil, err, errno end
+  return text:match("\n0::([^\n]*)") or text:match("^0::([^\n]*)") or false
+end
+
 -- mountinfo escapes space, tab, newline and backslash as \ooo.
 local function unescape(s)
   if not s:find("\\", 1, true) then return s end
