@@ -16,5 +16,13 @@ describe("luarocks make", function()
       :format(dir, dir, dir))
     assert.equal(0, code, out)
     assert.equal(dir .. "/tree/lib/lua/5.4/takana/core.so\ttrue\n", out)
+    -- Every Lua module, the internal takana.util among them, from the tree.
+    code, out = H.run(("cd / && LUA_PATH='%s/tree/share/lua/5.4/?.lua;%s/tree/share/lua/5.4/?/init.lua' " ..
+      "LUA_CPATH='%s/tree/lib/lua/5.4/?.so' lua5.4 -e 'for _, m in ipairs { \"takana.util\", \"takana.cgroup\", " ..
+      "\"takana.supervisor\", \"takana.cli\" } do require(m) io.write(package.searchpath(m, package.path), \" \") end'")
+      :format(dir, dir, dir))
+    assert.equal(0, code, out)
+    local share = dir .. "/tree/share/lua/5.4/takana/"
+    assert.equal(share .. "util.lua " .. share .. "cgroup.lua " .. share .. "supervisor.lua " .. share .. "cli.lua ", out)
   end)
 end)

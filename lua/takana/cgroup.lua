@@ -18,6 +18,7 @@
 -- owner before the cgroup handle is closed.
 -- @module takana.cgroup
 local core = require "takana.core"
+local util = require "takana.util"
 
 local cgroup = core.cgroup_methods
 local E = core.errno
@@ -31,66 +32,33 @@ local EEXIST, ENOTDIR, ENODEV = E.EEXIST, E.ENOTDIR, E.ENODEV
 -- real hierarchy, small enough to bound the time.
 local MAX_DIRS = 100000
 
-local function argerror(fname, n, msg)
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
-end
+local argerror, nargs, read_file = util.argerror, util.nargs, util.read_file
+local YEAR = 86400 * 365
 
--- Extra arguments are a caller's mistake, as in the C functions.
-local function nargs(fname, max, n)
-  if n > max then
-    error(("bad argument #%d to '%s' (no more than %d argument%s expected)"):format(
-      max + 1, fname, max, max == 1 and "" or "s"), 3)
+-- An option in seconds, 0 to 1 year (util.check_options).
+local function seconds(v)
+  if not (type(v) == "number" and v >= 0 and v <= YEAR) then
+    return ("seconds expected (0 to 1 year), got %s"):format(tostring(v))
   end
 end
 
--- Checks an options table against spec {key = "boolean" | "timeout"}.
-local function options(fname, n, opts, spec)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then argerror(fname, n, "table expected, got " .. type(opts)) end
-  for k, v in pairs(opts) do
-    local want = spec[k]
-    if not want then argerror(fname, n, "unknown option '" .. tostring(k) .. "'") end
-    if want == "boolean" and type(v) ~= "boolean" then
-      argerror(fname, n, ("option '%s': boolean expected, got %s"):format(k, type(v)))
-    end
-    if want == "timeout" and not (type(v) == "number" and v >= 0 and v <= (86400 * 365)) then
-      argerror(fname, n, ("option '%s': seconds expected (0 to 1 year), got %s"):format(k, tostring(v)))
-    end
-  end
-  return opts
-end
-
--- Whole file, or nil, "path: message", errno.
-local function read_file(path)
-  local f, err, errno = io.open(path, "rb")
-  if not f then return nil, err, errno end
-  local s, rerr, rerrno = f:read("a")
-  f:close()
-  if not s then return nil, rerr, rerrno end
-  return s
-end
-
--- mountinfo escapes space, tab, newline and backslash as \ooo.
-local function unescape(s)
-  return (s:gsub("\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end))
-end
+local options = util.check_options
 
 local function mounts(...)
   nargs("cgroup.mounts", 0, select("#", ...))
-  local text, err, errno = read_file("/proc/self/mountinfo")
-  if not text then return nil, "cgroup: " .. err, errno end
+  local each, err, errno = util.mounts()
+  if not each then return nil, "cgroup: " .. err, errno end
   local r = { v1 = {} }
-  for line in text:gmatch("[^\n]+") do
-    local root, mnt, fstype, opts = line:match("^%S+ %S+ %S+ (%S+) (%S+) .- %- (%S+) %S+ (%S+)")
+  for root, mnt, fstype, opts in each do
     if fstype == "cgroup2" then
       -- The first mount, unless a later one is rooted at our namespace's
       -- root (a container that remounted cgroup2 over the host's).
       if not r.v2 or (r.v2_root ~= "/" and root == "/") then
-        r.v2, r.v2_root = unescape(mnt), unescape(root)
+        r.v2, r.v2_root = mnt, root
       end
     elseif fstype == "cgroup" then
       for opt in opts:gmatch("[^,]+") do
-        if opt ~= "rw" and opt ~= "ro" and not opt:find("=") then r.v1[opt] = r.v1[opt] or unescape(mnt) end
+        if opt ~= "rw" and opt ~= "ro" and not opt:find("=") then r.v1[opt] = r.v1[opt] or mnt end
       end
     end
   end
@@ -148,12 +116,11 @@ end
 -- The unified-hierarchy path of a process, from /proc/<pid>/cgroup's "0::"
 -- line: relative to the reader's cgroup namespace, so it may begin with "..".
 local function path_of(fname, pid)
-  local text, err, errno = read_file(("/proc/%s/cgroup"):format(pid))
-  if not text then
+  local p, err, errno = util.proc_cgroup(pid)
+  if p == nil then
     if errno == ENOENT then return nil, ("%s: no such process"):format(fname), ESRCH end
     return nil, ("%s: %s"):format(fname, err), errno
   end
-  local p = text:match("\n0::([^\n]*)") or text:match("^0::([^\n]*)")
   if not p then return nil, ("%s: the process is in no cgroup2 hierarchy"):format(fname), ENOENT end
   return p
 end
@@ -729,8 +696,14 @@ function cgroup:attach(who, ...)
 end
 
 --- The pids in the cgroup (cgroup.procs), in the kernel's order.
-function cgroup:procs(...)
-  nargs("procs", 0, select("#", ...))
+-- @tparam[opt] table opts `{recursive = true}`: those of every cgroup
+--   beneath it too (parents first; past 100,000 cgroups, E2BIG)
+-- @treturn[1] {int,...}
+-- @treturn[2] nil, message, errno (ENOENT for a removed cgroup)
+function cgroup:procs(opts, ...)
+  nargs("procs", 1, select("#", ...) + 1)
+  opts = options("procs", 1, opts, { recursive = "boolean" })
+  if opts.recursive then return core.cgroup_subtree_procs(self, MAX_DIRS) end
   local text, err, errno = self:get("cgroup.procs")
   if not text then return nil, err, errno end
   local r = {}
@@ -762,6 +735,18 @@ local function holds_caller(self)
   return false, me
 end
 
+-- What freeze and wait_empty refuse: a cgroup holding the caller, which
+-- would wait on itself. nil, or "fname <path>: unknown<why>" (the check
+-- failed) or "fname <path>: this process (pid n) is in it<inside>",
+-- EDEADLK; and errno.
+local function refuse_holder(self, fname, unknown, inside)
+  local holds, me, herrno = holds_caller(self)
+  if holds == nil then return ("%s %s: %s%s"):format(fname, self.path, unknown, me), herrno end
+  if holds then
+    return ("%s %s: this process (pid %d) is in it%s"):format(fname, self.path, me, inside), EDEADLK
+  end
+end
+
 --- Freezes every process of the unit and waits until cgroup.events says so.
 -- Refused (nil, message, EPERM or EDEADLK) for the root cgroup, which holds
 -- every process, and for a cgroup that holds the caller, which would freeze
@@ -778,12 +763,9 @@ function cgroup:freeze(timeout, ...)
     return nil, "freeze /: refusing to freeze the root cgroup (it holds every process, this one included); "
       .. "freeze a child cgroup", EPERM
   end
-  local holds, me, herrno = holds_caller(self)
-  if holds == nil then return nil, ("freeze %s: cannot tell whether it holds this process: %s"):format(self.path, me), herrno end
-  if holds then
-    return nil, ("freeze %s: this process (pid %d) is in it and would freeze itself, with no one to thaw it; "
-      .. "move it out first"):format(self.path, me), EDEADLK
-  end
+  local why, werrno = refuse_holder(self, "freeze", "cannot tell whether it holds this process: ",
+    " and would freeze itself, with no one to thaw it; move it out first")
+  if why then return nil, why, werrno end
   local ok, err, errno = core.cgroup_write(self, "cgroup.freeze", "1")
   if not ok then return nil, "freeze: " .. err, errno end
   if wait_frozen(self, true, timeout or 5) then return true end
@@ -805,7 +787,6 @@ end
 local SIGNAL_ROUNDS, SIGNAL_TIME = 100, 2
 -- Rounds of the fallback kill, and how long each waits for the dead.
 local KILL_ROUNDS, KILL_WAIT = 10, 0.5
-local YEAR = 86400 * 365
 
 local function timeout_arg(fname, n, t)
   if t ~= nil and not (type(t) == "number" and t >= 0 and t <= YEAR) then
@@ -994,12 +975,8 @@ function cgroup:wait_empty(timeout, ...)
   timeout_arg("wait_empty", 1, timeout)
   local why, werrno = removed(self, "wait_empty")
   if why then return nil, why, werrno end
-  local holds, me, herrno = holds_caller(self)
-  if holds == nil then return nil, ("wait_empty %s: %s"):format(self.path, me), herrno end
-  if holds then
-    return nil, ("wait_empty %s: this process (pid %d) is in it, so it cannot become empty while this "
-      .. "process waits"):format(self.path, me), EDEADLK
-  end
+  why, werrno = refuse_holder(self, "wait_empty", "", ", so it cannot become empty while this process waits")
+  if why then return nil, why, werrno end
   return wait_empty(self, "wait_empty", timeout)
 end
 
@@ -1086,7 +1063,7 @@ end
 -- @treturn[2] nil, "kill <path>: why", errno
 function cgroup:kill(opts, ...)
   nargs("kill", 1, select("#", ...) + 1)
-  opts = options("kill", 1, opts, { root = "boolean", include_self = "boolean", wait = "timeout" })
+  opts = options("kill", 1, opts, { root = "boolean", include_self = "boolean", wait = seconds })
   local holds, me, herrno = refusals(self, "kill", opts, "kill")
   if holds == nil then return nil, me, herrno end
   local ok, err, errno = core.cgroup_write(self, "cgroup.kill", "1")

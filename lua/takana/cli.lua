@@ -1,7 +1,7 @@
 --- The `takana` command: subcommands over the module.
 -- Exit codes: 0 success, 1 runtime failure, 2 bad usage.
 local takana = require "takana"
-local core = require "takana.core"
+local util = require "takana.util"
 
 local M = {}
 
@@ -15,13 +15,7 @@ local function fail(msg)
   os.exit(1)
 end
 
-local function first_line(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local line = f:read("l")
-  f:close()
-  return line
-end
+local first_line = util.first_line
 
 local snapshot_backends = { auto = true, kfunc = true, iter = true, proc = true }
 
@@ -30,17 +24,11 @@ local function check_snapshot_backend(cmd, backend)
   return backend
 end
 
--- ps and export take one snapshot and exit. A BPF tier's load (20-45 ms)
--- is repaid only where a cold /proc scan (~7 us a process, against
--- 0.2-0.5 us) would take longer: several thousand processes. /proc/loadavg's
--- task count, threads included and so an upper bound, decides without a scan.
-local ONESHOT_BPF_TASKS = 5000
-
+-- ps and export take one snapshot and exit: by default the library picks
+-- the backend cheapest for one (proc below several thousand tasks).
 function M.oneshot_backend(cmd, backend)
   if backend then return check_snapshot_backend(cmd, backend) end
-  local tasks = tonumber((first_line("/proc/loadavg") or ""):match("^%S+ %S+ %S+ %d+/(%d+)") or "")
-  if tasks and tasks < ONESHOT_BPF_TASKS then return "proc" end
-  return "auto"
+  return "cheapest"
 end
 
 -- Parses argv against {flag = "bool"|"value"|"list"}; returns options and
@@ -179,7 +167,7 @@ local function row_context()
   function ctx.user(uid)
     local u = users[uid]
     if u == nil then
-      u = core.user_name(uid) or tostring(uid)
+      u = takana.user_name(uid) or tostring(uid)
       users[uid] = u
     end
     return u
@@ -232,20 +220,27 @@ usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS] [--cgroup PATH
 
 -- The order and depth of `ps --tree`: {pid, depth} pairs for records
 -- ({pid=, ppid=}, in pid order), each pid exactly once, children in pid
--- order under their parent. A process whose parent is not listed is a
--- root. A snapshot read from /proc is not atomic: during pid reuse it can
--- hold a parent cycle (A.ppid = B, B.ppid = A) that no root reaches, so
--- the members of a cycle become roots too. O(n), no recursion.
-function M.tree_order(records)
-  local by_pid, kids, is_root = {}, {}, {}
+-- order under their parent. children_of(pid) lists a pid's children in pid
+-- order (a snapshot's `snap:children`; those not among the records are
+-- left out); without it they are found from the records. A process whose
+-- parent is not listed is a root. A snapshot read from /proc is not
+-- atomic: during pid reuse it can hold a parent cycle (A.ppid = B, B.ppid =
+-- A) that no root reaches, so the members of a cycle become roots too.
+-- O(n) with O(1) children_of, no recursion.
+function M.tree_order(records, children_of)
+  local by_pid, is_root, kids = {}, {}, nil
   for _, p in ipairs(records) do by_pid[p.pid] = p end
+  if not children_of then
+    kids = {}
+    children_of = function(pid) return kids[pid] end
+  end
   for _, p in ipairs(records) do
-    if p.ppid ~= p.pid and by_pid[p.ppid] then
+    if p.ppid == p.pid or not by_pid[p.ppid] then
+      is_root[p.pid] = true
+    elseif kids then
       local k = kids[p.ppid]
       if not k then k = {} kids[p.ppid] = k end
       k[#k + 1] = p.pid
-    else
-      is_root[p.pid] = true
     end
   end
   -- Walk up from each pid not yet placed; meeting this walk's own mark
@@ -272,9 +267,9 @@ function M.tree_order(records)
       while #stack > 0 do
         local e = table.remove(stack)
         out[#out + 1] = e
-        local k = kids[e[1]] or {}
+        local k = children_of(e[1]) or {}
         for i = #k, 1, -1 do
-          if not is_root[k[i]] then stack[#stack + 1] = { k[i], e[2] + 1 } end
+          if by_pid[k[i]] and not is_root[k[i]] then stack[#stack + 1] = { k[i], e[2] + 1 } end
         end
       end
     end
@@ -299,7 +294,7 @@ function M.ps(args)
     local ok, cg, cerr = pcall(takana.cgroup, opts.cgroup == "/" and "" or opts.cgroup)
     if not ok then usage_error("ps: --cgroup: " .. tostring(cg):gsub("^.-bad argument", "bad argument")) end
     if not cg then fail("ps: --cgroup: " .. cerr) end
-    local pids, perr = core.cgroup_subtree_procs(cg, 100000)
+    local pids, perr = cg:procs { recursive = true }
     cg:close()
     if not pids then fail("ps: --cgroup " .. opts.cgroup .. ": " .. perr) end
     members = {}
@@ -347,7 +342,8 @@ function M.ps(args)
     for p in snap:each() do
       if show(p) then records[#records + 1] = { pid = p.pid, ppid = p.ppid } end
     end
-    for _, e in ipairs(M.tree_order(records)) do line(snap:get(e[1]), e[2]) end
+    local function children_of(pid) return snap:children(pid) end
+    for _, e in ipairs(M.tree_order(records, children_of)) do line(snap:get(e[1]), e[2]) end
   else
     for p in snap:each() do
       if show(p) then line(p) end
@@ -465,8 +461,8 @@ function M.watch(args)
     io.write(("%-15s %-5s %7s %7s %-16s %s\n"):format("TIME_S", "EVENT", "PID", "PPID", "COMM", "DETAIL"))
   end
   io.stdout:setvbuf("line")
-  local seen, deadline = 0, duration and (require("takana.core").monotime() + duration)
-  local monotime = require("takana.core").monotime
+  local monotime = takana.now
+  local seen, deadline = 0, duration and (monotime() + duration)
   while true do
     local events, rerr = ev:read()
     if not events then fail(rerr) end
@@ -568,7 +564,7 @@ end
 -- `takana cgroup PATH --procs`: the processes of a cgroup and of its
 -- descendants, in pid order.
 function M.cgroup_procs(cg, as_json)
-  local pids, err = core.cgroup_subtree_procs(cg, 100000)
+  local pids, err = cg:procs { recursive = true }
   if not pids then fail(("cgroup %s: %s"):format(cg.path, err)) end
   cg:close()
   table.sort(pids)
@@ -643,7 +639,7 @@ function M.exposition(opts)
     end
     out[#out + 1] = name .. labels(lbl) .. " " .. prom_number(value)
   end
-  local monotime = require("takana.core").monotime
+  local monotime = takana.now
   local t0 = monotime()
   local snap, err = takana.snapshot { backend = opts.backend or "auto" }
   if not snap then return nil, err end
@@ -733,8 +729,8 @@ function M.export(args)
   end
   -- Run as root into a directory others may write: a temporary file made
   -- exclusively, under a random name, through a directory fd, then renamed
-  -- (core.textfile_write); plain io.open would follow a planted symlink.
-  local ok, werr = require("takana.core").textfile_write(opts.textfile, "takana.prom", text)
+  -- (takana.textfile_write); plain io.open would follow a planted symlink.
+  local ok, werr = takana.textfile_write(opts.textfile, "takana.prom", text)
   if not ok then fail("export: " .. werr) end
   return 0
 end
@@ -794,6 +790,82 @@ local function terminal_size()
   return tonumber(r) or 24, tonumber(c) or 80
 end
 
+-- The terminal in raw mode on the alternate screen, cursor hidden: keys
+-- arrive one by one and Ctrl-C is a byte to handle, so the terminal is
+-- always given back. Returns the function that gives it back.
+local function raw_terminal()
+  local p = io.popen("stty -g 2>/dev/null")
+  local saved = p:read("l")
+  p:close()
+  os.execute("stty raw -echo 2>/dev/null")
+  io.write("\27[?1049h\27[?25l")
+  return function()
+    if saved then
+      os.execute("stty " .. saved .. " 2>/dev/null")
+      io.write("\27[?25h\27[?1049l")
+      io.flush()
+      saved = nil
+    end
+  end
+end
+
+local stdin = { fileno = function() return 0 end }
+
+-- A key pressed within wait seconds: nil when none, false to quit.
+local function top_key(wait)
+  local ready = takana.poll({ stdin }, wait)
+  if not (ready and #ready > 0) then return nil end
+  local key = io.stdin:read(1)
+  if key == "q" or key == "\3" or key == nil then return false end
+  return key
+end
+
+-- Takes a snapshot and shows its frame against prev; returns it.
+local function top_draw(prev, backend, sort_key, tty, show_k)
+  local t0 = takana.now()
+  local snap, serr = takana.snapshot { backend = backend }
+  if not snap then error(serr, 0) end
+  local cost = (takana.now() - t0) * 1e6
+  -- A pipe gets every process at full width, like top -b.
+  local rows, cols = math.maxinteger, math.maxinteger
+  if tty then rows, cols = terminal_size() end
+  local lines = top_frame(prev, snap, sort_key, rows, cols, cost, show_k)
+  if tty then
+    io.write("\27[H\27[2J", table.concat(lines, "\r\n"))
+  else
+    io.write(table.concat(lines, "\n"), "\n\n")
+  end
+  io.flush()
+  return snap
+end
+
+local function top_loop(backend, interval, iterations, tty, show_k)
+  local now = takana.now
+  local prev = assert(takana.snapshot { backend = backend })
+  local sort_key, frames = "c", 0
+  local next_at = now() + math.min(interval, 0.5)
+  while true do
+    -- wait for a key or the next frame
+    local wait = next_at - now()
+    if tty and wait > 0 then
+      local key = top_key(wait)
+      if key == false then return end
+      if key then
+        if key == "c" or key == "m" or key == "p" then sort_key = key end
+        next_at = now() -- redraw now
+      end
+    elseif wait > 0 then
+      takana.poll({}, wait)
+    end
+    if now() >= next_at then
+      prev = top_draw(prev, backend, sort_key, tty, show_k)
+      frames = frames + 1
+      if iterations and frames >= iterations then return end
+      next_at = now() + interval
+    end
+  end
+end
+
 function M.top(args)
   local opts = parse_args(args, { interval = "value", backend = "value", iterations = "value",
                                   k = "bool", help = "bool" }, "top")
@@ -806,66 +878,8 @@ function M.top(args)
   if opts.iterations and not (iterations and iterations >= 1) then usage_error("top: --iterations needs N >= 1") end
   local backend = check_snapshot_backend("top", opts.backend or "auto")
   local tty = os.execute("test -t 1") == true and os.execute("test -t 0") == true
-  local monotime = require("takana.core").monotime
-  local saved
-  local function restore()
-    if saved then
-      os.execute("stty " .. saved .. " 2>/dev/null")
-      io.write("\27[?25h\27[?1049l")
-      io.flush()
-      saved = nil
-    end
-  end
-  if tty then
-    local p = io.popen("stty -g 2>/dev/null")
-    saved = p:read("l")
-    p:close()
-    -- Raw input: keys arrive one by one and Ctrl-C is a byte to handle,
-    -- so the terminal is always given back.
-    os.execute("stty raw -echo 2>/dev/null")
-    io.write("\27[?1049h\27[?25l")
-  end
-  local stdin = { fileno = function() return 0 end }
-  local ok, err = pcall(function()
-    local prev = assert(takana.snapshot { backend = backend })
-    local sort_key, frames = "c", 0
-    local next_at = monotime() + math.min(interval, 0.5)
-    while true do
-      -- wait for a key or the next frame
-      local wait = next_at - monotime()
-      if tty and wait > 0 then
-        local ready = takana.poll({ stdin }, wait)
-        if ready and #ready > 0 then
-          local key = io.stdin:read(1)
-          if key == "q" or key == "\3" or key == nil then return end
-          if key == "c" or key == "m" or key == "p" then sort_key = key end
-          next_at = monotime() -- redraw now
-        end
-      elseif wait > 0 then
-        takana.poll({}, wait)
-      end
-      if monotime() >= next_at then
-        local t0 = monotime()
-        local snap, serr = takana.snapshot { backend = backend }
-        if not snap then error(serr, 0) end
-        local cost = (monotime() - t0) * 1e6
-        -- A pipe gets every process at full width, like top -b.
-        local rows, cols = math.maxinteger, math.maxinteger
-        if tty then rows, cols = terminal_size() end
-        local lines = top_frame(prev, snap, sort_key, rows, cols, cost, opts.k)
-        if tty then
-          io.write("\27[H\27[2J", table.concat(lines, "\r\n"))
-        else
-          io.write(table.concat(lines, "\n"), "\n\n")
-        end
-        io.flush()
-        prev = snap
-        frames = frames + 1
-        if iterations and frames >= iterations then return end
-        next_at = monotime() + interval
-      end
-    end
-  end)
+  local restore = tty and raw_terminal() or function() end
+  local ok, err = pcall(top_loop, backend, interval, iterations, tty, opts.k)
   restore()
   if not ok then fail(tostring(err)) end
   return 0

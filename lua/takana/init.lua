@@ -16,28 +16,8 @@ local M = {
 
 local ENOENT = core.errno.ENOENT
 
-local function argerror(fname, n, msg)
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
-end
-
--- Checks an options table against {name = "lua type"}; unknown keys raise.
-local function check_options(fname, n, opts, spec)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then
-    argerror(fname, n, "table expected, got " .. type(opts))
-  end
-  for k, v in pairs(opts) do
-    local want = spec[k]
-    if want == nil then
-      argerror(fname, n, "unknown option '" .. tostring(k) .. "'")
-    end
-    if type(v) ~= want then
-      argerror(fname, n, ("option '%s': %s expected, got %s"):format(k, want, type(v)))
-    end
-  end
-  return opts
-end
-
+local util = require "takana.util"
+local argerror, nargs, check_options = util.argerror, util.nargs, util.check_options
 
 local snapshot_backends = { "kfunc", "iter", "proc" }
 
@@ -69,10 +49,23 @@ local function fields_mask(list)
   return mask
 end
 
+-- backend = "cheapest": one snapshot repays a BPF tier's load (20-45 ms)
+-- only where a cold /proc scan (~7 us a process, against 0.2-0.5 us) would
+-- take longer: several thousand processes. /proc/loadavg's task count
+-- (threads included, so an upper bound) decides without a scan.
+local CHEAPEST_BPF_TASKS = 5000
+
+local function cheapest_backend()
+  local tasks = tonumber((util.first_line("/proc/loadavg") or ""):match("^%S+ %S+ %S+ %d+/(%d+)") or "")
+  if tasks and tasks < CHEAPEST_BPF_TASKS then return "proc" end
+  return "auto"
+end
+
 --- Takes a snapshot of every live process.
 -- @tparam[opt] table opts
 --   `backend`: `"auto"` (default: the best tier that works), `"kfunc"`,
---   `"iter"` or `"proc"`;
+--   `"iter"`, `"proc"`, or `"cheapest"` for a single snapshot: proc below
+--   5,000 tasks (a BPF tier's load would cost more than it saves), else auto;
 --   `cache`: for the proc backend, keep `/proc/<pid>/stat` descriptors open
 --   between snapshots (default true);
 --   `fields`: the record fields to fill, e.g. `{"pid", "ppid", "comm"}`
@@ -90,9 +83,10 @@ end
 -- @treturn[2] string why the requested backend cannot run
 -- @treturn[2] int errno
 function M.snapshot(opts, ...)
-  if select("#", ...) > 0 then argerror("snapshot", 2, "no more than 1 argument expected") end
+  nargs("snapshot", 1, select("#", ...) + 1)
   opts = check_options("snapshot", 1, opts, { backend = "string", cache = "boolean", fields = "table" })
   local backend = opts.backend or "auto"
+  if backend == "cheapest" then backend = cheapest_backend() end
   if backend ~= "auto" and not tiers[backend] then
     argerror("snapshot", 1, "unknown backend '" .. backend .. "' (auto, kfunc, iter or proc)")
   end
@@ -202,10 +196,12 @@ M.process = core.process
 -- spawn: documented with core.spawn (csrc/lua_spawn.c); this checks
 -- the option names and resolves a cgroup path to a handle first.
 local spawn_options = {
-  env = 1, cwd = 1, cgroup = 1, stdin = 1, stdout = 1, stderr = 1, setsid = 1, pgroup = 1,
-  cgroup_fallback = 1, user = 1, group = 1, groups = 1, umask = 1, rlimits = 1, pdeathsig = 1,
-  no_new_privs = 1, fds = 1,
+  env = "any", cwd = "any", cgroup = "any", stdin = "any", stdout = "any", stderr = "any", setsid = "any",
+  pgroup = "any", cgroup_fallback = "any", user = "any", group = "any", groups = "any", umask = "any",
+  rlimits = "any", pdeathsig = "any", no_new_privs = "any", fds = "any",
 }
+-- The argv is the integer keys; core.spawn checks the values.
+local spawn_how = { required = true, positional = true }
 
 -- A cgroup path means what takana.cgroup(path) means: relative to the
 -- cgroup2 mount, "/" being its root. A path that already begins with the
@@ -220,13 +216,8 @@ local function under_cgroup2_mount(path)
 end
 
 function M.spawn(t, ...)
-  if type(t) ~= "table" then argerror("spawn", 1, "table expected, got " .. type(t)) end
-  if select("#", ...) > 0 then argerror("spawn", 2, "no more than 1 argument expected") end
-  for k in pairs(t) do
-    if math.type(k) ~= "integer" and not spawn_options[k] then
-      argerror("spawn", 1, "unknown option '" .. tostring(k) .. "'")
-    end
-  end
+  check_options("spawn", 1, t, spawn_options, spawn_how)
+  nargs("spawn", 1, select("#", ...) + 1)
   if type(t.cgroup) == "string" and not under_cgroup2_mount(t.cgroup) then
     local cg, err, errno = M.cgroup(t.cgroup)
     if not cg then
@@ -255,7 +246,7 @@ end
 -- @treturn[2] nil, message, errno
 function M.poll(objects, timeout, ...)
   if type(objects) ~= "table" then argerror("poll", 1, "table expected, got " .. type(objects)) end
-  if select("#", ...) > 0 then argerror("poll", 3, "no more than 2 arguments expected") end
+  nargs("poll", 2, select("#", ...) + 2)
   if timeout ~= nil and type(timeout) ~= "number" then
     argerror("poll", 2, "number expected, got " .. type(timeout))
   end
@@ -288,6 +279,9 @@ local event_backends = core.event_backends
 local is_event_backend = {}
 for _, name in ipairs(event_backends) do is_event_backend[name] = true end
 local event_types = { fork = true, exec = true, exit = true, comm = true }
+local event_options = { backend = "string", interval = "number", buffer = "number", queue = "number" }
+-- The types wanted are the integer keys.
+local event_how = { positional = true }
 
 --- Subscribes to process events.
 -- `t = {"fork", "exec", "exit", "comm"; backend=, interval=, buffer=}`: the
@@ -304,9 +298,8 @@ local event_types = { fork = true, exec = true, exit = true, comm = true }
 --   the cqueues pollable protocol, `:close()`
 -- @treturn[2] nil, "events: <backend> backend unavailable: <why>", errno
 function M.events(t, ...)
-  if select("#", ...) > 0 then argerror("events", 2, "no more than 1 argument expected") end
-  if t == nil then t = {} end
-  if type(t) ~= "table" then argerror("events", 1, "table expected, got " .. type(t)) end
+  nargs("events", 1, select("#", ...) + 1)
+  t = check_options("events", 1, t, event_options, event_how)
   local mask, any = 0, false
   for k, v in pairs(t) do
     if math.type(k) == "integer" then
@@ -316,13 +309,6 @@ function M.events(t, ...)
       end
       mask = mask | core.event_bits[v]
       any = true
-    elseif k == "backend" or k == "interval" or k == "buffer" or k == "queue" then
-      local want = k == "backend" and "string" or "number"
-      if type(v) ~= want then
-        argerror("events", 1, ("option '%s': %s expected, got %s"):format(k, want, type(v)))
-      end
-    else
-      argerror("events", 1, "unknown option '" .. tostring(k) .. "'")
     end
   end
   if not any then
@@ -388,14 +374,6 @@ function M.supervisor(opts, ...)
   return require("takana.supervisor").new(opts, ...)
 end
 
-local function read_first_line(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local l = f:read("l")
-  f:close()
-  return l
-end
-
 local function deep_copy(v)
   if type(v) ~= "table" then return v end
   local c = {}
@@ -419,16 +397,10 @@ end
 -- and a probe loads and attaches every backend (tens of ms).
 local probed
 
-local function probe_fresh()
-  local r = {}
-  -- Each section is computed on its own: one that raises (no /proc, no
-  -- descriptors left) becomes { ok = false, why = ... } and the rest stand.
-  local function section(name, fn)
-    local ok, v = pcall(fn)
-    r[name] = ok and v or { ok = false, why = tostring(v) }
-  end
-  section("kernel", function() return read_first_line("/proc/sys/kernel/osrelease") end)
-  if type(r.kernel) ~= "string" then r.kernel = nil end
+-- What processes are read through: the kernel, BTF, the snapshot tiers
+-- and /proc.
+local function probe_reading(section)
+  section("kernel", function() return util.first_line("/proc/sys/kernel/osrelease") end)
   section("btf", function()
     local btf = io.open("/sys/kernel/btf/vmlinux")
     if btf then btf:close() end
@@ -451,11 +423,9 @@ local function probe_fresh()
   -- /proc itself: hidepid hides other users' processes from every /proc
   -- reader, takana's proc backend included.
   section("proc", function()
-    local t = { ok = read_first_line("/proc/self/stat") ~= nil }
+    local t = { ok = util.first_line("/proc/self/stat") ~= nil }
     if not t.ok then t.why = "/proc is not mounted (or no descriptor is free to read it)" return t end
-    local mountinfo = io.open("/proc/self/mountinfo")
-    for line in mountinfo and mountinfo:lines() or function() end do
-      local mnt, fstype, super = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+) %S+ (%S+)")
+    for _, mnt, fstype, super in util.mounts() or function() end do
       if mnt == "/proc" and fstype == "proc" then
         t.hidepid = super:match("hidepid=([^,]+)")
         if t.hidepid and t.hidepid ~= "0" and t.hidepid ~= "off" then
@@ -465,12 +435,15 @@ local function probe_fresh()
         end
       end
     end
-    if mountinfo then mountinfo:close() end
     return t
   end)
+end
 
+-- The objects takana opens: pidfds, clone3 children, event streams,
+-- cgroups.
+local function probe_objects(section)
   section("pidfd", function()
-    local self = read_first_line("/proc/self/stat")
+    local self = util.first_line("/proc/self/stat")
     local pok, p, perr = pcall(core.pidfd, self and tonumber(self:match("^%d+")) or 1)
     if pok and p then p:close() end
     return { ok = pok and p ~= nil, why = (not pok and tostring(p)) or perr }
@@ -504,6 +477,19 @@ local function probe_fresh()
 
   -- Inside section: loading takana.cgroup needs a descriptor too.
   section("cgroup", function() return M.cgroup.probe() end)
+end
+
+local function probe_fresh()
+  local r = {}
+  -- Each section is computed on its own: one that raises (no /proc, no
+  -- descriptors left) becomes { ok = false, why = ... } and the rest stand.
+  local function section(name, fn)
+    local ok, v = pcall(fn)
+    r[name] = ok and v or { ok = false, why = tostring(v) }
+  end
+  probe_reading(section)
+  if type(r.kernel) ~= "string" then r.kernel = nil end
+  probe_objects(section)
   return r
 end
 
@@ -595,6 +581,28 @@ function M.probe(opts)
   end
   return deep_copy(probed)
 end
+
+--- The login name of a user, from the passwd database (getpwuid_r, so
+-- NSS sources count): what `takana ps -o user` shows.
+-- @function user_name
+-- @int uid 0..2^32-1
+-- @treturn string|nil the name; nil when the database has no entry
+M.user_name = core.user_name
+
+--- Writes `dir/name` atomically, for node_exporter's textfile collector and
+-- the like: the data goes to a new file made exclusively (O_EXCL |
+-- O_NOFOLLOW, under a random name) through a descriptor of `dir`, is
+-- synced, then renamed over `name`; a reader sees the old file or the new
+-- one, never part of one, and a symlink planted in `dir` is never
+-- followed. A `dir` that group or others may write is refused with EPERM,
+-- unless it is sticky and owned by root or the caller.
+-- @function textfile_write
+-- @string dir
+-- @string name a plain file name (no "/", at most 240 bytes)
+-- @string data
+-- @treturn[1] true
+-- @treturn[2] nil, "textfile dir/name: step: message", errno
+M.textfile_write = core.textfile_write
 
 --- Descriptors held by the /proc backend's cache: `{fds=n, process_fds=n, limit=n}`;
 -- `process_fds` counts every /proc reader of the process (poll event

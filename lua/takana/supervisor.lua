@@ -12,6 +12,7 @@
 -- @module takana.supervisor
 local takana = require "takana"
 local core = require "takana.core"
+local util = require "takana.util"
 
 local M = {}
 
@@ -20,9 +21,7 @@ local EAGAIN, ENOENT, ESRCH, ETIMEDOUT, EBADMSG = E.EAGAIN, E.ENOENT, E.ESRCH, E
 
 local function now() return (takana.now or core.monotime)() end
 
-local function argerror(fname, n, msg)
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 3)
-end
+local argerror, nargs, check_options = util.argerror, util.nargs, util.check_options
 
 -- ---- JSON ----
 -- A small JSON codec for the control protocol (one object a line).
@@ -184,13 +183,7 @@ end
 
 -- ---- helpers ----
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = util.read_file
 
 local function environ()
   if takana.environ then return takana.environ() end
@@ -209,9 +202,7 @@ end
 
 -- The cgroup2 path of a live process, "/a/b", from /proc/<pid>/cgroup.
 local function cgroup_of_pid(pid)
-  local s = read_file("/proc/" .. math.tointeger(pid) .. "/cgroup")
-  if not s then return nil end
-  return s:match("0::([^\n]*)")
+  return util.proc_cgroup(math.tointeger(pid)) or nil
 end
 
 local function signum(fname, n, sig)
@@ -230,12 +221,7 @@ local sup_options = { cgroup = "string|userdata", log = "string|function|boolean
   adopt = "boolean", reload = "function", signals = "boolean", runtime = "string",
   log_size = "number", log_files = "number", log_lines = "number", on_exit = "function" }
 
-local function check_type(fname, n, key, v, want)
-  for w in want:gmatch("[^|]+") do
-    if type(v) == w then return end
-  end
-  argerror(fname, n, ("option '%s': %s expected, got %s"):format(key, want:gsub("|", " or "), type(v)))
-end
+local required = { required = true }
 
 local function mkdir_p(path)
   local lfs = require "lfs"
@@ -266,12 +252,8 @@ end
 -- @treturn[1] supervisor
 -- @treturn[2] nil, message, errno
 function M.new(opts, ...)
-  if select("#", ...) > 0 then argerror("supervisor", 2, "no more than 1 argument expected") end
-  if type(opts) ~= "table" then argerror("supervisor", 1, "table expected, got " .. type(opts)) end
-  for k, v in pairs(opts) do
-    if not sup_options[k] then argerror("supervisor", 1, "unknown option '" .. tostring(k) .. "'") end
-    check_type("supervisor", 1, k, v, sup_options[k])
-  end
+  nargs("supervisor", 1, select("#", ...) + 1)
+  check_options("supervisor", 1, opts, sup_options, required)
   if opts.cgroup == nil then argerror("supervisor", 1, "option 'cgroup' is required") end
   local self = setmetatable({
     services = {}, order = {}, fds = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
@@ -366,12 +348,8 @@ local svc_options = { name = "string", cmd = "table", env = "table", cwd = "stri
 -- `rlimits`, `no_new_privs`, `pdeathsig` go to spawn.
 -- @treturn service the service table (read its `state`)
 function supervisor:service(t, ...)
-  if select("#", ...) > 0 then argerror("service", 2, "no more than 1 argument expected") end
-  if type(t) ~= "table" then argerror("service", 1, "table expected, got " .. type(t)) end
-  for k, v in pairs(t) do
-    if not svc_options[k] then argerror("service", 1, "unknown option '" .. tostring(k) .. "'") end
-    check_type("service", 1, k, v, svc_options[k])
-  end
+  nargs("service", 1, select("#", ...) + 1)
+  check_options("service", 1, t, svc_options, required)
   local name = t.name
   if type(name) ~= "string" or not name:match("^[%w][%w_.@-]*$") or #name > 64 then
     argerror("service", 1, "option 'name': 1-64 of [A-Za-z0-9_.@-], not starting with a punctuation mark")
@@ -431,10 +409,17 @@ function supervisor:service(t, ...)
   return svc
 end
 
+-- The service called name, or nil, "fname: no service 'name'", ENOENT.
+function supervisor:_lookup(fname, name)
+  local svc = self.services[name]
+  if not svc then return nil, fname .. ": no service '" .. tostring(name) .. "'", ENOENT end
+  return svc
+end
+
 --- Removes a service: stops it first (the stop sequence), then forgets it.
 function supervisor:remove(name)
-  local svc = self.services[name]
-  if not svc then return nil, "remove: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("remove", name)
+  if not svc then return nil, err, errno end
   svc.removing = true
   self:stop(name)
   return true
@@ -653,45 +638,45 @@ local function close_obj(self, o)
   if o then self:_unwatch(o); o:close() end
 end
 
-function supervisor:_start(svc)
-  local t = now()
+-- The start limit: nil, or why svc may not start now. Leaves in
+-- svc.starts the starts within the interval.
+local function start_limited(svc, t)
   local sl = svc.start_limit
   local kept = {}
   for _, s in ipairs(svc.starts) do if t - s < sl.interval then kept[#kept + 1] = s end end
   svc.starts = kept
   if sl.burst > 0 and #kept >= sl.burst then
-    return self:_fail(svc, ("start limit: %d starts within %g s"):format(#kept, sl.interval))
+    return ("start limit: %d starts within %g s"):format(#kept, sl.interval)
   end
-  local cg, err = self:_svc_cgroup(svc)
-  if not cg then return self:_fail(svc, "cgroup: " .. tostring(err)) end
-  if populated(cg) then
-    if self.adopt then return self:_adopt(svc) end
-    -- Leftovers of an earlier supervisor: stop them, then start fresh.
-    svc.cleaning = true
-    return self:_begin_stop(svc)
-  end
-  if svc.limits then
-    local keys = {}
-    for k in pairs(svc.limits) do keys[#keys + 1] = k end
-    table.sort(keys)
-    -- The controllers the limits need, enabled for the services' cgroups
-    -- (once each); a controller that cannot be enabled fails the service
-    -- with the reason, never a silent run without its limit.
-    self.enabled = self.enabled or {}
-    for _, k in ipairs(keys) do
-      local c = k:match("^(%w+)%.")
-      if c and not self.enabled[c] then
-        local ok, eerr = self.cg:enable { c }
-        if not ok then return self:_fail(svc, "limit " .. k .. ": " .. tostring(eerr)) end
-        self.enabled[c] = true
-      end
-    end
-    for _, k in ipairs(keys) do
-      local ok, serr = cg:set(k, svc.limits[k])
-      if not ok then return self:_fail(svc, "limit " .. k .. ": " .. tostring(serr)) end
+end
+
+-- Applies svc's limits to its cgroup cg: nil, or why one failed.
+function supervisor:_apply_limits(svc, cg)
+  local keys = {}
+  for k in pairs(svc.limits) do keys[#keys + 1] = k end
+  table.sort(keys)
+  -- The controllers the limits need, enabled for the services' cgroups
+  -- (once each); a controller that cannot be enabled fails the service
+  -- with the reason, never a silent run without its limit.
+  self.enabled = self.enabled or {}
+  for _, k in ipairs(keys) do
+    local c = k:match("^(%w+)%.")
+    if c and not self.enabled[c] then
+      local ok, eerr = self.cg:enable { c }
+      if not ok then return "limit " .. k .. ": " .. tostring(eerr) end
+      self.enabled[c] = true
     end
   end
-  kept[#kept + 1] = t
+  for _, k in ipairs(keys) do
+    local ok, serr = cg:set(k, svc.limits[k])
+    if not ok then return "limit " .. k .. ": " .. tostring(serr) end
+  end
+end
+
+-- What spawn gets to start svc in cg, and the readiness channel opened
+-- for it ({notify = socket} or {readyr =, readyw =}, the pipe whose write
+-- end the child gets as fd n); or nil, why.
+function supervisor:_spawn_spec(svc, cg)
   self.env0 = self.env0 or environ()
   local env = {}
   for k, v in pairs(self.env0) do env[k] = v end
@@ -705,36 +690,24 @@ function supervisor:_start(svc)
   spec.stdin = "null"
   -- stdout and stderr: spawn's non-blocking pipe objects, read by _drain.
   spec.stdout, spec.stderr = "pipe", "pipe"
-  local cleanup = {}
-  local notify, readyr, readyw
+  spec.env = env
+  local ch = {}
   if svc.ready_mode == "notify" then
     local path = self.runtime .. "/" .. svc.name .. ".notify"
     os.remove(path)
     local nerr, nerrno
-    notify, nerr, nerrno = core.unix_dgram(path, 438)
-    if not notify then
-      for _, o in ipairs(cleanup) do o:close() end
-      return self:_fail(svc, "notify socket: " .. tostring(nerr) .. " (" .. tostring(nerrno) .. ")")
-    end
+    ch.notify, nerr, nerrno = core.unix_dgram(path, 438)
+    if not ch.notify then return nil, "notify socket: " .. tostring(nerr) .. " (" .. tostring(nerrno) .. ")" end
     env.NOTIFY_SOCKET = path
   elseif type(svc.ready_mode) == "table" then
-    readyr, readyw = core.pipe()
-    spec.fds = { [svc.ready_mode.fd] = readyw }
-    cleanup[#cleanup + 1] = readyw
+    ch.readyr, ch.readyw = core.pipe()
+    spec.fds = { [svc.ready_mode.fd] = ch.readyw }
   end
-  spec.env = env
-  local ok, child, serr, serrno = pcall(takana.spawn, spec)
-  for _, o in ipairs(cleanup) do o:close() end
-  if not ok then
-    if notify then notify:close() end
-    if readyr then readyr:close() end
-    return self:_fail(svc, "spawn: " .. tostring(child))
-  end
-  if not child then
-    if notify then notify:close() end
-    if readyr then readyr:close() end
-    return self:_schedule(svc, { error = serr, errno = serrno, runtime = 0 })
-  end
+  return spec, ch
+end
+
+-- svc's child is running: its bookkeeping, and its descriptors watched.
+function supervisor:_started(svc, child, cg, t, ch)
   svc.child = child
   if svc.restart_pending then svc.restarts = svc.restarts + 1 end
   svc.restart_pending = nil
@@ -751,17 +724,47 @@ function supervisor:_start(svc)
   self:_watch(child, function() self:_child_exit(svc) end)
   self:_watch(svc.out, function() self:_drain(svc, "out") end)
   self:_watch(svc.err, function() self:_drain(svc, "err") end)
-  if notify then
-    svc.notify = notify
-    self:_watch(notify, function() self:_notify(svc) end)
+  if ch.notify then
+    svc.notify = ch.notify
+    self:_watch(ch.notify, function() self:_notify(svc) end)
   end
-  if readyr then
-    svc.readyp = readyr
-    self:_watch(readyr, function() self:_readyfd(svc) end)
+  if ch.readyr then
+    svc.readyp = ch.readyr
+    self:_watch(ch.readyr, function() self:_readyfd(svc) end)
   end
   svc.state = "starting"
   if svc.ready_mode == nil then self:_set_ready(svc) end
   if svc.want == "down" then self:_begin_stop(svc) end
+end
+
+function supervisor:_start(svc)
+  local t = now()
+  local limited = start_limited(svc, t)
+  if limited then return self:_fail(svc, limited) end
+  local cg, err = self:_svc_cgroup(svc)
+  if not cg then return self:_fail(svc, "cgroup: " .. tostring(err)) end
+  if populated(cg) then
+    if self.adopt then return self:_adopt(svc) end
+    -- Leftovers of an earlier supervisor: stop them, then start fresh.
+    svc.cleaning = true
+    return self:_begin_stop(svc)
+  end
+  if svc.limits then
+    local why = self:_apply_limits(svc, cg)
+    if why then return self:_fail(svc, why) end
+  end
+  svc.starts[#svc.starts + 1] = t
+  local spec, ch = self:_spawn_spec(svc, cg)
+  if not spec then return self:_fail(svc, ch) end
+  local ok, child, serr, serrno = pcall(takana.spawn, spec)
+  if ch.readyw then ch.readyw:close() end
+  if not (ok and child) then
+    if ch.notify then ch.notify:close() end
+    if ch.readyr then ch.readyr:close() end
+    if not ok then return self:_fail(svc, "spawn: " .. tostring(child)) end
+    return self:_schedule(svc, { error = serr, errno = serrno, runtime = 0 })
+  end
+  self:_started(svc, child, cg, t, ch)
 end
 
 function supervisor._adopt(_, svc)
@@ -957,8 +960,8 @@ end
 
 --- Starts a stopped, failed or waiting service (resets its start limit).
 function supervisor:start(name)
-  local svc = self.services[name]
-  if not svc then return nil, "start: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("start", name)
+  if not svc then return nil, err, errno end
   svc.want = "up"
   if svc.state == "failed" or svc.state == "stopped" or svc.state == "backoff" then
     svc.starts = {}
@@ -973,8 +976,8 @@ end
 --- Stops a service with its stop sequence: stop.signal to the whole
 -- cgroup, then after stop.timeout cgroup.kill, then wait until empty.
 function supervisor:stop(name)
-  local svc = self.services[name]
-  if not svc then return nil, "stop: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("stop", name)
+  if not svc then return nil, err, errno end
   svc.want = "down"
   if svc.state == "running" or svc.state == "starting" then
     self:_begin_stop(svc)
@@ -990,8 +993,8 @@ end
 
 --- Stops then starts a service.
 function supervisor:restart(name)
-  local svc = self.services[name]
-  if not svc then return nil, "restart: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("restart", name)
+  if not svc then return nil, err, errno end
   if svc.state == "running" or svc.state == "starting" then
     self:_begin_stop(svc)
     svc.stop_requested = nil
@@ -1005,8 +1008,8 @@ end
 
 --- Sends a signal to every process of a service.
 function supervisor:signal(name, sig)
-  local svc = self.services[name]
-  if not svc then return nil, "signal: no service '" .. tostring(name) .. "'", ENOENT end
+  local svc, err, errno = self:_lookup("signal", name)
+  if not svc then return nil, err, errno end
   local n = signum("signal", 2, sig)
   if not svc.cg then return nil, "signal: service '" .. name .. "' has no processes", ESRCH end
   return cg_signal(svc.cg, n)
