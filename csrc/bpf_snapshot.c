@@ -722,11 +722,8 @@ static int iter_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, char
 		struct tk_wire_record *leader = leader_find(&t->leaders, order, th->rec.pid);
 		if (leader == NULL)
 			continue;
-		leader->rec.utime_ns += th->rec.utime_ns;
-		leader->rec.stime_ns += th->rec.stime_ns;
-		leader->runtime_ns += th->runtime_ns;
-		leader->rec.minflt += th->rec.minflt;
-		leader->rec.majflt += th->rec.majflt;
+		tk_wire_add_thread(leader, th->rec.utime_ns, th->rec.stime_ns, th->runtime_ns,
+		                   th->rec.minflt, th->rec.majflt);
 	}
 	return wire_finish(t->leaders.recs, t->leaders.len, order, fields, out);
 }

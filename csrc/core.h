@@ -130,10 +130,21 @@ int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64
 /* The id of rel (beneath the mount; "" is its root) and, when recursive,
  * of every cgroup beneath it: a malloc'd array the caller frees. */
 int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t *n);
-/* The path ("/a/b", "/" for the root) of the cgroup with this id, by a walk
- * of the hierarchy (the last answers are kept); -ENOENT when none has it. */
 
-/* Zeroes every field of rec outside fields (TK_F_* bits). */
+/* ---- the record's fields (snapshot.c), from TK_FIELDS -------------------- */
+
+struct tk_field_desc {
+	const char *name;        /* as Lua sees it */
+	uint16_t offset;         /* of its member in struct tk_record */
+	uint16_t size;
+	uint8_t kind;            /* enum tk_field_kind */
+};
+
+/* Indexed by enum tk_field, in the order core.record_fields lists them. */
+extern const struct tk_field_desc tk_record_fields[TK_FLD_COUNT];
+
+/* Zeroes every field of rec outside fields (TK_F_* bits); the pid and the
+ * kthread bit stay. */
 void tk_record_mask(struct tk_record *rec, uint32_t fields);
 
 /* ---- BPF backends (bpf_snapshot.c) --------------------------------------- */

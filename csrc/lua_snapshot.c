@@ -31,41 +31,51 @@ struct lrecord {
 	size_t next;           /* iteration position when used by snap:each() */
 };
 
-#define FIELD_NAME(id, name) #name,
-static const char *const field_names[TK_FLD_COUNT] = { TK_FIELDS(FIELD_NAME) };
-#undef FIELD_NAME
+static uint32_t member_u32(const struct tk_record *r, const struct tk_field_desc *d)
+{
+	uint32_t v;
+	memcpy(&v, (const char *)r + d->offset, sizeof v);
+	return v;
+}
+
+static uint64_t member_u64(const struct tk_record *r, const struct tk_field_desc *d)
+{
+	uint64_t v;
+	memcpy(&v, (const char *)r + d->offset, sizeof v);
+	return v;
+}
 
 /* nil for a field the snapshot was not asked for, and for a cgroup_id of 0
  * (no cgroup2 hierarchy mounted, or a cgroup outside this namespace's). */
 static void field_push(lua_State *L, const struct tk_record *r, int id, uint32_t fields)
 {
-	if (!(fields & (1u << id)) || (id == TK_FLD_CGROUP && r->cgroup_id == 0)) {
+	const struct tk_field_desc *d = &tk_record_fields[id];
+
+	if (!(fields & (1u << id))) {
 		lua_pushnil(L);
 		return;
 	}
-	switch (id) {
-	case TK_FLD_PID: lua_pushinteger(L, r->pid); break;
-	case TK_FLD_PPID: lua_pushinteger(L, r->ppid); break;
-	case TK_FLD_PGID: lua_pushinteger(L, r->pgid); break;
-	case TK_FLD_SID: lua_pushinteger(L, r->sid); break;
-	case TK_FLD_UID: lua_pushinteger(L, r->uid); break;
-	case TK_FLD_STATE: {
-		char c = (char)r->state;
+	switch (d->kind) {
+	case TK_KIND_U32: lua_pushinteger(L, member_u32(r, d)); break;
+	case TK_KIND_S32: lua_pushinteger(L, (int32_t)member_u32(r, d)); break;
+	case TK_KIND_U64:
+	case TK_KIND_NS:
+	case TK_KIND_BYTES: lua_pushinteger(L, tk_u64_int(member_u64(r, d))); break;
+	case TK_KIND_CGROUP: {
+		uint64_t id64 = member_u64(r, d);
+		if (id64 == 0)
+			lua_pushnil(L);
+		else
+			lua_pushinteger(L, tk_u64_int(id64));
+		break;
+	}
+	case TK_KIND_STATE: {
+		char c = (char)member_u32(r, d);
 		lua_pushlstring(L, &c, 1);
 		break;
 	}
-	case TK_FLD_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
-	case TK_FLD_NTHREADS: lua_pushinteger(L, r->nthreads); break;
-	case TK_FLD_NICE: lua_pushinteger(L, (int32_t)r->nice); break;
-	case TK_FLD_START: lua_pushinteger(L, tk_u64_int(r->start_ns)); break;
-	case TK_FLD_UTIME: lua_pushinteger(L, tk_u64_int(r->utime_ns)); break;
-	case TK_FLD_STIME: lua_pushinteger(L, tk_u64_int(r->stime_ns)); break;
-	case TK_FLD_RSS: lua_pushinteger(L, tk_u64_int(r->rss_bytes)); break;
-	case TK_FLD_VSIZE: lua_pushinteger(L, tk_u64_int(r->vsize_bytes)); break;
-	case TK_FLD_MINFLT: lua_pushinteger(L, tk_u64_int(r->minflt)); break;
-	case TK_FLD_MAJFLT: lua_pushinteger(L, tk_u64_int(r->majflt)); break;
-	case TK_FLD_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
-	case TK_FLD_CGROUP: lua_pushinteger(L, tk_u64_int(r->cgroup_id)); break;
+	case TK_KIND_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
+	case TK_KIND_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
 	default: lua_pushnil(L); break;
 	}
 }
@@ -81,7 +91,7 @@ static void record_table_push(lua_State *L, const struct tk_record *r, uint32_t 
 		if (!(fields & (1u << id)))
 			continue;
 		field_push(L, &rec, id, fields);
-		lua_setfield(L, -2, field_names[id]);
+		lua_setfield(L, -2, tk_record_fields[id].name);
 	}
 }
 
@@ -343,7 +353,7 @@ static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const cha
 {
 	if (!(s->fields & (1u << fld)))
 		luaL_error(L, "filter: option '%s' needs the field %s, which this snapshot was "
-		           "taken without (add it to fields = {...})", opt, field_names[fld]);
+		           "taken without (add it to fields = {...})", opt, tk_record_fields[fld].name);
 }
 
 /*** The pids of the records that match every criterion given, in pid
@@ -1008,7 +1018,7 @@ void tk_snapshot_open(lua_State *L)
 	lua_createtable(L, 0, TK_FLD_COUNT);
 	for (int id = 0; id < TK_FLD_COUNT; id++) {
 		lua_pushinteger(L, id);
-		lua_setfield(L, -2, field_names[id]);
+		lua_setfield(L, -2, tk_record_fields[id].name);
 	}
 	lua_createtable(L, 0, 1);
 	lua_pushcfunction(L, record_totable);
@@ -1036,7 +1046,7 @@ void tk_snapshot_open(lua_State *L)
 	lua_setfield(L, -2, "delta");
 	lua_createtable(L, TK_FLD_COUNT, 0);
 	for (int id = 0; id < TK_FLD_COUNT; id++) {
-		lua_pushstring(L, field_names[id]);
+		lua_pushstring(L, tk_record_fields[id].name);
 		lua_rawseti(L, -2, id + 1);
 	}
 	lua_setfield(L, -2, "record_fields");

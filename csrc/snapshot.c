@@ -1,6 +1,7 @@
 /* The record array behind a snapshot: grown while a backend fills it, then
  * sorted by pid once so lookups are binary searches. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -156,26 +157,42 @@ void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
 	out->stime_ns = st;
 }
 
+/* Each kind's member size: a line of TK_FIELDS whose member does not
+ * match its kind fails to compile here. */
+#define TK_KIND_SIZE_U32 4
+#define TK_KIND_SIZE_S32 4
+#define TK_KIND_SIZE_U64 8
+#define TK_KIND_SIZE_NS 8
+#define TK_KIND_SIZE_BYTES 8
+#define TK_KIND_SIZE_CGROUP 8
+#define TK_KIND_SIZE_STATE 4
+#define TK_KIND_SIZE_COMM TK_COMM_LEN
+#define TK_KIND_SIZE_KTHREAD 4
+#define FIELD_CHECK(id, name, member, kind) \
+	_Static_assert(sizeof(((struct tk_record *)0)->member) == TK_KIND_SIZE_##kind, \
+	               "record field " #name ": member size does not match kind " #kind);
+TK_FIELDS(FIELD_CHECK)
+#undef FIELD_CHECK
+
+#define FIELD_DESC(id, name, member, kind) \
+	[TK_FLD_##id] = { #name, offsetof(struct tk_record, member), \
+	                  sizeof(((struct tk_record *)0)->member), TK_KIND_##kind },
+const struct tk_field_desc tk_record_fields[TK_FLD_COUNT] = { TK_FIELDS(FIELD_DESC) };
+#undef FIELD_DESC
+
 void tk_record_mask(struct tk_record *r, uint32_t fields)
 {
-	if (!(fields & TK_F(PPID))) r->ppid = 0;
-	if (!(fields & TK_F(PGID))) r->pgid = 0;
-	if (!(fields & TK_F(SID))) r->sid = 0;
-	if (!(fields & TK_F(UID))) r->uid = 0;
-	if (!(fields & TK_F(NTHREADS))) r->nthreads = 0;
-	if (!(fields & TK_F(NICE))) r->nice = 0;
-	if (!(fields & TK_F(START))) r->start_ns = 0;
-	if (!(fields & TK_F(UTIME))) r->utime_ns = 0;
-	if (!(fields & TK_F(STIME))) r->stime_ns = 0;
-	if (!(fields & TK_F(RSS))) r->rss_bytes = 0;
-	if (!(fields & TK_F(VSIZE))) r->vsize_bytes = 0;
-	if (!(fields & TK_F(MINFLT))) r->minflt = 0;
-	if (!(fields & TK_F(MAJFLT))) r->majflt = 0;
-	if (!(fields & TK_F(CGROUP))) r->cgroup_id = 0;
-	if (!(fields & TK_F(STATE))) r->state = 0;
-	if (!(fields & TK_F(COMM))) {
-		memset(r->comm, 0, sizeof r->comm);
-		r->comm_len = 0;
+	/* The pid is the record's identity, and the kthread bit shares flags
+	 * with what the backends need: neither is cleared. */
+	fields |= TK_F(PID) | TK_F(KTHREAD);
+	for (int id = 0; id < TK_FLD_COUNT; id++) {
+		const struct tk_field_desc *d = &tk_record_fields[id];
+
+		if (fields & (1u << id))
+			continue;
+		memset((char *)r + d->offset, 0, d->size);
+		if (d->kind == TK_KIND_COMM)
+			r->comm_len = 0;
 	}
 }
 
