@@ -147,6 +147,42 @@ extern const struct tk_field_desc tk_record_fields[TK_FLD_COUNT];
  * kthread bit stay. */
 void tk_record_mask(struct tk_record *rec, uint32_t fields);
 
+/* ---- snapshot backends (snapshot.c; the table in bpf_snapshot.c) -------- */
+
+struct tk_snap_req {
+	uint32_t fields;               /* TK_F_* bits asked for */
+	int use_cache;                 /* proc: keep <pid>/stat fds open between scans */
+	struct tk_proc_scanner *sc;    /* the caller's /proc scanner: proc reads
+	                                * through it, a BPF tier reads a hidden init */
+};
+
+struct tk_snap_backend {
+	const char *name;              /* snapshot{backend = name} */
+	uint32_t default_fields;       /* when the caller names none */
+	int tier;                      /* enum tk_bpf_tier: loads (tk_bpf_info), or -1 */
+	int may_hide_init;             /* the kernel may hide init from it: read /proc then */
+	/* Appends the records to an empty out, in any order, each pid once;
+	 * returns 0, or -errno with the message (after "snapshot: ") in why. */
+	int (*run)(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+	           struct tk_recbuf *out, char *why, size_t why_len);
+};
+
+/* Best first; the last (proc) works wherever /proc is mounted. Ends with a
+ * NULL name. */
+extern const struct tk_snap_backend tk_snap_backends[];
+const struct tk_snap_backend *tk_snap_backend_find(const char *name);
+
+/* One snapshot through b, for every backend alike: the time stamp
+ * (CLOCK_BOOTTIME, before the walk), the cgroup id lookups when cgroup_id
+ * is asked for (0 for every record when no cgroup2 hierarchy is mounted),
+ * pid order, and init from /proc when b's walk could not see it. On failure
+ * out is freed and why holds the message after "snapshot: ". */
+int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, uint64_t *time_ns, char *why, size_t why_len);
+/* The proc backend's run (snapshot.c). */
+int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, char *why, size_t why_len);
+
 /* ---- BPF backends (bpf_snapshot.c) --------------------------------------- */
 
 enum tk_bpf_tier {
@@ -162,14 +198,8 @@ struct tk_bpf_tier_info {
 	size_t capacity;     /* kfunc: records the array holds now */
 };
 
-/* Fills an empty out with one record per process using a BPF tier, sorted
- * by pid, with the fields (TK_F_* bits) asked for and TK_F_ALWAYS; the
- * others are zero. The tier is loaded on first use, once per process; a failed load
- * is remembered. Thread-safe. A process the kernel hides from BPF (init, on
- * some hosts) is read through sc, the caller's /proc scanner. On failure
- * returns -errno with a reason in why. */
-int tk_bpf_snapshot(enum tk_bpf_tier tier, uint32_t fields, struct tk_recbuf *out,
-                    struct tk_proc_scanner *sc, char *why, size_t why_len);
+/* The BPF tiers' load information; a failed load is remembered, as is
+ * its reason. Thread-safe. */
 void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info);
 /* Reloads the kfunc tier with room for this many records before its next
  * run (the array still grows past it when needed). */

@@ -731,106 +731,30 @@ static uint32_t fields_check(lua_State *L, int idx, uint32_t dflt)
 	return (uint32_t)f;
 }
 
-/* core.snapshot_proc(use_cache[, fields]) ; upvalue 1: the scanner */
-static int l_snapshot_proc(lua_State *L)
+/* A snapshot through b, or nil, "snapshot: <why>", errno. upvalue 1: the
+ * /proc scanner */
+static int snapshot_push(lua_State *L, const struct tk_snap_backend *b, uint32_t fields,
+                         int use_cache)
 {
-	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
-	int use_cache = lua_toboolean(L, 1);
-	/* By default every field but cgroup_id: reading <pid>/cgroup too
-	 * would double the cost of every /proc snapshot. */
-	uint32_t fields = fields_check(L, 2, TK_F_ALL & ~TK_F(CGROUP));
-	struct tk_cgid_cache cgids;
+	struct tk_snap_req req = {
+		.fields = fields,
+		.use_cache = use_cache,
+		.sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT),
+	};
+	char why[448];
 	struct lsnap *s;
 	int err;
 
-	tk_check_nargs(L, 2);
-	if (sc->proc_fd < 0) {
-		err = tk_proc_scanner_init(sc, "/proc");
-		if (err < 0)
-			return tk_push_error(L, "snapshot: open /proc", err);
-	}
 	gc_account(L);
 	s = lua_newuserdatauv(L, sizeof *s, 0);
 	memset(s, 0, sizeof *s);
-	s->backend = "proc";
+	s->backend = b->name;
 	s->fields = fields;
 	luaL_setmetatable(L, TK_SNAPSHOT_MT);
-	s->time_ns = tk_boottime_ns();
-	/* <pid>/cgroup is read only when cgroup_id is asked for. */
-	err = (fields & TK_F(CGROUP)) ? tk_cgid_cache_open(&cgids) : 0;
-	if (err < 0)
-		return tk_push_error(L, "snapshot: find the cgroup2 mount", err);
-	sc->cgids = (fields & TK_F(CGROUP)) ? &cgids : NULL;
-	err = tk_proc_scan(sc, &s->rb, use_cache);
-	if (sc->cgids != NULL)
-		tk_cgid_cache_close(&cgids);
-	sc->cgids = NULL;
+	err = tk_snapshot_take(b, &req, &s->rb, &s->time_ns, why, sizeof why);
 	if (err < 0) {
-		tk_recbuf_free(&s->rb);
-		if (err == -EBADMSG) {
-			char ctx[64];
-			snprintf(ctx, sizeof ctx, "snapshot: parse /proc/%d/stat", sc->bad_pid);
-			return tk_push_error(L, ctx, err);
-		}
-		return tk_push_error(L, "snapshot: read /proc", err);
-	}
-	tk_recbuf_sort(&s->rb);
-	gc_remember(&s->rb);
-	return 1;
-}
-
-/* ---- the BPF backends ---------------------------------------------------- */
-
-static const char *const tier_names[] = { "kfunc", "iter", NULL };
-
-/* No cgroup2 hierarchy mounted: every process is still in the default
- * hierarchy's root, which BPF reads as id 1, but no path leads to it. The
- * ids read 0 (nil), as the /proc tier's do. */
-static void cgroup_ids_unmounted(struct tk_recbuf *rb)
-{
-	char mnt[TK_CG_PATH_MAX];
-
-	if (tk_cgroup2_mount(mnt, sizeof mnt) != -ENOENT)
-		return;
-	for (size_t i = 0; i < rb->len; i++)
-		rb->recs[i].cgroup_id = 0;
-}
-
-/* core.snapshot_bpf(tier[, fields]): a snapshot, or nil, "snapshot: <tier>
- * backend unavailable: <reason>", errno ; upvalue 1: the /proc scanner */
-static int l_snapshot_bpf(lua_State *L)
-{
-	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
-	enum tk_bpf_tier tier = (enum tk_bpf_tier)luaL_checkoption(L, 1, NULL, tier_names);
-	uint32_t fields = fields_check(L, 2, TK_F_ALL);
-	struct tk_cgid_cache cgids;
-	char why[384];
-	struct lsnap *s;
-	int err;
-
-	tk_check_nargs(L, 2);
-	gc_account(L);
-	s = lua_newuserdatauv(L, sizeof *s, 0);
-	memset(s, 0, sizeof *s);
-	s->backend = tier_names[tier];
-	s->fields = fields;
-	luaL_setmetatable(L, TK_SNAPSHOT_MT);
-	s->time_ns = tk_boottime_ns();
-	/* For init, when the kernel hides it from BPF and /proc gives it. */
-	err = (fields & TK_F(CGROUP)) ? tk_cgid_cache_open(&cgids) : 0;
-	if (err < 0)
-		return tk_push_error(L, "snapshot: find the cgroup2 mount", err);
-	sc->cgids = (fields & TK_F(CGROUP)) ? &cgids : NULL;
-	err = tk_bpf_snapshot(tier, fields, &s->rb, sc, why, sizeof why);
-	if (sc->cgids != NULL)
-		tk_cgid_cache_close(&cgids);
-	sc->cgids = NULL;
-	if (err == 0 && (fields & TK_F(CGROUP)))
-		cgroup_ids_unmounted(&s->rb);
-	if (err < 0) {
-		tk_recbuf_free(&s->rb);
 		lua_pushnil(L);
-		lua_pushfstring(L, "snapshot: %s backend unavailable: %s", tier_names[tier], why);
+		lua_pushfstring(L, "snapshot: %s", why);
 		lua_pushinteger(L, -err);
 		return 3;
 	}
@@ -838,14 +762,62 @@ static int l_snapshot_bpf(lua_State *L)
 	return 1;
 }
 
-/* core.bpf_info(tier) -> {loaded=, load_ns=, runs=, capacity=} */
+static const struct tk_snap_backend *backend_check(lua_State *L, int idx, int loading)
+{
+	const char *name = luaL_checkstring(L, idx);
+	const struct tk_snap_backend *b = tk_snap_backend_find(name);
+
+	if (b == NULL || (loading && b->tier < 0))
+		luaL_argerror(L, idx, lua_pushfstring(L, "invalid option '%s'", name));
+	return b;
+}
+
+/* core.snapshot_take(backend[, fields[, use_cache]]): what takana.snapshot
+ * runs; use_cache (proc: keep <pid>/stat fds open) defaults to true. */
+static int l_snapshot_take(lua_State *L)
+{
+	const struct tk_snap_backend *b = backend_check(L, 1, 0);
+	uint32_t fields = fields_check(L, 2, b->default_fields);
+	int use_cache = lua_isnoneornil(L, 3) || lua_toboolean(L, 3);
+
+	tk_check_nargs(L, 3);
+	return snapshot_push(L, b, fields, use_cache);
+}
+
+/* core.snapshot_proc(use_cache[, fields]) */
+static int l_snapshot_proc(lua_State *L)
+{
+	const struct tk_snap_backend *b = tk_snap_backend_find("proc");
+	int use_cache = lua_toboolean(L, 1);
+	uint32_t fields = fields_check(L, 2, b->default_fields);
+
+	tk_check_nargs(L, 2);
+	return snapshot_push(L, b, fields, use_cache);
+}
+
+/* core.snapshot_bpf(tier[, fields]) */
+static int l_snapshot_bpf(lua_State *L)
+{
+	const struct tk_snap_backend *b = backend_check(L, 1, 1);
+	uint32_t fields = fields_check(L, 2, b->default_fields);
+
+	tk_check_nargs(L, 2);
+	return snapshot_push(L, b, fields, 0);
+}
+
+/* core.bpf_info(backend) -> {loaded=, load_ns=, runs=, capacity=}, or nil
+ * for a backend that loads nothing (proc) */
 static int l_bpf_info(lua_State *L)
 {
-	enum tk_bpf_tier tier = (enum tk_bpf_tier)luaL_checkoption(L, 1, NULL, tier_names);
+	const struct tk_snap_backend *b = backend_check(L, 1, 0);
 	struct tk_bpf_tier_info info;
 
 	tk_check_nargs(L, 1);
-	tk_bpf_info(tier, &info);
+	if (b->tier < 0) {
+		lua_pushnil(L);
+		return 1;
+	}
+	tk_bpf_info((enum tk_bpf_tier)b->tier, &info);
 	lua_createtable(L, 0, 4);
 	lua_pushboolean(L, info.loaded);
 	lua_setfield(L, -2, "loaded");
@@ -986,6 +958,7 @@ void tk_snapshot_open(lua_State *L)
 		{ NULL, NULL },
 	};
 	static const luaL_Reg scanner_funcs[] = {
+		{ "snapshot_take", l_snapshot_take },
 		{ "snapshot_proc", l_snapshot_proc },
 		{ "snapshot_bpf", l_snapshot_bpf },
 		{ "proc_cache_info", l_proc_cache_info },
@@ -1050,6 +1023,12 @@ void tk_snapshot_open(lua_State *L)
 		lua_rawseti(L, -2, id + 1);
 	}
 	lua_setfield(L, -2, "record_fields");
+	lua_newtable(L);
+	for (int i = 0; tk_snap_backends[i].name != NULL; i++) {
+		lua_pushstring(L, tk_snap_backends[i].name);
+		lua_rawseti(L, -2, i + 1);
+	}
+	lua_setfield(L, -2, "snapshot_backends");
 	lua_pushcfunction(L, l_stat_parse);
 	lua_setfield(L, -2, "stat_parse");
 	lua_pushcfunction(L, l_snapshot_from_stat);

@@ -1,7 +1,9 @@
 /* The record array behind a snapshot: grown while a backend fills it, then
- * sorted by pid once so lookups are binary searches. */
+ * sorted by pid once so lookups are binary searches; the record's field
+ * table; and tk_snapshot_take, what every backend's snapshot goes through. */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -265,4 +267,112 @@ size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scra
 		at = out[head++];
 	}
 	return nout;
+}
+
+/* ---- one snapshot, whichever backend ---------------------------------------- */
+
+/* The caller's scanner opens on first use; the cgroup id cache it was
+ * lent stays lent. */
+static int scanner_ensure_open(struct tk_proc_scanner *sc)
+{
+	struct tk_cgid_cache *cgids = sc->cgids;
+	int err;
+
+	if (sc->proc_fd >= 0)
+		return 0;
+	err = tk_proc_scanner_init(sc, "/proc");
+	sc->cgids = cgids;
+	return err;
+}
+
+int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, char *why, size_t why_len)
+{
+	struct tk_proc_scanner *sc = req->sc;
+	int err;
+
+	(void)b;
+	err = scanner_ensure_open(sc);
+	if (err < 0) {
+		snprintf(why, why_len, "open /proc: %s", strerror(-err));
+		return err;
+	}
+	err = tk_proc_scan(sc, out, req->use_cache);
+	if (err == -EBADMSG)
+		snprintf(why, why_len, "parse /proc/%d/stat: %s", sc->bad_pid, strerror(-err));
+	else if (err < 0)
+		snprintf(why, why_len, "read /proc: %s", strerror(-err));
+	return err;
+}
+
+/* Init is always there in the initial pid namespace, yet some kernels hide
+ * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
+ * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
+ * finds it). Its record then comes from /proc and is counted in from_proc,
+ * rather than a snapshot silently missing pid 1. out is in pid order. */
+static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scanner *sc,
+                           uint32_t fields, struct tk_recbuf *out, char *why, size_t why_len)
+{
+	struct tk_record rec;
+	int err;
+
+	if (tk_recbuf_find(out, 1) != NULL)
+		return 0;
+	err = scanner_ensure_open(sc);
+	if (err == 0)
+		err = tk_proc_scan_init(sc, &rec);
+	if (err == -EACCES || err == -EPERM) {
+		out->denied++;
+		return 0;
+	}
+	if (err == 0) {
+		tk_record_mask(&rec, fields);
+		err = tk_recbuf_insert(out, &rec);
+	}
+	if (err < 0) {
+		snprintf(why, why_len, "%s backend unavailable: init is hidden from BPF here; "
+		         "reading /proc/1/stat: %s", b->name, strerror(-err));
+		return err;
+	}
+	out->from_proc++;
+	return 0;
+}
+
+int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, uint64_t *time_ns, char *why, size_t why_len)
+{
+	struct tk_proc_scanner *sc = req->sc;
+	int want_cgroup = (req->fields & TK_F(CGROUP)) != 0;
+	struct tk_cgid_cache cgids;
+	int err, unmounted;
+
+	*time_ns = tk_boottime_ns();
+	/* <pid>/cgroup is read only when cgroup_id is asked for: by proc for
+	 * every record, by a BPF tier for a hidden init. */
+	err = want_cgroup ? tk_cgid_cache_open(&cgids) : 0;
+	if (err < 0) {
+		snprintf(why, why_len, "find the cgroup2 mount: %s", strerror(-err));
+		return err;
+	}
+	sc->cgids = want_cgroup ? &cgids : NULL;
+	err = b->run(b, req, out, why, why_len);
+	if (err == 0)
+		tk_recbuf_sort(out);
+	if (err == 0 && b->may_hide_init)
+		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_ALL, out, why,
+		                      why_len);
+	unmounted = want_cgroup && cgids.mount_fd < 0;
+	if (want_cgroup)
+		tk_cgid_cache_close(&cgids);
+	sc->cgids = NULL;
+	if (err < 0) {
+		tk_recbuf_free(out);
+		return err;
+	}
+	/* No cgroup2 hierarchy mounted: every process is still in the default
+	 * hierarchy's root, which BPF reads as id 1, but no path leads to it.
+	 * The ids read 0 (nil), as /proc's do. */
+	for (size_t i = 0; unmounted && i < out->len; i++)
+		out->recs[i].cgroup_id = 0;
+	return 0;
 }
