@@ -61,6 +61,17 @@ size_t tk_descendants_scratch(size_t n);
 size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scratch,
                              uint32_t *out);
 
+/* A merge of two snapshots (both in pid order), record by record in pid
+ * order: a process only in a (gone), only in b (new), or in both (same: the
+ * same pid and start time within a clock tick). A pid reused between the
+ * two is gone, then new. fn's first nonzero return stops the walk and is
+ * returned. fn may free either buffer (the walk then sees it empty) if it
+ * checks for that before it reads the records it is given. */
+enum tk_join { TK_JOIN_GONE, TK_JOIN_NEW, TK_JOIN_SAME };
+typedef int (*tk_join_fn)(void *ctx, enum tk_join what, const struct tk_record *a,
+                          const struct tk_record *b);
+int tk_recbuf_join(const struct tk_recbuf *a, const struct tk_recbuf *b, tk_join_fn fn, void *ctx);
+
 uint64_t tk_clock_ns(clockid_t clock);
 uint64_t tk_boottime_ns(void);
 

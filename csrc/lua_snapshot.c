@@ -588,20 +588,51 @@ static void pid_list_append(lua_State *L, int list, lua_Integer *n, uint32_t pid
 	lua_rawseti(L, list, ++*n);
 }
 
-/* Same process: same pid and the same start time. /proc gives start times
- * in clock ticks, BPF in ns, so one tick of slack keeps cross-backend
- * deltas right while a reused pid (a later start) still reads as new. */
-static int same_process(const struct tk_record *a, const struct tk_record *b,
-                        uint64_t slack)
-{
-	uint64_t d = a->start_ns > b->start_ns ? a->start_ns - b->start_ns
-	                                        : b->start_ns - a->start_ns;
-	return d < slack;
-}
-
 static uint64_t sub_floor(uint64_t a, uint64_t b)
 {
 	return a > b ? a - b : 0;
+}
+
+struct delta_ctx {
+	lua_State *L;
+	struct lsnap *a, *b;
+	int t;                 /* the result; its lists at t+1 .. t+6 */
+	double interval;
+	lua_Integer nstarted, nexited;
+};
+
+/* Both snapshots are checked on each record (a finalizer run by a push can
+ * call __gc by hand), and every value is read before the pushes. */
+static int delta_record(void *ctx, enum tk_join what, const struct tk_record *ra,
+                        const struct tk_record *rb)
+{
+	struct delta_ctx *d = ctx;
+	lua_State *L = d->L;
+	uint64_t du, ds;
+	lua_Integer pid;
+
+	snap_alive(L, d->a);
+	snap_alive(L, d->b);
+	if (what == TK_JOIN_GONE) {
+		pid_list_append(L, d->t + 6, &d->nexited, ra->pid);
+		return 0;
+	}
+	if (what == TK_JOIN_NEW) {
+		pid_list_append(L, d->t + 5, &d->nstarted, rb->pid);
+		return 0;
+	}
+	du = sub_floor(rb->utime_ns, ra->utime_ns);
+	ds = sub_floor(rb->stime_ns, ra->stime_ns);
+	pid = rb->pid;
+	lua_pushinteger(L, tk_u64_int(du + ds));
+	lua_rawseti(L, d->t + 1, pid);
+	lua_pushinteger(L, tk_u64_int(du));
+	lua_rawseti(L, d->t + 2, pid);
+	lua_pushinteger(L, tk_u64_int(ds));
+	lua_rawseti(L, d->t + 3, pid);
+	lua_pushnumber(L, d->interval > 0 ? (double)(du + ds) / d->interval : 0.0);
+	lua_rawseti(L, d->t + 4, pid);
+	return 0;
 }
 
 /* CPU used by each process between two snapshots.
@@ -613,81 +644,41 @@ static uint64_t sub_floor(uint64_t a, uint64_t b)
  *   exited={pid...}}`. A pid reused between the two counts as exited and started. */
 static int l_delta(lua_State *L)
 {
-	struct lsnap *a = snap_check(L, 1);
-	struct lsnap *b = snap_check(L, 2);
-	struct tk_units units;
-	size_t i = 0, j = 0;
-	lua_Integer nstarted = 0, nexited = 0;
-	double interval;
-	int t;
+	struct delta_ctx d = { .L = L };
 
+	d.a = snap_check(L, 1);
+	d.b = snap_check(L, 2);
 	tk_check_nargs(L, 2);
-	luaL_argcheck(L, b->time_ns >= a->time_ns, 2, "new snapshot is older than old");
+	luaL_argcheck(L, d.b->time_ns >= d.a->time_ns, 2, "new snapshot is older than old");
 	for (int k = 1; k <= 2; k++) {
-		const struct lsnap *x = k == 1 ? a : b;
+		const struct lsnap *x = k == 1 ? d.a : d.b;
 		uint32_t need = TK_F(UTIME) | TK_F(STIME);
 
 		if ((x->fields & need) != need)
 			luaL_argerror(L, k, "snapshot taken without utime_ns and stime_ns "
 			              "(fields = {...}): delta needs both");
 	}
-	tk_units_init(&units);
-	interval = (double)(b->time_ns - a->time_ns);
+	d.interval = (double)(d.b->time_ns - d.a->time_ns);
 
 	lua_createtable(L, 0, 7);
-	t = lua_gettop(L);
-	lua_pushinteger(L, tk_u64_int(b->time_ns - a->time_ns));
-	lua_setfield(L, t, "interval_ns");
+	d.t = lua_gettop(L);
+	lua_pushinteger(L, tk_u64_int(d.b->time_ns - d.a->time_ns));
+	lua_setfield(L, d.t, "interval_ns");
 	lua_newtable(L); /* t+1 cpu_ns */
 	lua_newtable(L); /* t+2 utime_ns */
 	lua_newtable(L); /* t+3 stime_ns */
 	lua_newtable(L); /* t+4 share */
 	lua_newtable(L); /* t+5 started */
 	lua_newtable(L); /* t+6 exited */
-
-	/* Both checked on each turn (a finalizer can call __gc by hand), and
-	 * every value is read before the pushes of a turn. */
-	while (snap_alive(L, a) && snap_alive(L, b) && (i < a->rb.len || j < b->rb.len)) {
-		const struct tk_record *ra = i < a->rb.len ? &a->rb.recs[i] : NULL;
-		const struct tk_record *rb = j < b->rb.len ? &b->rb.recs[j] : NULL;
-
-		if (ra != NULL && (rb == NULL || ra->pid < rb->pid)) {
-			pid_list_append(L, t + 6, &nexited, ra->pid);
-			i++;
-		} else if (rb == NULL) {
-			break;  /* not reached: one of the two is left */
-		} else if (ra == NULL || rb->pid < ra->pid) {
-			pid_list_append(L, t + 5, &nstarted, rb->pid);
-			j++;
-		} else if (!same_process(ra, rb, units.ns_per_tick)) {
-			uint32_t old_pid = ra->pid, new_pid = rb->pid;
-			pid_list_append(L, t + 6, &nexited, old_pid);
-			pid_list_append(L, t + 5, &nstarted, new_pid);
-			i++;
-			j++;
-		} else {
-			uint64_t du = sub_floor(rb->utime_ns, ra->utime_ns);
-			uint64_t ds = sub_floor(rb->stime_ns, ra->stime_ns);
-			lua_Integer pid = rb->pid;
-
-			lua_pushinteger(L, tk_u64_int(du + ds));
-			lua_rawseti(L, t + 1, pid);
-			lua_pushinteger(L, tk_u64_int(du));
-			lua_rawseti(L, t + 2, pid);
-			lua_pushinteger(L, tk_u64_int(ds));
-			lua_rawseti(L, t + 3, pid);
-			lua_pushnumber(L, interval > 0 ? (double)(du + ds) / interval : 0.0);
-			lua_rawseti(L, t + 4, pid);
-			i++;
-			j++;
-		}
-	}
-	lua_setfield(L, t, "exited");
-	lua_setfield(L, t, "started");
-	lua_setfield(L, t, "share");
-	lua_setfield(L, t, "stime_ns");
-	lua_setfield(L, t, "utime_ns");
-	lua_setfield(L, t, "cpu_ns");
+	tk_recbuf_join(&d.a->rb, &d.b->rb, delta_record, &d);
+	snap_alive(L, d.a);
+	snap_alive(L, d.b);
+	lua_setfield(L, d.t, "exited");
+	lua_setfield(L, d.t, "started");
+	lua_setfield(L, d.t, "share");
+	lua_setfield(L, d.t, "stime_ns");
+	lua_setfield(L, d.t, "utime_ns");
+	lua_setfield(L, d.t, "cpu_ns");
 	return 1;
 }
 

@@ -376,3 +376,52 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 		out->recs[i].cgroup_id = 0;
 	return 0;
 }
+
+/* ---- two snapshots side by side ----------------------------------------------- */
+
+/* The same process: the same pid and a start time within one clock tick.
+ * /proc gives start times in ticks and BPF in ns, so the slack lets a record
+ * from either backend match the other's; two records of one backend match
+ * only when equal (ticks are whole, BPF's ns exact). A pid reused within
+ * one tick of its last start would need the whole pid space to wrap in
+ * that time, so a reused pid (a later start) still reads as another
+ * process. */
+static int same_process(const struct tk_record *a, const struct tk_record *b, uint64_t tick)
+{
+	uint64_t d = a->start_ns > b->start_ns ? a->start_ns - b->start_ns
+	                                        : b->start_ns - a->start_ns;
+	return a->pid == b->pid && d < tick;
+}
+
+int tk_recbuf_join(const struct tk_recbuf *a, const struct tk_recbuf *b, tk_join_fn fn, void *ctx)
+{
+	struct tk_units units;
+	size_t i = 0, j = 0;
+	int ret = 0;
+
+	tk_units_init(&units);
+	/* The lengths are read again on every turn: fn may free either. */
+	while (ret == 0 && (i < a->len || j < b->len)) {
+		const struct tk_record *ra = i < a->len ? &a->recs[i] : NULL;
+		const struct tk_record *rb = j < b->len ? &b->recs[j] : NULL;
+
+		if (rb == NULL || (ra != NULL && ra->pid < rb->pid)) {
+			i++;
+			ret = fn(ctx, TK_JOIN_GONE, ra, NULL);
+		} else if (ra == NULL || rb->pid < ra->pid) {
+			j++;
+			ret = fn(ctx, TK_JOIN_NEW, NULL, rb);
+		} else if (!same_process(ra, rb, units.ns_per_tick)) {
+			i++;
+			j++;
+			ret = fn(ctx, TK_JOIN_GONE, ra, NULL);
+			if (ret == 0)
+				ret = fn(ctx, TK_JOIN_NEW, NULL, rb);
+		} else {
+			i++;
+			j++;
+			ret = fn(ctx, TK_JOIN_SAME, ra, rb);
+		}
+	}
+	return ret;
+}
