@@ -52,14 +52,21 @@ const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
  * result. */
 const uint64_t *tk_pid_keys_sort(uint64_t *keys, uint64_t *tmp, size_t n, uint32_t max_pid);
 
-/* Every descendant of rb->recs[root] (a sorted buffer), breadth-first,
- * children in pid order, each once even when the records hold a parent
- * cycle. Writes record indexes to out (room for rb->len) and returns their
- * count. O(n); scratch holds tk_descendants_scratch(rb->len) bytes, 8-byte
- * aligned. */
-size_t tk_descendants_scratch(size_t n);
-size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scratch,
-                             uint32_t *out);
+/* Every record's children, record indexes grouped by parent, each group in
+ * pid order: built once for a sorted buffer in O(n), then a record's
+ * children are kids[start[i] .. end[i]). A record whose ppid is its own
+ * pid is nobody's child, not even its own. */
+struct tk_children {
+	uint32_t *start, *end;
+	uint32_t *kids;
+};
+int tk_children_build(const struct tk_recbuf *rb, struct tk_children *c);   /* 0 or -ENOMEM */
+void tk_children_free(struct tk_children *c);
+/* Every descendant of record root of the n indexed, breadth-first, each
+ * once even when the records hold a parent cycle. Writes record indexes to
+ * out (room for n) and returns their count; seen holds n bytes. O(n). */
+size_t tk_children_descendants(const struct tk_children *c, size_t n, size_t root,
+                               unsigned char *seen, uint32_t *out);
 
 /* A merge of two snapshots (both in pid order), record by record in pid
  * order: a process only in a (gone), only in b (new), or in both (same: the

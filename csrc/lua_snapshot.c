@@ -20,6 +20,7 @@ struct lsnap {
 	uint64_t time_ns;
 	const char *backend;   /* static string */
 	int collected;         /* __gc ran: the records are freed */
+	struct tk_children children;   /* built by the first snap:children */
 };
 
 /* A movable view of one record. Its user value keeps the snapshot alive;
@@ -273,7 +274,7 @@ static int snap_children(lua_State *L)
 	uint32_t pid = pid_check(L, 2);
 	int recursive = lua_toboolean(L, 3);
 	const struct tk_record *root;
-	lua_Integer n = 0;
+	size_t at;
 
 	tk_check_nargs(L, 3);
 	if (!lua_isnoneornil(L, 3))
@@ -283,26 +284,30 @@ static int snap_children(lua_State *L)
 		lua_pushnil(L);
 		return 1;
 	}
+	at = (size_t)(root - s->rb.recs);
+	/* Once per snapshot: a tree walked from pid 1 stays O(n). */
+	if (s->children.start == NULL && tk_children_build(&s->rb, &s->children) < 0)
+		return luaL_error(L, "snapshot:children: out of memory");
 	if (!recursive) {
-		lua_newtable(L);
-		for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
-			const struct tk_record *r = &s->rb.recs[i];
-			if (r->ppid == pid && r->pid != pid) {
-				lua_pushinteger(L, r->pid);
-				lua_rawseti(L, -2, ++n);
-			}
+		uint32_t k = s->children.start[at], end = s->children.end[at];
+
+		lua_createtable(L, (int)(end - k), 0);
+		/* The index goes with the records if a finalizer calls __gc. */
+		for (lua_Integer n = 1; snap_alive(L, s) && k < end; k++, n++) {
+			lua_pushinteger(L, s->rb.recs[s->children.kids[k]].pid);
+			lua_rawseti(L, -2, n);
 		}
 		return 1;
 	}
 	{
 		/* Scratch in userdata: a raise while the table fills leaks nothing. */
-		size_t len = s->rb.len, at = (size_t)(root - s->rb.recs), nout;
-		void *scratch = lua_newuserdatauv(L, tk_descendants_scratch(len), 0);
+		size_t len = s->rb.len, nout;
+		unsigned char *seen = lua_newuserdatauv(L, len ? len : 1, 0);
 		uint32_t *out = lua_newuserdatauv(L, (len ? len : 1) * sizeof *out, 0);
 
 		/* The allocations may have run a finalizer that called __gc. */
 		snap_alive(L, s);
-		nout = tk_recbuf_descendants(&s->rb, at, scratch, out);
+		nout = tk_children_descendants(&s->children, len, at, seen, out);
 		lua_createtable(L, nout > INT32_MAX ? INT32_MAX : (int)nout, 0);
 		for (size_t i = 0; snap_alive(L, s) && i < nout; i++) {
 			lua_pushinteger(L, s->rb.recs[out[i]].pid);
@@ -531,6 +536,7 @@ static int snap_gc(lua_State *L)
 {
 	struct lsnap *s = luaL_checkudata(L, 1, TK_SNAPSHOT_MT);
 	tk_recbuf_free(&s->rb);
+	tk_children_free(&s->children);
 	s->collected = 1;
 	return 0;
 }

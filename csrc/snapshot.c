@@ -211,23 +211,22 @@ uint64_t tk_boottime_ns(void)
 	return tk_clock_ns(CLOCK_BOOTTIME);
 }
 
-/* Scratch layout: two key arrays for the radix sort, each record's child
- * range, a visited flag per record. */
-size_t tk_descendants_scratch(size_t n)
+int tk_children_build(const struct tk_recbuf *rb, struct tk_children *c)
 {
-	return n * (2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + 1) + 1;
-}
-
-size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scratch,
-                             uint32_t *out)
-{
-	size_t n = rb->len, m = 0, head = 0, nout = 0, j = 0;
-	uint64_t *keys = scratch, *tmp = keys + n;
-	uint32_t *start = (uint32_t *)(tmp + n), *end = start + n;
-	unsigned char *seen = (unsigned char *)(end + n);
+	size_t n = rb->len, m = 0, j = 0;
+	uint64_t *keys = malloc((n ? n : 1) * 2 * sizeof *keys);
+	uint32_t *block = malloc((n ? n : 1) * 3 * sizeof *block);
 	const uint64_t *by_ppid;
 	uint32_t max_ppid = 0;
 
+	if (keys == NULL || block == NULL) {
+		free(keys);
+		free(block);
+		return -ENOMEM;
+	}
+	c->start = block;
+	c->end = block + n;
+	c->kids = block + 2 * n;
 	/* Group the records by parent: a stable sort of (ppid, index) keys
 	 * keeps each group in pid order. */
 	for (size_t i = 0; i < n; i++) {
@@ -238,28 +237,45 @@ size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scra
 		if (r->ppid > max_ppid)
 			max_ppid = r->ppid;
 	}
-	by_ppid = tk_pid_keys_sort(keys, tmp, m, max_ppid);
+	by_ppid = tk_pid_keys_sort(keys, keys + n, m, max_ppid);
+	for (size_t k = 0; k < m; k++)
+		c->kids[k] = (uint32_t)by_ppid[k];
 	/* Both lists ascend: one merge gives every record its children. */
 	for (size_t i = 0; i < n; i++) {
 		uint32_t pid = rb->recs[i].pid;
 		while (j < m && (uint32_t)(by_ppid[j] >> 32) < pid)
 			j++;
-		start[i] = (uint32_t)j;
+		c->start[i] = (uint32_t)j;
 		while (j < m && (uint32_t)(by_ppid[j] >> 32) == pid)
 			j++;
-		end[i] = (uint32_t)j;
+		c->end[i] = (uint32_t)j;
 	}
+	free(keys);
+	return 0;
+}
+
+void tk_children_free(struct tk_children *c)
+{
+	free(c->start);
+	c->start = c->end = c->kids = NULL;
+}
+
+size_t tk_children_descendants(const struct tk_children *c, size_t n, size_t root,
+                               unsigned char *seen, uint32_t *out)
+{
+	size_t head = 0, nout = 0;
+
 	memset(seen, 0, n);
 	/* Breadth-first over out itself; a record is visited once, so a parent
 	 * cycle (a /proc scan straddling pid reuse can record A.ppid = B and
 	 * B.ppid = A) ends instead of looping. */
 	seen[root] = 1;
 	for (size_t at = root;;) {
-		for (uint32_t k = start[at]; k < end[at]; k++) {
-			uint32_t c = (uint32_t)by_ppid[k];
-			if (!seen[c]) {
-				seen[c] = 1;
-				out[nout++] = c;
+		for (uint32_t k = c->start[at]; k < c->end[at]; k++) {
+			uint32_t kid = c->kids[k];
+			if (!seen[kid]) {
+				seen[kid] = 1;
+				out[nout++] = kid;
 			}
 		}
 		if (head == nout)
