@@ -370,37 +370,39 @@ static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const cha
  * @treturn[1] {int,...} pids
  * @treturn[2] nil, "filter: cgroup <path>: <why>", errno when the cgroup
  *   cannot be read (ENOENT: no such cgroup, or no cgroup2 mount) */
-static int snap_filter(lua_State *L)
-{
-	struct lsnap *s = snap_check(L, 1);
-	const char *cg = NULL, *pattern = NULL;
-	int recursive = 0, has_uid = 0, has_recursive = 0;
-	lua_Integer uid = 0, n = 0;
-	uint64_t *ids = NULL;
-	size_t nids = 0;
-	char rel[TK_CG_PATH_MAX];
+struct filter {
+	const char *cg, *pattern;
+	int recursive, has_recursive, has_uid;
+	uint32_t uid;
+	uint64_t *ids;         /* the cgroup's ids, sorted; NULL without cgroup */
+	size_t nids;
+};
 
-	luaL_checktype(L, 2, LUA_TTABLE);
-	tk_check_nargs(L, 2);
+/* The criteria table at 2, checked: a wrong key or type raises. */
+static void filter_options(lua_State *L, struct filter *f)
+{
 	lua_pushnil(L);
 	while (lua_next(L, 2) != 0) {
 		const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
 
 		if (k != NULL && strcmp(k, "cgroup") == 0) {
 			luaL_argexpected(L, lua_type(L, -1) == LUA_TSTRING, 2, "string for option 'cgroup'");
-			cg = lua_tostring(L, -1);
+			f->cg = lua_tostring(L, -1);
 		} else if (k != NULL && strcmp(k, "recursive") == 0) {
 			luaL_argexpected(L, lua_isboolean(L, -1), 2, "boolean for option 'recursive'");
-			recursive = lua_toboolean(L, -1);
-			has_recursive = 1;
+			f->recursive = lua_toboolean(L, -1);
+			f->has_recursive = 1;
 		} else if (k != NULL && strcmp(k, "uid") == 0) {
+			lua_Integer uid;
+
 			luaL_argexpected(L, lua_isinteger(L, -1), 2, "integer for option 'uid'");
 			uid = lua_tointeger(L, -1);
 			luaL_argcheck(L, uid >= 0 && uid <= (lua_Integer)UINT32_MAX, 2, "uid out of range");
-			has_uid = 1;
+			f->uid = (uint32_t)uid;
+			f->has_uid = 1;
 		} else if (k != NULL && strcmp(k, "comm") == 0) {
 			luaL_argexpected(L, lua_type(L, -1) == LUA_TSTRING, 2, "string for option 'comm'");
-			pattern = lua_tostring(L, -1);
+			f->pattern = lua_tostring(L, -1);
 		} else {
 			lua_pushvalue(L, -2);
 			luaL_argerror(L, 2, lua_pushfstring(L, "unknown option '%s' (cgroup, recursive, "
@@ -408,69 +410,99 @@ static int snap_filter(lua_State *L)
 		}
 		lua_pop(L, 1);
 	}
-	if (has_recursive && cg == NULL)
+	if (f->has_recursive && f->cg == NULL)
 		luaL_argerror(L, 2, "option 'recursive' needs 'cgroup'");
-	if (has_uid)
+}
+
+/* string.find, the library's own, into slot 3: a bad pattern raises here,
+ * before any record. */
+static void filter_pattern(lua_State *L, const struct filter *f)
+{
+	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+	lua_getfield(L, -1, "string");
+	lua_getfield(L, -1, "find");
+	lua_replace(L, 3);
+	lua_settop(L, 3);
+	lua_pushvalue(L, 3);
+	lua_pushliteral(L, "");
+	lua_pushstring(L, f->pattern);
+	lua_call(L, 2, 0);
+}
+
+/* The ids of the cgroup (and its subtree) into f->ids, held by Lua (slot
+ * 4), so a raise below leaks nothing. Returns 0, or pushes nil, message,
+ * errno and returns 3. */
+static int filter_cgroup_ids(lua_State *L, struct filter *f)
+{
+	char rel[TK_CG_PATH_MAX];
+	uint64_t *heap;
+	int err;
+
+	lua_getfield(L, 2, "cgroup");
+	cgroup_rel(L, -1, "filter", rel, sizeof rel);
+	lua_pop(L, 1);
+	err = tk_cgroup_subtree_ids(rel, f->recursive, &heap, &f->nids);
+	if (err < 0) {
+		char ctx[96];
+
+		snprintf(ctx, sizeof ctx, "filter: cgroup /%.60s%s", rel, strlen(rel) > 60 ? "..." : "");
+		return tk_push_error(L, ctx, err);
+	}
+	f->ids = lua_newuserdatauv(L, f->nids * sizeof *f->ids + 1, 0);
+	memcpy(f->ids, heap, f->nids * sizeof *f->ids);
+	free(heap);
+	qsort(f->ids, f->nids, sizeof *f->ids, u64_cmp);
+	return 0;
+}
+
+static int filter_match(lua_State *L, const struct filter *f, const struct tk_record *r)
+{
+	int hit;
+
+	if (f->ids != NULL && (r->cgroup_id == 0 ||
+	    bsearch(&r->cgroup_id, f->ids, f->nids, sizeof *f->ids, u64_cmp) == NULL))
+		return 0;
+	if (f->has_uid && r->uid != f->uid)
+		return 0;
+	if (f->pattern == NULL)
+		return 1;
+	lua_pushvalue(L, 3);
+	lua_pushlstring(L, r->comm, r->comm_len);
+	lua_pushstring(L, f->pattern);
+	lua_call(L, 2, 1);
+	hit = !lua_isnil(L, -1);
+	lua_pop(L, 1);
+	return hit;
+}
+
+static int snap_filter(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	struct filter f = { 0 };
+	lua_Integer n = 0;
+
+	luaL_checktype(L, 2, LUA_TTABLE);
+	tk_check_nargs(L, 2);
+	filter_options(L, &f);
+	if (f.has_uid)
 		filter_needs(L, s, TK_FLD_UID, "uid");
-	if (pattern != NULL) {
+	if (f.pattern != NULL) {
 		filter_needs(L, s, TK_FLD_COMM, "comm");
-		/* string.find, the library's own: a bad pattern raises here,
-		 * before any record. */
-		lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-		lua_getfield(L, -1, "string");
-		lua_getfield(L, -1, "find");
-		lua_replace(L, 3);
-		lua_settop(L, 3);
-		lua_pushvalue(L, 3);
-		lua_pushliteral(L, "");
-		lua_pushstring(L, pattern);
-		lua_call(L, 2, 0);
+		filter_pattern(L, &f);
 	}
 	lua_settop(L, 3);
-	if (cg != NULL) {
-		uint64_t *heap;
-		int err;
-
+	if (f.cg != NULL) {
 		filter_needs(L, s, TK_FLD_CGROUP, "cgroup");
-		lua_getfield(L, 2, "cgroup");
-		cgroup_rel(L, -1, "filter", rel, sizeof rel);
-		lua_pop(L, 1);
-		err = tk_cgroup_subtree_ids(rel, recursive, &heap, &nids);
-		if (err < 0) {
-			char ctx[96];
-
-			snprintf(ctx, sizeof ctx, "filter: cgroup /%.60s%s", rel, strlen(rel) > 60 ? "..." : "");
-			return tk_push_error(L, ctx, err);
-		}
-		/* Held by Lua (slot 4), so a raise below leaks nothing. The
-		 * criteria table stays in slot 2: it holds the pattern. */
-		ids = lua_newuserdatauv(L, nids * sizeof *ids + 1, 0);
-		memcpy(ids, heap, nids * sizeof *ids);
-		free(heap);
-		qsort(ids, nids, sizeof *ids, u64_cmp);
+		if (filter_cgroup_ids(L, &f) != 0)
+			return 3;
 	}
+	/* The criteria table stays in slot 2: it holds the pattern. */
 	lua_newtable(L);
 	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
-		const struct tk_record *r = &s->rb.recs[i];
-		uint32_t pid = r->pid;
+		uint32_t pid = s->rb.recs[i].pid;
 
-		if (ids != NULL && (r->cgroup_id == 0 ||
-		    bsearch(&r->cgroup_id, ids, nids, sizeof *ids, u64_cmp) == NULL))
+		if (!filter_match(L, &f, &s->rb.recs[i]))
 			continue;
-		if (has_uid && r->uid != (uint32_t)uid)
-			continue;
-		if (pattern != NULL) {
-			int hit;
-
-			lua_pushvalue(L, 3);
-			lua_pushlstring(L, r->comm, r->comm_len);
-			lua_pushstring(L, pattern);
-			lua_call(L, 2, 1);
-			hit = !lua_isnil(L, -1);
-			lua_pop(L, 1);
-			if (!hit)
-				continue;
-		}
 		lua_pushinteger(L, pid);
 		lua_rawseti(L, -2, ++n);
 	}
@@ -943,7 +975,7 @@ static int l_proc_cache_close(lua_State *L)
 	return 0;
 }
 
-void tk_snapshot_open(lua_State *L)
+static void snapshot_mt_open(lua_State *L)
 {
 	static const luaL_Reg snap_methods[] = {
 		{ "get", snap_get },
@@ -954,21 +986,6 @@ void tk_snapshot_open(lua_State *L)
 		{ "cgroup", snap_cgroup },
 		{ NULL, NULL },
 	};
-	static const luaL_Reg scanner_funcs[] = {
-		{ "snapshot_take", l_snapshot_take },
-		{ "snapshot_proc", l_snapshot_proc },
-		{ "snapshot_bpf", l_snapshot_bpf },
-		{ "proc_cache_info", l_proc_cache_info },
-		{ "proc_cache_close", l_proc_cache_close },
-		{ NULL, NULL },
-	};
-	static const luaL_Reg bpf_funcs[] = {
-		{ "bpf_info", l_bpf_info },
-		{ "bpf_kfunc_capacity", l_bpf_kfunc_capacity },
-		{ "bpf_release", l_bpf_release },
-		{ NULL, NULL },
-	};
-	struct tk_proc_scanner *sc;
 
 	luaL_newmetatable(L, TK_SNAPSHOT_MT);
 	luaL_newlib(L, snap_methods);
@@ -983,7 +1000,10 @@ void tk_snapshot_open(lua_State *L)
 	lua_pushcfunction(L, snap_tostring);
 	lua_setfield(L, -2, "__tostring");
 	lua_pop(L, 1);
+}
 
+static void record_mt_open(lua_State *L)
+{
 	luaL_newmetatable(L, TK_RECORD_MT);
 	lua_createtable(L, 0, TK_FLD_COUNT);
 	for (int id = 0; id < TK_FLD_COUNT; id++) {
@@ -998,6 +1018,21 @@ void tk_snapshot_open(lua_State *L)
 	lua_pushcfunction(L, record_tostring);
 	lua_setfield(L, -2, "__tostring");
 	lua_pop(L, 1);
+}
+
+/* The functions sharing this state's /proc scanner (an upvalue), into the
+ * table on top. */
+static void scanner_funcs_open(lua_State *L)
+{
+	static const luaL_Reg scanner_funcs[] = {
+		{ "snapshot_take", l_snapshot_take },
+		{ "snapshot_proc", l_snapshot_proc },
+		{ "snapshot_bpf", l_snapshot_bpf },
+		{ "proc_cache_info", l_proc_cache_info },
+		{ "proc_cache_close", l_proc_cache_close },
+		{ NULL, NULL },
+	};
+	struct tk_proc_scanner *sc;
 
 	luaL_newmetatable(L, TK_SCANNER_MT);
 	lua_pushcfunction(L, scanner_gc);
@@ -1011,9 +1046,12 @@ void tk_snapshot_open(lua_State *L)
 	sc->init_fd = -1;
 	luaL_setmetatable(L, TK_SCANNER_MT);
 	luaL_setfuncs(L, scanner_funcs, 1);
+}
 
-	lua_pushcfunction(L, l_delta);
-	lua_setfield(L, -2, "delta");
+/* The lists the Lua side iterates: core.record_fields and
+ * core.snapshot_backends, in order. */
+static void name_lists_open(lua_State *L)
+{
 	lua_createtable(L, TK_FLD_COUNT, 0);
 	for (int id = 0; id < TK_FLD_COUNT; id++) {
 		lua_pushstring(L, tk_record_fields[id].name);
@@ -1026,11 +1064,25 @@ void tk_snapshot_open(lua_State *L)
 		lua_rawseti(L, -2, i + 1);
 	}
 	lua_setfield(L, -2, "snapshot_backends");
-	lua_pushcfunction(L, l_stat_parse);
-	lua_setfield(L, -2, "stat_parse");
-	lua_pushcfunction(L, l_snapshot_from_stat);
-	lua_setfield(L, -2, "snapshot_from_stat");
-	luaL_setfuncs(L, bpf_funcs, 0);
+}
+
+void tk_snapshot_open(lua_State *L)
+{
+	static const luaL_Reg funcs[] = {
+		{ "delta", l_delta },
+		{ "stat_parse", l_stat_parse },
+		{ "snapshot_from_stat", l_snapshot_from_stat },
+		{ "bpf_info", l_bpf_info },
+		{ "bpf_kfunc_capacity", l_bpf_kfunc_capacity },
+		{ "bpf_release", l_bpf_release },
+		{ NULL, NULL },
+	};
+
+	snapshot_mt_open(L);
+	record_mt_open(L);
+	scanner_funcs_open(L);
+	name_lists_open(L);
+	luaL_setfuncs(L, funcs, 0);
 #ifdef TK_NO_BPF
 	lua_pushboolean(L, 0);
 #else
