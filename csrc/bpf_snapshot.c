@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "util.h"
 
 #ifdef TK_NO_BPF
 
@@ -536,11 +537,11 @@ static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
 	if (i >= n)
 		return 0;
 	if (t->order_cap < n) {
-		uint64_t *k = realloc(t->order, 2 * n * sizeof *k);
+		/* n keys and the radix sort's n more */
+		uint64_t *k = tk_grow(t->order, &t->order_cap, n, 2 * sizeof *k, 512);
 		if (k == NULL)
 			return -ENOMEM;
 		t->order = k;
-		t->order_cap = n;
 	}
 	keys = t->order;
 	for (i = 0; i < n; i++) {
@@ -635,12 +636,10 @@ static int kfunc_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, cha
 static int wire_push(struct wire_buf *wb, const struct tk_wire_record *rec)
 {
 	if (wb->len == wb->cap) {
-		size_t cap = wb->cap ? wb->cap * 2 : 512;
-		struct tk_wire_record *recs = realloc(wb->recs, cap * sizeof *recs);
+		struct tk_wire_record *recs = tk_grow(wb->recs, &wb->cap, wb->len + 1, sizeof *recs, 512);
 		if (recs == NULL)
 			return -ENOMEM;
 		wb->recs = recs;
-		wb->cap = cap;
 	}
 	wb->recs[wb->len++] = *rec;
 	return 0;
