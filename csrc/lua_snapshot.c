@@ -286,8 +286,10 @@ static int snap_children(lua_State *L)
 	}
 	at = (size_t)(root - s->rb.recs);
 	/* Once per snapshot: a tree walked from pid 1 stays O(n). */
-	if (s->children.start == NULL && tk_children_build(&s->rb, &s->children) < 0)
-		return luaL_error(L, "snapshot:children: out of memory");
+	if (s->children.start == NULL) {
+		if (tk_children_build(&s->rb, &s->children) < 0 || s->children.start == NULL)
+			return luaL_error(L, "snapshot:children: out of memory");
+	}
 	if (!recursive) {
 		uint32_t k = s->children.start[at], end = s->children.end[at];
 
