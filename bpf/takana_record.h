@@ -47,19 +47,51 @@ struct tk_record {
 	char comm[TK_COMM_LEN];
 };
 
-/* The record's fields as Lua sees them, in the order they are listed: one
- * list for the binding's names, the selection bits the programs test and
- * the specs. X(ID, name) */
-#define TK_FIELDS(X) \
-	X(PID, pid) X(PPID, ppid) X(PGID, pgid) X(SID, sid) X(UID, uid) \
-	X(STATE, state) X(COMM, comm) X(NTHREADS, nthreads) X(NICE, nice) \
-	X(START, start_ns) X(UTIME, utime_ns) X(STIME, stime_ns) X(RSS, rss_bytes) \
-	X(VSIZE, vsize_bytes) X(MINFLT, minflt) X(MAJFLT, majflt) X(KTHREAD, kthread) \
-	X(CGROUP, cgroup_id)
+/* How a member reads in Lua, and how tk_record_mask clears it. */
+enum tk_field_kind {
+	TK_KIND_U32,       /* __u32, an integer */
+	TK_KIND_S32,       /* __u32 holding a two's-complement int32 (nice) */
+	TK_KIND_U64,       /* __u64 count */
+	TK_KIND_NS,        /* __u64 nanoseconds */
+	TK_KIND_BYTES,     /* __u64 bytes */
+	TK_KIND_CGROUP,    /* __u64 cgroup id; 0 (no id here) reads nil */
+	TK_KIND_STATE,     /* __u32 holding one ASCII letter: a 1-byte string */
+	TK_KIND_COMM,      /* char[TK_COMM_LEN] with comm_len: a string */
+	TK_KIND_KTHREAD,   /* the TK_REC_KTHREAD bit of flags: a boolean */
+};
 
-#define TK_FIELD_ENUM(id, name) TK_FLD_##id,
+/* The record's fields as Lua sees them, in the order they are listed (the
+ * order of core.record_fields, of record tables and of the selection bits
+ * the programs test): X(ID, name, member, kind). One line here is a field
+ * for the binding, the mask and the specs; the struct above stays written
+ * by hand because its layout is the wire format (BPF objects, the mmaped
+ * array) and is ordered for alignment, not for reading. A new integer
+ * field: a member above, a line here, its BPF fill (takana_task.bpf.h) and
+ * its /proc fill (csrc/proc_stat.c). */
+#define TK_FIELDS(X) \
+	X(PID, pid, pid, U32) \
+	X(PPID, ppid, ppid, U32) \
+	X(PGID, pgid, pgid, U32) \
+	X(SID, sid, sid, U32) \
+	X(UID, uid, uid, U32) \
+	X(STATE, state, state, STATE) \
+	X(COMM, comm, comm, COMM) \
+	X(NTHREADS, nthreads, nthreads, U32) \
+	X(NICE, nice, nice, S32) \
+	X(START, start_ns, start_ns, NS) \
+	X(UTIME, utime_ns, utime_ns, NS) \
+	X(STIME, stime_ns, stime_ns, NS) \
+	X(RSS, rss_bytes, rss_bytes, BYTES) \
+	X(VSIZE, vsize_bytes, vsize_bytes, BYTES) \
+	X(MINFLT, minflt, minflt, U64) \
+	X(MAJFLT, majflt, majflt, U64) \
+	X(KTHREAD, kthread, flags, KTHREAD) \
+	X(CGROUP, cgroup_id, cgroup_id, CGROUP)
+
+#define TK_FIELD_ENUM(id, name, member, kind) TK_FLD_##id,
 enum tk_field { TK_FIELDS(TK_FIELD_ENUM) TK_FLD_COUNT };
 #undef TK_FIELD_ENUM
+_Static_assert(TK_FLD_COUNT < 32, "a field selection (TK_F_ALL) is a 32-bit mask");
 
 /* A selection of fields (snapshot{fields=...}): one bit per tk_field. */
 #define TK_F(id) (1u << TK_FLD_##id)
@@ -87,5 +119,20 @@ struct tk_wire_record {
 	__u64 prev_utime_ns;    /* signal->prev_cputime: the split /proc reported last */
 	__u64 prev_stime_ns;
 };
+
+/* The one fold of a non-leader thread into its process's record: what the
+ * kfunc program adds from each thread's task, what the iter program puts
+ * in a TK_REC_THREAD record, and what user space adds from that record to
+ * its leader's (TK_F_THREADS are the fields it feeds). */
+static inline __attribute__((always_inline)) void
+tk_wire_add_thread(struct tk_wire_record *w, __u64 utime_ns, __u64 stime_ns,
+                   __u64 runtime_ns, __u64 minflt, __u64 majflt)
+{
+	w->rec.utime_ns += utime_ns;
+	w->rec.stime_ns += stime_ns;
+	w->runtime_ns += runtime_ns;
+	w->rec.minflt += minflt;
+	w->rec.majflt += majflt;
+}
 
 #endif

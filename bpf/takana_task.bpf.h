@@ -264,11 +264,8 @@ static __always_inline void record_fill(struct task_struct *t, struct tk_wire_re
 
 static __always_inline void record_add_thread(struct tk_wire_record *w, struct task_struct *th)
 {
-	w->rec.utime_ns += th->utime;
-	w->rec.stime_ns += th->stime;
-	w->runtime_ns += th->se.sum_exec_runtime;
-	w->rec.minflt += th->min_flt;
-	w->rec.majflt += th->maj_flt;
+	tk_wire_add_thread(w, th->utime, th->stime, th->se.sum_exec_runtime, th->min_flt,
+	                   th->maj_flt);
 }
 
 #endif

@@ -6,7 +6,9 @@
  *        process into an mmapable array; the records are copied out of the
  *        mapping while the tier's lock is held.
  * iter:  an iter/task link; each snapshot creates an iterator fd and reads
- *        fixed-size records from it. */
+ *        fixed-size records from it.
+ * And the table of every snapshot backend, these two and /proc's, for
+ * tk_snapshot_take (snapshot.c). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,17 +16,17 @@
 #include <string.h>
 
 #include "core.h"
+#include "util.h"
 
 #ifdef TK_NO_BPF
 
-int tk_bpf_snapshot(enum tk_bpf_tier tier, uint32_t fields, struct tk_recbuf *out,
-                    struct tk_proc_scanner *sc, char *why, size_t why_len)
+static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                   struct tk_recbuf *out, char *why, size_t why_len)
 {
-	(void)tier;
-	(void)fields;
+	(void)req;
 	(void)out;
-	(void)sc;
-	snprintf(why, why_len, "this takana was built without BPF (make BPF=0)");
+	snprintf(why, why_len, "%s backend unavailable: this takana was built without BPF "
+	         "(make BPF=0)", b->name);
 	return -ENOTSUP;
 }
 
@@ -72,6 +74,12 @@ struct wire_buf {
 };
 
 struct tier {
+	/* what differs between the tiers */
+	int (*load)(struct tier *t);
+	int (*run)(struct tier *t, uint32_t fields, struct tk_recbuf *out, char *why,
+	           size_t why_len);
+	void (*unload)(struct tier *t);
+	const char *needs, *since;    /* the kernel function it cannot work without */
 	pthread_mutex_t lock;
 	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
 	unsigned shortages;           /* loads failed for want of descriptors or memory */
@@ -103,11 +111,6 @@ struct tier {
 	/* both: pid-order scratch (keys and radix buffer) */
 	uint64_t *order;
 	size_t order_cap;
-};
-
-static struct tier tiers[TK_TIER_COUNT] = {
-	[TK_TIER_KFUNC] = { .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
-	[TK_TIER_ITER] = { .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
 };
 
 /* TAKANA_BPF_LOADER=libbpf skips the light skeletons (to compare, or on a
@@ -416,6 +419,18 @@ static size_t with_headroom(size_t n)
 	return n + n / 2 + 256;
 }
 
+/* The array is sized from the process count, or as a run that outgrew it
+ * asked (capacity_wanted). */
+static int kfunc_reload(struct tier *t)
+{
+	size_t capacity = t->capacity_wanted ? t->capacity_wanted
+	                                     : with_headroom(estimate_processes());
+
+	t->capacity_wanted = 0;
+	kfunc_unload(t);
+	return kfunc_load(t, capacity);
+}
+
 #define LOAD_SHORTAGE_RETRIES 16
 #define LOAD_SHORTAGE_PAUSE_NS 1000000000ull
 
@@ -427,14 +442,15 @@ static bool load_failure_transient(int err)
 
 /* Loads a tier on first use; a failed load is remembered with its reason
  * unless it was a passing shortage. Called with t->lock held. */
-static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
+static int tier_ensure_loaded(struct tier *t)
 {
 	uint64_t start;
 	int err;
 
 	if (t->state < 0)
 		return t->state;
-	if (t->state > 0 && !(tier == TK_TIER_KFUNC && t->capacity_wanted))
+	/* Only kfunc asks for a reload, to grow its array. */
+	if (t->state > 0 && !t->capacity_wanted)
 		return 0;
 	/* After a run of shortages, one attempt a second at most: a load costs
 	 * tens of ms, and a supervisor under descriptor pressure snapshots often. */
@@ -443,22 +459,11 @@ static int tier_ensure_loaded(enum tk_bpf_tier tier, struct tier *t)
 		return t->shortage_err;
 	tk_bpf_load_begin();
 	start = tk_clock_ns(CLOCK_MONOTONIC);
-	if (tier == TK_TIER_KFUNC) {
-		size_t capacity = t->capacity_wanted ? t->capacity_wanted
-		                                     : with_headroom(estimate_processes());
-		t->capacity_wanted = 0;
-		kfunc_unload(t);
-		err = kfunc_load(t, capacity);
-	} else {
-		err = iter_load(t);
-	}
+	err = t->load(t);
 	if (err == 0 && t->load_ns == 0)
 		t->load_ns = tk_clock_ns(CLOCK_MONOTONIC) - start;
 	if (err != 0) {
-		if (tier == TK_TIER_KFUNC)
-			tk_bpf_explain("bpf_iter_task_new", BTF_KIND_FUNC, "6.7", err, t->why, WHY_LEN);
-		else
-			tk_bpf_explain("bpf_iter_task", BTF_KIND_FUNC, "5.8", err, t->why, WHY_LEN);
+		tk_bpf_explain(t->needs, BTF_KIND_FUNC, t->since, err, t->why, WHY_LEN);
 		/* A shortage of descriptors or memory passes: a later snapshot
 		 * tries again (at once for the first few, then once a second).
 		 * Anything else (no BTF, EPERM, a kernel too old, the
@@ -500,7 +505,6 @@ static int recbuf_reserve(struct tk_recbuf *rb, size_t n)
 	return 0;
 }
 
-/* Wire records to snapshot records: the CPU time split as /proc does. */
 /* Length of a NUL-terminated comm within 16 bytes, a word at a time. */
 static uint32_t comm16_len(const char *comm)
 {
@@ -533,11 +537,11 @@ static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
 	if (i >= n)
 		return 0;
 	if (t->order_cap < n) {
-		uint64_t *k = realloc(t->order, 2 * n * sizeof *k);
+		/* n keys and the radix sort's n more */
+		uint64_t *k = tk_grow(t->order, &t->order_cap, n, 2 * sizeof *k, 512);
 		if (k == NULL)
 			return -ENOMEM;
 		t->order = k;
-		t->order_cap = n;
 	}
 	keys = t->order;
 	for (i = 0; i < n; i++) {
@@ -621,7 +625,7 @@ static int kfunc_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, cha
 		}
 		/* More processes than room: grow, reload, run again. */
 		t->capacity_wanted = with_headroom(total);
-		err = tier_ensure_loaded(TK_TIER_KFUNC, t);
+		err = tier_ensure_loaded(t);
 		if (err < 0) {
 			snprintf(why, why_len, "growing the record array to %zu: %s", with_headroom(total), t->why);
 			return err;
@@ -632,12 +636,10 @@ static int kfunc_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, cha
 static int wire_push(struct wire_buf *wb, const struct tk_wire_record *rec)
 {
 	if (wb->len == wb->cap) {
-		size_t cap = wb->cap ? wb->cap * 2 : 512;
-		struct tk_wire_record *recs = realloc(wb->recs, cap * sizeof *recs);
+		struct tk_wire_record *recs = tk_grow(wb->recs, &wb->cap, wb->len + 1, sizeof *recs, 512);
 		if (recs == NULL)
 			return -ENOMEM;
 		wb->recs = recs;
-		wb->cap = cap;
 	}
 	wb->recs[wb->len++] = *rec;
 	return 0;
@@ -722,75 +724,44 @@ static int iter_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, char
 		struct tk_wire_record *leader = leader_find(&t->leaders, order, th->rec.pid);
 		if (leader == NULL)
 			continue;
-		leader->rec.utime_ns += th->rec.utime_ns;
-		leader->rec.stime_ns += th->rec.stime_ns;
-		leader->runtime_ns += th->runtime_ns;
-		leader->rec.minflt += th->rec.minflt;
-		leader->rec.majflt += th->rec.majflt;
+		tk_wire_add_thread(leader, th->rec.utime_ns, th->rec.stime_ns, th->runtime_ns,
+		                   th->rec.minflt, th->rec.majflt);
 	}
 	return wire_finish(t->leaders.recs, t->leaders.len, order, fields, out);
 }
 
-/* Init is always there in the initial pid namespace, yet some kernels hide
- * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
- * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
- * finds it). Its record then comes from /proc and is counted in from_proc,
- * rather than a snapshot silently missing pid 1. */
-static int add_hidden_init(struct tk_proc_scanner *sc, uint32_t fields, struct tk_recbuf *out,
-                           char *why, size_t why_len)
+static struct tier tiers[TK_TIER_COUNT] = {
+	[TK_TIER_KFUNC] = { .load = kfunc_reload, .run = kfunc_run, .unload = kfunc_unload,
+	                    .needs = "bpf_iter_task_new", .since = "6.7",
+	                    .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
+	[TK_TIER_ITER] = { .load = iter_load, .run = iter_run, .unload = iter_unload,
+	                   .needs = "bpf_iter_task", .since = "5.8",
+	                   .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
+};
+
+/* A snapshot backend's run for either tier: records in pid order, with the
+ * fields asked for and TK_F_ALWAYS, the others zero. The tier loads on
+ * first use, once per process. */
+static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                   struct tk_recbuf *out, char *why, size_t why_len)
 {
-	struct tk_record rec;
+	struct tier *t = &tiers[b->tier];
+	uint32_t fields = (req->fields | TK_F_ALWAYS) & TK_F_ALL;
+	char reason[WHY_LEN + 64];
 	int err;
-
-	if (tk_recbuf_find(out, 1) != NULL)
-		return 0;
-	if (sc->proc_fd < 0) {
-		struct tk_cgid_cache *cgids = sc->cgids;
-
-		err = tk_proc_scanner_init(sc, "/proc");
-		sc->cgids = cgids;
-	} else {
-		err = 0;
-	}
-	if (err == 0)
-		err = tk_proc_scan_init(sc, &rec);
-	if (err == -EACCES || err == -EPERM) {
-		out->denied++;
-		return 0;
-	}
-	if (err == 0) {
-		tk_record_mask(&rec, fields);
-		err = tk_recbuf_insert(out, &rec);
-	}
-	if (err < 0) {
-		snprintf(why, why_len, "init is hidden from BPF here; reading /proc/1/stat: %s",
-		         strerror(-err));
-		return err;
-	}
-	out->from_proc++;
-	return 0;
-}
-
-int tk_bpf_snapshot(enum tk_bpf_tier tier, uint32_t fields, struct tk_recbuf *out,
-                    struct tk_proc_scanner *sc, char *why, size_t why_len)
-{
-	struct tier *t = &tiers[tier];
-	int err;
-
-	fields = (fields | TK_F_ALWAYS) & TK_F_ALL;
 
 	pthread_mutex_lock(&t->lock);
-	err = tier_ensure_loaded(tier, t);
+	err = tier_ensure_loaded(t);
 	if (err < 0)
-		snprintf(why, why_len, "%s", t->why);
-	else if (tier == TK_TIER_KFUNC)
-		err = kfunc_run(t, fields, out, why, why_len);
+		snprintf(reason, sizeof reason, "%s", t->why);
 	else
-		err = iter_run(t, fields, out, why, why_len);
+		err = t->run(t, fields, out, reason, sizeof reason);
 	if (err == 0)
 		t->runs++;
 	pthread_mutex_unlock(&t->lock);
-	return err < 0 ? err : add_hidden_init(sc, fields, out, why, why_len);
+	if (err < 0)
+		snprintf(why, why_len, "%s backend unavailable: %s", b->name, reason);
+	return err;
 }
 
 void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info)
@@ -821,14 +792,34 @@ int tk_bpf_kfunc_set_capacity(size_t capacity)
  * frees them. Also run when the module is unloaded or the process exits. */
 __attribute__((destructor)) void tk_bpf_release(void)
 {
-	pthread_mutex_lock(&tiers[TK_TIER_KFUNC].lock);
-	kfunc_unload(&tiers[TK_TIER_KFUNC]);
-	tiers[TK_TIER_KFUNC].state = 0;
-	pthread_mutex_unlock(&tiers[TK_TIER_KFUNC].lock);
-	pthread_mutex_lock(&tiers[TK_TIER_ITER].lock);
-	iter_unload(&tiers[TK_TIER_ITER]);
-	tiers[TK_TIER_ITER].state = 0;
-	pthread_mutex_unlock(&tiers[TK_TIER_ITER].lock);
+	for (int i = 0; i < TK_TIER_COUNT; i++) {
+		pthread_mutex_lock(&tiers[i].lock);
+		tiers[i].unload(&tiers[i]);
+		tiers[i].state = 0;
+		pthread_mutex_unlock(&tiers[i].lock);
+	}
 }
 
 #endif
+
+/* ---- the snapshot backends, best first ------------------------------------ */
+
+const struct tk_snap_backend tk_snap_backends[] = {
+	{ .name = "kfunc", .default_fields = TK_F_ALL, .tier = TK_TIER_KFUNC,
+	  .may_hide_init = 1, .run = bpf_run },
+	{ .name = "iter", .default_fields = TK_F_ALL, .tier = TK_TIER_ITER,
+	  .may_hide_init = 1, .run = bpf_run },
+	/* By default every field but cgroup_id: reading <pid>/cgroup too
+	 * would double the cost of every /proc snapshot. */
+	{ .name = "proc", .default_fields = TK_F_ALL & ~TK_F(CGROUP), .tier = -1,
+	  .run = tk_snap_proc_run },
+	{ .name = NULL },
+};
+
+const struct tk_snap_backend *tk_snap_backend_find(const char *name)
+{
+	for (const struct tk_snap_backend *b = tk_snap_backends; b->name != NULL; b++)
+		if (strcmp(b->name, name) == 0)
+			return b;
+	return NULL;
+}

@@ -52,14 +52,32 @@ const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
  * result. */
 const uint64_t *tk_pid_keys_sort(uint64_t *keys, uint64_t *tmp, size_t n, uint32_t max_pid);
 
-/* Every descendant of rb->recs[root] (a sorted buffer), breadth-first,
- * children in pid order, each once even when the records hold a parent
- * cycle. Writes record indexes to out (room for rb->len) and returns their
- * count. O(n); scratch holds tk_descendants_scratch(rb->len) bytes, 8-byte
- * aligned. */
-size_t tk_descendants_scratch(size_t n);
-size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scratch,
-                             uint32_t *out);
+/* Every record's children, record indexes grouped by parent, each group in
+ * pid order: built once for a sorted buffer in O(n), then a record's
+ * children are kids[start[i] .. end[i]). A record whose ppid is its own
+ * pid is nobody's child, not even its own. */
+struct tk_children {
+	uint32_t *start, *end;
+	uint32_t *kids;
+};
+int tk_children_build(const struct tk_recbuf *rb, struct tk_children *c);   /* 0 or -ENOMEM */
+void tk_children_free(struct tk_children *c);
+/* Every descendant of record root of the n indexed, breadth-first, each
+ * once even when the records hold a parent cycle. Writes record indexes to
+ * out (room for n) and returns their count; seen holds n bytes. O(n). */
+size_t tk_children_descendants(const struct tk_children *c, size_t n, size_t root,
+                               unsigned char *seen, uint32_t *out);
+
+/* A merge of two snapshots (both in pid order), record by record in pid
+ * order: a process only in a (gone), only in b (new), or in both (same: the
+ * same pid and start time within a clock tick). A pid reused between the
+ * two is gone, then new. fn's first nonzero return stops the walk and is
+ * returned. fn may free either buffer (the walk then sees it empty) if it
+ * checks for that before it reads the records it is given. */
+enum tk_join { TK_JOIN_GONE, TK_JOIN_NEW, TK_JOIN_SAME };
+typedef int (*tk_join_fn)(void *ctx, enum tk_join what, const struct tk_record *a,
+                          const struct tk_record *b);
+int tk_recbuf_join(const struct tk_recbuf *a, const struct tk_recbuf *b, tk_join_fn fn, void *ctx);
 
 uint64_t tk_clock_ns(clockid_t clock);
 uint64_t tk_boottime_ns(void);
@@ -134,11 +152,58 @@ int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64
 /* The id of rel (beneath the mount; "" is its root) and, when recursive,
  * of every cgroup beneath it: a malloc'd array the caller frees. */
 int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t *n);
-/* The path ("/a/b", "/" for the root) of the cgroup with this id, by a walk
- * of the hierarchy (the last answers are kept); -ENOENT when none has it. */
 
-/* Zeroes every field of rec outside fields (TK_F_* bits). */
+/* ---- the record's fields (snapshot.c), from TK_FIELDS -------------------- */
+
+struct tk_field_desc {
+	const char *name;        /* as Lua sees it */
+	uint16_t offset;         /* of its member in struct tk_record */
+	uint16_t size;
+	uint8_t kind;            /* enum tk_field_kind */
+};
+
+/* Indexed by enum tk_field, in the order core.record_fields lists them. */
+extern const struct tk_field_desc tk_record_fields[TK_FLD_COUNT];
+
+/* Zeroes every field of rec outside fields (TK_F_* bits); the pid and the
+ * kthread bit stay. */
 void tk_record_mask(struct tk_record *rec, uint32_t fields);
+
+/* ---- snapshot backends (snapshot.c; the table in bpf_snapshot.c) -------- */
+
+struct tk_snap_req {
+	uint32_t fields;               /* TK_F_* bits asked for */
+	int use_cache;                 /* proc: keep <pid>/stat fds open between scans */
+	struct tk_proc_scanner *sc;    /* the caller's /proc scanner: proc reads
+	                                * through it, a BPF tier reads a hidden init */
+};
+
+struct tk_snap_backend {
+	const char *name;              /* snapshot{backend = name} */
+	uint32_t default_fields;       /* when the caller names none */
+	int tier;                      /* enum tk_bpf_tier: loads (tk_bpf_info), or -1 */
+	int may_hide_init;             /* the kernel may hide init from it: read /proc then */
+	/* Appends the records to an empty out, in any order, each pid once;
+	 * returns 0, or -errno with the message (after "snapshot: ") in why. */
+	int (*run)(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+	           struct tk_recbuf *out, char *why, size_t why_len);
+};
+
+/* Best first; the last (proc) works wherever /proc is mounted. Ends with a
+ * NULL name. */
+extern const struct tk_snap_backend tk_snap_backends[];
+const struct tk_snap_backend *tk_snap_backend_find(const char *name);
+
+/* One snapshot through b, for every backend alike: the time stamp
+ * (CLOCK_BOOTTIME, before the walk), the cgroup id lookups when cgroup_id
+ * is asked for (0 for every record when no cgroup2 hierarchy is mounted),
+ * pid order, and init from /proc when b's walk could not see it. On failure
+ * out is freed and why holds the message after "snapshot: ". */
+int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, uint64_t *time_ns, char *why, size_t why_len);
+/* The proc backend's run (snapshot.c). */
+int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, char *why, size_t why_len);
 
 /* ---- BPF backends (bpf_snapshot.c) --------------------------------------- */
 
@@ -155,14 +220,8 @@ struct tk_bpf_tier_info {
 	size_t capacity;     /* kfunc: records the array holds now */
 };
 
-/* Fills an empty out with one record per process using a BPF tier, sorted
- * by pid, with the fields (TK_F_* bits) asked for and TK_F_ALWAYS; the
- * others are zero. The tier is loaded on first use, once per process; a failed load
- * is remembered. Thread-safe. A process the kernel hides from BPF (init, on
- * some hosts) is read through sc, the caller's /proc scanner. On failure
- * returns -errno with a reason in why. */
-int tk_bpf_snapshot(enum tk_bpf_tier tier, uint32_t fields, struct tk_recbuf *out,
-                    struct tk_proc_scanner *sc, char *why, size_t why_len);
+/* The BPF tiers' load information; a failed load is remembered, as is
+ * its reason. Thread-safe. */
 void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info);
 /* Reloads the kfunc tier with room for this many records before its next
  * run (the array still grows past it when needed). */

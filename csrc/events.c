@@ -765,44 +765,34 @@ static void observed(struct tk_event *e, uint32_t type, const struct tk_record *
 	memcpy(e->comm, r->comm, r->comm_len < sizeof e->comm - 1 ? r->comm_len : sizeof e->comm - 1);
 }
 
+struct poll_diff_ctx {
+	struct tk_events *ev;
+	uint64_t now;
+};
+
+static int poll_diff_record(void *ctx, enum tk_join what, const struct tk_record *ra,
+                            const struct tk_record *rb)
+{
+	struct poll_diff_ctx *d = ctx;
+	struct tk_event e;
+
+	if (what == TK_JOIN_GONE)
+		observed(&e, TK_EV_EXIT, ra, d->now);
+	else if (what == TK_JOIN_NEW)
+		observed(&e, TK_EV_FORK, rb, rb->start_ns);  /* its birth is when it forked */
+	else if (ra->comm_len != rb->comm_len || memcmp(ra->comm, rb->comm, ra->comm_len) != 0)
+		observed(&e, TK_EV_COMM, rb, d->now);
+	else
+		return 0;
+	return queue_event(d->ev, &e);
+}
+
 static int poll_diff(struct tk_events *ev, const struct tk_recbuf *a, const struct tk_recbuf *b,
                      uint64_t now)
 {
-	size_t i = 0, j = 0;
-	struct tk_event e;
-	int err = 0;
+	struct poll_diff_ctx d = { ev, now };
 
-	while (err == 0 && (i < a->len || j < b->len)) {
-		const struct tk_record *ra = i < a->len ? &a->recs[i] : NULL;
-		const struct tk_record *rb = j < b->len ? &b->recs[j] : NULL;
-
-		if (ra != NULL && (rb == NULL || ra->pid < rb->pid)) {
-			observed(&e, TK_EV_EXIT, ra, now);
-			err = queue_event(ev, &e);
-			i++;
-		} else if (rb == NULL) {
-			break;  /* not reached: one of the two is left */
-		} else if (ra == NULL || rb->pid < ra->pid || ra->start_ns != rb->start_ns) {
-			if (ra != NULL && rb->pid == ra->pid) {
-				observed(&e, TK_EV_EXIT, ra, now);
-				err = queue_event(ev, &e);
-				i++;
-			}
-			/* Its birth time is known: that is when it forked. */
-			observed(&e, TK_EV_FORK, rb, rb->start_ns);
-			if (err == 0)
-				err = queue_event(ev, &e);
-			j++;
-		} else {
-			if (ra->comm_len != rb->comm_len || memcmp(ra->comm, rb->comm, ra->comm_len) != 0) {
-				observed(&e, TK_EV_COMM, rb, now);
-				err = queue_event(ev, &e);
-			}
-			i++;
-			j++;
-		}
-	}
-	return err;
+	return tk_recbuf_join(a, b, poll_diff_record, &d);
 }
 
 static int poll_snapshot(struct tk_events *ev, struct tk_recbuf *out)

@@ -20,6 +20,7 @@ struct lsnap {
 	uint64_t time_ns;
 	const char *backend;   /* static string */
 	int collected;         /* __gc ran: the records are freed */
+	struct tk_children children;   /* built by the first snap:children */
 };
 
 /* A movable view of one record. Its user value keeps the snapshot alive;
@@ -31,41 +32,51 @@ struct lrecord {
 	size_t next;           /* iteration position when used by snap:each() */
 };
 
-#define FIELD_NAME(id, name) #name,
-static const char *const field_names[TK_FLD_COUNT] = { TK_FIELDS(FIELD_NAME) };
-#undef FIELD_NAME
+static uint32_t member_u32(const struct tk_record *r, const struct tk_field_desc *d)
+{
+	uint32_t v;
+	memcpy(&v, (const char *)r + d->offset, sizeof v);
+	return v;
+}
+
+static uint64_t member_u64(const struct tk_record *r, const struct tk_field_desc *d)
+{
+	uint64_t v;
+	memcpy(&v, (const char *)r + d->offset, sizeof v);
+	return v;
+}
 
 /* nil for a field the snapshot was not asked for, and for a cgroup_id of 0
  * (no cgroup2 hierarchy mounted, or a cgroup outside this namespace's). */
 static void field_push(lua_State *L, const struct tk_record *r, int id, uint32_t fields)
 {
-	if (!(fields & (1u << id)) || (id == TK_FLD_CGROUP && r->cgroup_id == 0)) {
+	const struct tk_field_desc *d = &tk_record_fields[id];
+
+	if (!(fields & (1u << id))) {
 		lua_pushnil(L);
 		return;
 	}
-	switch (id) {
-	case TK_FLD_PID: lua_pushinteger(L, r->pid); break;
-	case TK_FLD_PPID: lua_pushinteger(L, r->ppid); break;
-	case TK_FLD_PGID: lua_pushinteger(L, r->pgid); break;
-	case TK_FLD_SID: lua_pushinteger(L, r->sid); break;
-	case TK_FLD_UID: lua_pushinteger(L, r->uid); break;
-	case TK_FLD_STATE: {
-		char c = (char)r->state;
+	switch (d->kind) {
+	case TK_KIND_U32: lua_pushinteger(L, member_u32(r, d)); break;
+	case TK_KIND_S32: lua_pushinteger(L, (int32_t)member_u32(r, d)); break;
+	case TK_KIND_U64:
+	case TK_KIND_NS:
+	case TK_KIND_BYTES: lua_pushinteger(L, tk_u64_int(member_u64(r, d))); break;
+	case TK_KIND_CGROUP: {
+		uint64_t id64 = member_u64(r, d);
+		if (id64 == 0)
+			lua_pushnil(L);
+		else
+			lua_pushinteger(L, tk_u64_int(id64));
+		break;
+	}
+	case TK_KIND_STATE: {
+		char c = (char)member_u32(r, d);
 		lua_pushlstring(L, &c, 1);
 		break;
 	}
-	case TK_FLD_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
-	case TK_FLD_NTHREADS: lua_pushinteger(L, r->nthreads); break;
-	case TK_FLD_NICE: lua_pushinteger(L, (int32_t)r->nice); break;
-	case TK_FLD_START: lua_pushinteger(L, tk_u64_int(r->start_ns)); break;
-	case TK_FLD_UTIME: lua_pushinteger(L, tk_u64_int(r->utime_ns)); break;
-	case TK_FLD_STIME: lua_pushinteger(L, tk_u64_int(r->stime_ns)); break;
-	case TK_FLD_RSS: lua_pushinteger(L, tk_u64_int(r->rss_bytes)); break;
-	case TK_FLD_VSIZE: lua_pushinteger(L, tk_u64_int(r->vsize_bytes)); break;
-	case TK_FLD_MINFLT: lua_pushinteger(L, tk_u64_int(r->minflt)); break;
-	case TK_FLD_MAJFLT: lua_pushinteger(L, tk_u64_int(r->majflt)); break;
-	case TK_FLD_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
-	case TK_FLD_CGROUP: lua_pushinteger(L, tk_u64_int(r->cgroup_id)); break;
+	case TK_KIND_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
+	case TK_KIND_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
 	default: lua_pushnil(L); break;
 	}
 }
@@ -81,7 +92,7 @@ static void record_table_push(lua_State *L, const struct tk_record *r, uint32_t 
 		if (!(fields & (1u << id)))
 			continue;
 		field_push(L, &rec, id, fields);
-		lua_setfield(L, -2, field_names[id]);
+		lua_setfield(L, -2, tk_record_fields[id].name);
 	}
 }
 
@@ -263,7 +274,7 @@ static int snap_children(lua_State *L)
 	uint32_t pid = pid_check(L, 2);
 	int recursive = lua_toboolean(L, 3);
 	const struct tk_record *root;
-	lua_Integer n = 0;
+	size_t at;
 
 	tk_check_nargs(L, 3);
 	if (!lua_isnoneornil(L, 3))
@@ -273,26 +284,32 @@ static int snap_children(lua_State *L)
 		lua_pushnil(L);
 		return 1;
 	}
+	at = (size_t)(root - s->rb.recs);
+	/* Once per snapshot: a tree walked from pid 1 stays O(n). */
+	if (s->children.start == NULL) {
+		if (tk_children_build(&s->rb, &s->children) < 0 || s->children.start == NULL)
+			return luaL_error(L, "snapshot:children: out of memory");
+	}
 	if (!recursive) {
-		lua_newtable(L);
-		for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
-			const struct tk_record *r = &s->rb.recs[i];
-			if (r->ppid == pid && r->pid != pid) {
-				lua_pushinteger(L, r->pid);
-				lua_rawseti(L, -2, ++n);
-			}
+		uint32_t k = s->children.start[at], end = s->children.end[at];
+
+		lua_createtable(L, (int)(end - k), 0);
+		/* The index goes with the records if a finalizer calls __gc. */
+		for (lua_Integer n = 1; snap_alive(L, s) && k < end; k++, n++) {
+			lua_pushinteger(L, s->rb.recs[s->children.kids[k]].pid);
+			lua_rawseti(L, -2, n);
 		}
 		return 1;
 	}
 	{
 		/* Scratch in userdata: a raise while the table fills leaks nothing. */
-		size_t len = s->rb.len, at = (size_t)(root - s->rb.recs), nout;
-		void *scratch = lua_newuserdatauv(L, tk_descendants_scratch(len), 0);
+		size_t len = s->rb.len, nout;
+		unsigned char *seen = lua_newuserdatauv(L, len ? len : 1, 0);
 		uint32_t *out = lua_newuserdatauv(L, (len ? len : 1) * sizeof *out, 0);
 
 		/* The allocations may have run a finalizer that called __gc. */
 		snap_alive(L, s);
-		nout = tk_recbuf_descendants(&s->rb, at, scratch, out);
+		nout = tk_children_descendants(&s->children, len, at, seen, out);
 		lua_createtable(L, nout > INT32_MAX ? INT32_MAX : (int)nout, 0);
 		for (size_t i = 0; snap_alive(L, s) && i < nout; i++) {
 			lua_pushinteger(L, s->rb.recs[out[i]].pid);
@@ -343,7 +360,7 @@ static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const cha
 {
 	if (!(s->fields & (1u << fld)))
 		luaL_error(L, "filter: option '%s' needs the field %s, which this snapshot was "
-		           "taken without (add it to fields = {...})", opt, field_names[fld]);
+		           "taken without (add it to fields = {...})", opt, tk_record_fields[fld].name);
 }
 
 /*** The pids of the records that match every criterion given, in pid
@@ -355,37 +372,39 @@ static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const cha
  * @treturn[1] {int,...} pids
  * @treturn[2] nil, "filter: cgroup <path>: <why>", errno when the cgroup
  *   cannot be read (ENOENT: no such cgroup, or no cgroup2 mount) */
-static int snap_filter(lua_State *L)
-{
-	struct lsnap *s = snap_check(L, 1);
-	const char *cg = NULL, *pattern = NULL;
-	int recursive = 0, has_uid = 0, has_recursive = 0;
-	lua_Integer uid = 0, n = 0;
-	uint64_t *ids = NULL;
-	size_t nids = 0;
-	char rel[TK_CG_PATH_MAX];
+struct filter {
+	const char *cg, *pattern;
+	int recursive, has_recursive, has_uid;
+	uint32_t uid;
+	uint64_t *ids;         /* the cgroup's ids, sorted; NULL without cgroup */
+	size_t nids;
+};
 
-	luaL_checktype(L, 2, LUA_TTABLE);
-	tk_check_nargs(L, 2);
+/* The criteria table at 2, checked: a wrong key or type raises. */
+static void filter_options(lua_State *L, struct filter *f)
+{
 	lua_pushnil(L);
 	while (lua_next(L, 2) != 0) {
 		const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
 
 		if (k != NULL && strcmp(k, "cgroup") == 0) {
 			luaL_argexpected(L, lua_type(L, -1) == LUA_TSTRING, 2, "string for option 'cgroup'");
-			cg = lua_tostring(L, -1);
+			f->cg = lua_tostring(L, -1);
 		} else if (k != NULL && strcmp(k, "recursive") == 0) {
 			luaL_argexpected(L, lua_isboolean(L, -1), 2, "boolean for option 'recursive'");
-			recursive = lua_toboolean(L, -1);
-			has_recursive = 1;
+			f->recursive = lua_toboolean(L, -1);
+			f->has_recursive = 1;
 		} else if (k != NULL && strcmp(k, "uid") == 0) {
+			lua_Integer uid;
+
 			luaL_argexpected(L, lua_isinteger(L, -1), 2, "integer for option 'uid'");
 			uid = lua_tointeger(L, -1);
 			luaL_argcheck(L, uid >= 0 && uid <= (lua_Integer)UINT32_MAX, 2, "uid out of range");
-			has_uid = 1;
+			f->uid = (uint32_t)uid;
+			f->has_uid = 1;
 		} else if (k != NULL && strcmp(k, "comm") == 0) {
 			luaL_argexpected(L, lua_type(L, -1) == LUA_TSTRING, 2, "string for option 'comm'");
-			pattern = lua_tostring(L, -1);
+			f->pattern = lua_tostring(L, -1);
 		} else {
 			lua_pushvalue(L, -2);
 			luaL_argerror(L, 2, lua_pushfstring(L, "unknown option '%s' (cgroup, recursive, "
@@ -393,69 +412,99 @@ static int snap_filter(lua_State *L)
 		}
 		lua_pop(L, 1);
 	}
-	if (has_recursive && cg == NULL)
+	if (f->has_recursive && f->cg == NULL)
 		luaL_argerror(L, 2, "option 'recursive' needs 'cgroup'");
-	if (has_uid)
+}
+
+/* string.find, the library's own, into slot 3: a bad pattern raises here,
+ * before any record. */
+static void filter_pattern(lua_State *L, const struct filter *f)
+{
+	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+	lua_getfield(L, -1, "string");
+	lua_getfield(L, -1, "find");
+	lua_replace(L, 3);
+	lua_settop(L, 3);
+	lua_pushvalue(L, 3);
+	lua_pushliteral(L, "");
+	lua_pushstring(L, f->pattern);
+	lua_call(L, 2, 0);
+}
+
+/* The ids of the cgroup (and its subtree) into f->ids, held by Lua (slot
+ * 4), so a raise below leaks nothing. Returns 0, or pushes nil, message,
+ * errno and returns 3. */
+static int filter_cgroup_ids(lua_State *L, struct filter *f)
+{
+	char rel[TK_CG_PATH_MAX];
+	uint64_t *heap;
+	int err;
+
+	lua_getfield(L, 2, "cgroup");
+	cgroup_rel(L, -1, "filter", rel, sizeof rel);
+	lua_pop(L, 1);
+	err = tk_cgroup_subtree_ids(rel, f->recursive, &heap, &f->nids);
+	if (err < 0) {
+		char ctx[96];
+
+		snprintf(ctx, sizeof ctx, "filter: cgroup /%.60s%s", rel, strlen(rel) > 60 ? "..." : "");
+		return tk_push_error(L, ctx, err);
+	}
+	f->ids = lua_newuserdatauv(L, f->nids * sizeof *f->ids + 1, 0);
+	memcpy(f->ids, heap, f->nids * sizeof *f->ids);
+	free(heap);
+	qsort(f->ids, f->nids, sizeof *f->ids, u64_cmp);
+	return 0;
+}
+
+static int filter_match(lua_State *L, const struct filter *f, const struct tk_record *r)
+{
+	int hit;
+
+	if (f->ids != NULL && (r->cgroup_id == 0 ||
+	    bsearch(&r->cgroup_id, f->ids, f->nids, sizeof *f->ids, u64_cmp) == NULL))
+		return 0;
+	if (f->has_uid && r->uid != f->uid)
+		return 0;
+	if (f->pattern == NULL)
+		return 1;
+	lua_pushvalue(L, 3);
+	lua_pushlstring(L, r->comm, r->comm_len);
+	lua_pushstring(L, f->pattern);
+	lua_call(L, 2, 1);
+	hit = !lua_isnil(L, -1);
+	lua_pop(L, 1);
+	return hit;
+}
+
+static int snap_filter(lua_State *L)
+{
+	struct lsnap *s = snap_check(L, 1);
+	struct filter f = { 0 };
+	lua_Integer n = 0;
+
+	luaL_checktype(L, 2, LUA_TTABLE);
+	tk_check_nargs(L, 2);
+	filter_options(L, &f);
+	if (f.has_uid)
 		filter_needs(L, s, TK_FLD_UID, "uid");
-	if (pattern != NULL) {
+	if (f.pattern != NULL) {
 		filter_needs(L, s, TK_FLD_COMM, "comm");
-		/* string.find, the library's own: a bad pattern raises here,
-		 * before any record. */
-		lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-		lua_getfield(L, -1, "string");
-		lua_getfield(L, -1, "find");
-		lua_replace(L, 3);
-		lua_settop(L, 3);
-		lua_pushvalue(L, 3);
-		lua_pushliteral(L, "");
-		lua_pushstring(L, pattern);
-		lua_call(L, 2, 0);
+		filter_pattern(L, &f);
 	}
 	lua_settop(L, 3);
-	if (cg != NULL) {
-		uint64_t *heap;
-		int err;
-
+	if (f.cg != NULL) {
 		filter_needs(L, s, TK_FLD_CGROUP, "cgroup");
-		lua_getfield(L, 2, "cgroup");
-		cgroup_rel(L, -1, "filter", rel, sizeof rel);
-		lua_pop(L, 1);
-		err = tk_cgroup_subtree_ids(rel, recursive, &heap, &nids);
-		if (err < 0) {
-			char ctx[96];
-
-			snprintf(ctx, sizeof ctx, "filter: cgroup /%.60s%s", rel, strlen(rel) > 60 ? "..." : "");
-			return tk_push_error(L, ctx, err);
-		}
-		/* Held by Lua (slot 4), so a raise below leaks nothing. The
-		 * criteria table stays in slot 2: it holds the pattern. */
-		ids = lua_newuserdatauv(L, nids * sizeof *ids + 1, 0);
-		memcpy(ids, heap, nids * sizeof *ids);
-		free(heap);
-		qsort(ids, nids, sizeof *ids, u64_cmp);
+		if (filter_cgroup_ids(L, &f) != 0)
+			return 3;
 	}
+	/* The criteria table stays in slot 2: it holds the pattern. */
 	lua_newtable(L);
 	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
-		const struct tk_record *r = &s->rb.recs[i];
-		uint32_t pid = r->pid;
+		uint32_t pid = s->rb.recs[i].pid;
 
-		if (ids != NULL && (r->cgroup_id == 0 ||
-		    bsearch(&r->cgroup_id, ids, nids, sizeof *ids, u64_cmp) == NULL))
+		if (!filter_match(L, &f, &s->rb.recs[i]))
 			continue;
-		if (has_uid && r->uid != (uint32_t)uid)
-			continue;
-		if (pattern != NULL) {
-			int hit;
-
-			lua_pushvalue(L, 3);
-			lua_pushlstring(L, r->comm, r->comm_len);
-			lua_pushstring(L, pattern);
-			lua_call(L, 2, 1);
-			hit = !lua_isnil(L, -1);
-			lua_pop(L, 1);
-			if (!hit)
-				continue;
-		}
 		lua_pushinteger(L, pid);
 		lua_rawseti(L, -2, ++n);
 	}
@@ -521,6 +570,7 @@ static int snap_gc(lua_State *L)
 {
 	struct lsnap *s = luaL_checkudata(L, 1, TK_SNAPSHOT_MT);
 	tk_recbuf_free(&s->rb);
+	tk_children_free(&s->children);
 	s->collected = 1;
 	return 0;
 }
@@ -578,20 +628,51 @@ static void pid_list_append(lua_State *L, int list, lua_Integer *n, uint32_t pid
 	lua_rawseti(L, list, ++*n);
 }
 
-/* Same process: same pid and the same start time. /proc gives start times
- * in clock ticks, BPF in ns, so one tick of slack keeps cross-backend
- * deltas right while a reused pid (a later start) still reads as new. */
-static int same_process(const struct tk_record *a, const struct tk_record *b,
-                        uint64_t slack)
-{
-	uint64_t d = a->start_ns > b->start_ns ? a->start_ns - b->start_ns
-	                                        : b->start_ns - a->start_ns;
-	return d < slack;
-}
-
 static uint64_t sub_floor(uint64_t a, uint64_t b)
 {
 	return a > b ? a - b : 0;
+}
+
+struct delta_ctx {
+	lua_State *L;
+	struct lsnap *a, *b;
+	int t;                 /* the result; its lists at t+1 .. t+6 */
+	double interval;
+	lua_Integer nstarted, nexited;
+};
+
+/* Both snapshots are checked on each record (a finalizer run by a push can
+ * call __gc by hand), and every value is read before the pushes. */
+static int delta_record(void *ctx, enum tk_join what, const struct tk_record *ra,
+                        const struct tk_record *rb)
+{
+	struct delta_ctx *d = ctx;
+	lua_State *L = d->L;
+	uint64_t du, ds;
+	lua_Integer pid;
+
+	snap_alive(L, d->a);
+	snap_alive(L, d->b);
+	if (what == TK_JOIN_GONE) {
+		pid_list_append(L, d->t + 6, &d->nexited, ra->pid);
+		return 0;
+	}
+	if (what == TK_JOIN_NEW) {
+		pid_list_append(L, d->t + 5, &d->nstarted, rb->pid);
+		return 0;
+	}
+	du = sub_floor(rb->utime_ns, ra->utime_ns);
+	ds = sub_floor(rb->stime_ns, ra->stime_ns);
+	pid = rb->pid;
+	lua_pushinteger(L, tk_u64_int(du + ds));
+	lua_rawseti(L, d->t + 1, pid);
+	lua_pushinteger(L, tk_u64_int(du));
+	lua_rawseti(L, d->t + 2, pid);
+	lua_pushinteger(L, tk_u64_int(ds));
+	lua_rawseti(L, d->t + 3, pid);
+	lua_pushnumber(L, d->interval > 0 ? (double)(du + ds) / d->interval : 0.0);
+	lua_rawseti(L, d->t + 4, pid);
+	return 0;
 }
 
 /* CPU used by each process between two snapshots.
@@ -603,81 +684,41 @@ static uint64_t sub_floor(uint64_t a, uint64_t b)
  *   exited={pid...}}`. A pid reused between the two counts as exited and started. */
 static int l_delta(lua_State *L)
 {
-	struct lsnap *a = snap_check(L, 1);
-	struct lsnap *b = snap_check(L, 2);
-	struct tk_units units;
-	size_t i = 0, j = 0;
-	lua_Integer nstarted = 0, nexited = 0;
-	double interval;
-	int t;
+	struct delta_ctx d = { .L = L };
 
+	d.a = snap_check(L, 1);
+	d.b = snap_check(L, 2);
 	tk_check_nargs(L, 2);
-	luaL_argcheck(L, b->time_ns >= a->time_ns, 2, "new snapshot is older than old");
+	luaL_argcheck(L, d.b->time_ns >= d.a->time_ns, 2, "new snapshot is older than old");
 	for (int k = 1; k <= 2; k++) {
-		const struct lsnap *x = k == 1 ? a : b;
+		const struct lsnap *x = k == 1 ? d.a : d.b;
 		uint32_t need = TK_F(UTIME) | TK_F(STIME);
 
 		if ((x->fields & need) != need)
 			luaL_argerror(L, k, "snapshot taken without utime_ns and stime_ns "
 			              "(fields = {...}): delta needs both");
 	}
-	tk_units_init(&units);
-	interval = (double)(b->time_ns - a->time_ns);
+	d.interval = (double)(d.b->time_ns - d.a->time_ns);
 
 	lua_createtable(L, 0, 7);
-	t = lua_gettop(L);
-	lua_pushinteger(L, tk_u64_int(b->time_ns - a->time_ns));
-	lua_setfield(L, t, "interval_ns");
+	d.t = lua_gettop(L);
+	lua_pushinteger(L, tk_u64_int(d.b->time_ns - d.a->time_ns));
+	lua_setfield(L, d.t, "interval_ns");
 	lua_newtable(L); /* t+1 cpu_ns */
 	lua_newtable(L); /* t+2 utime_ns */
 	lua_newtable(L); /* t+3 stime_ns */
 	lua_newtable(L); /* t+4 share */
 	lua_newtable(L); /* t+5 started */
 	lua_newtable(L); /* t+6 exited */
-
-	/* Both checked on each turn (a finalizer can call __gc by hand), and
-	 * every value is read before the pushes of a turn. */
-	while (snap_alive(L, a) && snap_alive(L, b) && (i < a->rb.len || j < b->rb.len)) {
-		const struct tk_record *ra = i < a->rb.len ? &a->rb.recs[i] : NULL;
-		const struct tk_record *rb = j < b->rb.len ? &b->rb.recs[j] : NULL;
-
-		if (ra != NULL && (rb == NULL || ra->pid < rb->pid)) {
-			pid_list_append(L, t + 6, &nexited, ra->pid);
-			i++;
-		} else if (rb == NULL) {
-			break;  /* not reached: one of the two is left */
-		} else if (ra == NULL || rb->pid < ra->pid) {
-			pid_list_append(L, t + 5, &nstarted, rb->pid);
-			j++;
-		} else if (!same_process(ra, rb, units.ns_per_tick)) {
-			uint32_t old_pid = ra->pid, new_pid = rb->pid;
-			pid_list_append(L, t + 6, &nexited, old_pid);
-			pid_list_append(L, t + 5, &nstarted, new_pid);
-			i++;
-			j++;
-		} else {
-			uint64_t du = sub_floor(rb->utime_ns, ra->utime_ns);
-			uint64_t ds = sub_floor(rb->stime_ns, ra->stime_ns);
-			lua_Integer pid = rb->pid;
-
-			lua_pushinteger(L, tk_u64_int(du + ds));
-			lua_rawseti(L, t + 1, pid);
-			lua_pushinteger(L, tk_u64_int(du));
-			lua_rawseti(L, t + 2, pid);
-			lua_pushinteger(L, tk_u64_int(ds));
-			lua_rawseti(L, t + 3, pid);
-			lua_pushnumber(L, interval > 0 ? (double)(du + ds) / interval : 0.0);
-			lua_rawseti(L, t + 4, pid);
-			i++;
-			j++;
-		}
-	}
-	lua_setfield(L, t, "exited");
-	lua_setfield(L, t, "started");
-	lua_setfield(L, t, "share");
-	lua_setfield(L, t, "stime_ns");
-	lua_setfield(L, t, "utime_ns");
-	lua_setfield(L, t, "cpu_ns");
+	tk_recbuf_join(&d.a->rb, &d.b->rb, delta_record, &d);
+	snap_alive(L, d.a);
+	snap_alive(L, d.b);
+	lua_setfield(L, d.t, "exited");
+	lua_setfield(L, d.t, "started");
+	lua_setfield(L, d.t, "share");
+	lua_setfield(L, d.t, "stime_ns");
+	lua_setfield(L, d.t, "utime_ns");
+	lua_setfield(L, d.t, "cpu_ns");
 	return 1;
 }
 
@@ -721,106 +762,30 @@ static uint32_t fields_check(lua_State *L, int idx, uint32_t dflt)
 	return (uint32_t)f;
 }
 
-/* core.snapshot_proc(use_cache[, fields]) ; upvalue 1: the scanner */
-static int l_snapshot_proc(lua_State *L)
+/* A snapshot through b, or nil, "snapshot: <why>", errno. upvalue 1: the
+ * /proc scanner */
+static int snapshot_push(lua_State *L, const struct tk_snap_backend *b, uint32_t fields,
+                         int use_cache)
 {
-	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
-	int use_cache = lua_toboolean(L, 1);
-	/* By default every field but cgroup_id: reading <pid>/cgroup too
-	 * would double the cost of every /proc snapshot. */
-	uint32_t fields = fields_check(L, 2, TK_F_ALL & ~TK_F(CGROUP));
-	struct tk_cgid_cache cgids;
+	struct tk_snap_req req = {
+		.fields = fields,
+		.use_cache = use_cache,
+		.sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT),
+	};
+	char why[448];
 	struct lsnap *s;
 	int err;
 
-	tk_check_nargs(L, 2);
-	if (sc->proc_fd < 0) {
-		err = tk_proc_scanner_init(sc, "/proc");
-		if (err < 0)
-			return tk_push_error(L, "snapshot: open /proc", err);
-	}
 	gc_account(L);
 	s = lua_newuserdatauv(L, sizeof *s, 0);
 	memset(s, 0, sizeof *s);
-	s->backend = "proc";
+	s->backend = b->name;
 	s->fields = fields;
 	luaL_setmetatable(L, TK_SNAPSHOT_MT);
-	s->time_ns = tk_boottime_ns();
-	/* <pid>/cgroup is read only when cgroup_id is asked for. */
-	err = (fields & TK_F(CGROUP)) ? tk_cgid_cache_open(&cgids) : 0;
-	if (err < 0)
-		return tk_push_error(L, "snapshot: find the cgroup2 mount", err);
-	sc->cgids = (fields & TK_F(CGROUP)) ? &cgids : NULL;
-	err = tk_proc_scan(sc, &s->rb, use_cache);
-	if (sc->cgids != NULL)
-		tk_cgid_cache_close(&cgids);
-	sc->cgids = NULL;
+	err = tk_snapshot_take(b, &req, &s->rb, &s->time_ns, why, sizeof why);
 	if (err < 0) {
-		tk_recbuf_free(&s->rb);
-		if (err == -EBADMSG) {
-			char ctx[64];
-			snprintf(ctx, sizeof ctx, "snapshot: parse /proc/%d/stat", sc->bad_pid);
-			return tk_push_error(L, ctx, err);
-		}
-		return tk_push_error(L, "snapshot: read /proc", err);
-	}
-	tk_recbuf_sort(&s->rb);
-	gc_remember(&s->rb);
-	return 1;
-}
-
-/* ---- the BPF backends ---------------------------------------------------- */
-
-static const char *const tier_names[] = { "kfunc", "iter", NULL };
-
-/* No cgroup2 hierarchy mounted: every process is still in the default
- * hierarchy's root, which BPF reads as id 1, but no path leads to it. The
- * ids read 0 (nil), as the /proc tier's do. */
-static void cgroup_ids_unmounted(struct tk_recbuf *rb)
-{
-	char mnt[TK_CG_PATH_MAX];
-
-	if (tk_cgroup2_mount(mnt, sizeof mnt) != -ENOENT)
-		return;
-	for (size_t i = 0; i < rb->len; i++)
-		rb->recs[i].cgroup_id = 0;
-}
-
-/* core.snapshot_bpf(tier[, fields]): a snapshot, or nil, "snapshot: <tier>
- * backend unavailable: <reason>", errno ; upvalue 1: the /proc scanner */
-static int l_snapshot_bpf(lua_State *L)
-{
-	struct tk_proc_scanner *sc = luaL_checkudata(L, lua_upvalueindex(1), TK_SCANNER_MT);
-	enum tk_bpf_tier tier = (enum tk_bpf_tier)luaL_checkoption(L, 1, NULL, tier_names);
-	uint32_t fields = fields_check(L, 2, TK_F_ALL);
-	struct tk_cgid_cache cgids;
-	char why[384];
-	struct lsnap *s;
-	int err;
-
-	tk_check_nargs(L, 2);
-	gc_account(L);
-	s = lua_newuserdatauv(L, sizeof *s, 0);
-	memset(s, 0, sizeof *s);
-	s->backend = tier_names[tier];
-	s->fields = fields;
-	luaL_setmetatable(L, TK_SNAPSHOT_MT);
-	s->time_ns = tk_boottime_ns();
-	/* For init, when the kernel hides it from BPF and /proc gives it. */
-	err = (fields & TK_F(CGROUP)) ? tk_cgid_cache_open(&cgids) : 0;
-	if (err < 0)
-		return tk_push_error(L, "snapshot: find the cgroup2 mount", err);
-	sc->cgids = (fields & TK_F(CGROUP)) ? &cgids : NULL;
-	err = tk_bpf_snapshot(tier, fields, &s->rb, sc, why, sizeof why);
-	if (sc->cgids != NULL)
-		tk_cgid_cache_close(&cgids);
-	sc->cgids = NULL;
-	if (err == 0 && (fields & TK_F(CGROUP)))
-		cgroup_ids_unmounted(&s->rb);
-	if (err < 0) {
-		tk_recbuf_free(&s->rb);
 		lua_pushnil(L);
-		lua_pushfstring(L, "snapshot: %s backend unavailable: %s", tier_names[tier], why);
+		lua_pushfstring(L, "snapshot: %s", why);
 		lua_pushinteger(L, -err);
 		return 3;
 	}
@@ -828,14 +793,62 @@ static int l_snapshot_bpf(lua_State *L)
 	return 1;
 }
 
-/* core.bpf_info(tier) -> {loaded=, load_ns=, runs=, capacity=} */
+static const struct tk_snap_backend *backend_check(lua_State *L, int idx, int loading)
+{
+	const char *name = luaL_checkstring(L, idx);
+	const struct tk_snap_backend *b = tk_snap_backend_find(name);
+
+	if (b == NULL || (loading && b->tier < 0))
+		luaL_argerror(L, idx, lua_pushfstring(L, "invalid option '%s'", name));
+	return b;
+}
+
+/* core.snapshot_take(backend[, fields[, use_cache]]): what takana.snapshot
+ * runs; use_cache (proc: keep <pid>/stat fds open) defaults to true. */
+static int l_snapshot_take(lua_State *L)
+{
+	const struct tk_snap_backend *b = backend_check(L, 1, 0);
+	uint32_t fields = fields_check(L, 2, b->default_fields);
+	int use_cache = lua_isnoneornil(L, 3) || lua_toboolean(L, 3);
+
+	tk_check_nargs(L, 3);
+	return snapshot_push(L, b, fields, use_cache);
+}
+
+/* core.snapshot_proc(use_cache[, fields]) */
+static int l_snapshot_proc(lua_State *L)
+{
+	const struct tk_snap_backend *b = tk_snap_backend_find("proc");
+	int use_cache = lua_toboolean(L, 1);
+	uint32_t fields = fields_check(L, 2, b->default_fields);
+
+	tk_check_nargs(L, 2);
+	return snapshot_push(L, b, fields, use_cache);
+}
+
+/* core.snapshot_bpf(tier[, fields]) */
+static int l_snapshot_bpf(lua_State *L)
+{
+	const struct tk_snap_backend *b = backend_check(L, 1, 1);
+	uint32_t fields = fields_check(L, 2, b->default_fields);
+
+	tk_check_nargs(L, 2);
+	return snapshot_push(L, b, fields, 0);
+}
+
+/* core.bpf_info(backend) -> {loaded=, load_ns=, runs=, capacity=}, or nil
+ * for a backend that loads nothing (proc) */
 static int l_bpf_info(lua_State *L)
 {
-	enum tk_bpf_tier tier = (enum tk_bpf_tier)luaL_checkoption(L, 1, NULL, tier_names);
+	const struct tk_snap_backend *b = backend_check(L, 1, 0);
 	struct tk_bpf_tier_info info;
 
 	tk_check_nargs(L, 1);
-	tk_bpf_info(tier, &info);
+	if (b->tier < 0) {
+		lua_pushnil(L);
+		return 1;
+	}
+	tk_bpf_info((enum tk_bpf_tier)b->tier, &info);
 	lua_createtable(L, 0, 4);
 	lua_pushboolean(L, info.loaded);
 	lua_setfield(L, -2, "loaded");
@@ -964,7 +977,7 @@ static int l_proc_cache_close(lua_State *L)
 	return 0;
 }
 
-void tk_snapshot_open(lua_State *L)
+static void snapshot_mt_open(lua_State *L)
 {
 	static const luaL_Reg snap_methods[] = {
 		{ "get", snap_get },
@@ -975,20 +988,6 @@ void tk_snapshot_open(lua_State *L)
 		{ "cgroup", snap_cgroup },
 		{ NULL, NULL },
 	};
-	static const luaL_Reg scanner_funcs[] = {
-		{ "snapshot_proc", l_snapshot_proc },
-		{ "snapshot_bpf", l_snapshot_bpf },
-		{ "proc_cache_info", l_proc_cache_info },
-		{ "proc_cache_close", l_proc_cache_close },
-		{ NULL, NULL },
-	};
-	static const luaL_Reg bpf_funcs[] = {
-		{ "bpf_info", l_bpf_info },
-		{ "bpf_kfunc_capacity", l_bpf_kfunc_capacity },
-		{ "bpf_release", l_bpf_release },
-		{ NULL, NULL },
-	};
-	struct tk_proc_scanner *sc;
 
 	luaL_newmetatable(L, TK_SNAPSHOT_MT);
 	luaL_newlib(L, snap_methods);
@@ -1003,12 +1002,15 @@ void tk_snapshot_open(lua_State *L)
 	lua_pushcfunction(L, snap_tostring);
 	lua_setfield(L, -2, "__tostring");
 	lua_pop(L, 1);
+}
 
+static void record_mt_open(lua_State *L)
+{
 	luaL_newmetatable(L, TK_RECORD_MT);
 	lua_createtable(L, 0, TK_FLD_COUNT);
 	for (int id = 0; id < TK_FLD_COUNT; id++) {
 		lua_pushinteger(L, id);
-		lua_setfield(L, -2, field_names[id]);
+		lua_setfield(L, -2, tk_record_fields[id].name);
 	}
 	lua_createtable(L, 0, 1);
 	lua_pushcfunction(L, record_totable);
@@ -1018,6 +1020,21 @@ void tk_snapshot_open(lua_State *L)
 	lua_pushcfunction(L, record_tostring);
 	lua_setfield(L, -2, "__tostring");
 	lua_pop(L, 1);
+}
+
+/* The functions sharing this state's /proc scanner (an upvalue), into the
+ * table on top. */
+static void scanner_funcs_open(lua_State *L)
+{
+	static const luaL_Reg scanner_funcs[] = {
+		{ "snapshot_take", l_snapshot_take },
+		{ "snapshot_proc", l_snapshot_proc },
+		{ "snapshot_bpf", l_snapshot_bpf },
+		{ "proc_cache_info", l_proc_cache_info },
+		{ "proc_cache_close", l_proc_cache_close },
+		{ NULL, NULL },
+	};
+	struct tk_proc_scanner *sc;
 
 	luaL_newmetatable(L, TK_SCANNER_MT);
 	lua_pushcfunction(L, scanner_gc);
@@ -1031,20 +1048,43 @@ void tk_snapshot_open(lua_State *L)
 	sc->init_fd = -1;
 	luaL_setmetatable(L, TK_SCANNER_MT);
 	luaL_setfuncs(L, scanner_funcs, 1);
+}
 
-	lua_pushcfunction(L, l_delta);
-	lua_setfield(L, -2, "delta");
+/* The lists the Lua side iterates: core.record_fields and
+ * core.snapshot_backends, in order. */
+static void name_lists_open(lua_State *L)
+{
 	lua_createtable(L, TK_FLD_COUNT, 0);
 	for (int id = 0; id < TK_FLD_COUNT; id++) {
-		lua_pushstring(L, field_names[id]);
+		lua_pushstring(L, tk_record_fields[id].name);
 		lua_rawseti(L, -2, id + 1);
 	}
 	lua_setfield(L, -2, "record_fields");
-	lua_pushcfunction(L, l_stat_parse);
-	lua_setfield(L, -2, "stat_parse");
-	lua_pushcfunction(L, l_snapshot_from_stat);
-	lua_setfield(L, -2, "snapshot_from_stat");
-	luaL_setfuncs(L, bpf_funcs, 0);
+	lua_newtable(L);
+	for (int i = 0; tk_snap_backends[i].name != NULL; i++) {
+		lua_pushstring(L, tk_snap_backends[i].name);
+		lua_rawseti(L, -2, i + 1);
+	}
+	lua_setfield(L, -2, "snapshot_backends");
+}
+
+void tk_snapshot_open(lua_State *L)
+{
+	static const luaL_Reg funcs[] = {
+		{ "delta", l_delta },
+		{ "stat_parse", l_stat_parse },
+		{ "snapshot_from_stat", l_snapshot_from_stat },
+		{ "bpf_info", l_bpf_info },
+		{ "bpf_kfunc_capacity", l_bpf_kfunc_capacity },
+		{ "bpf_release", l_bpf_release },
+		{ NULL, NULL },
+	};
+
+	snapshot_mt_open(L);
+	record_mt_open(L);
+	scanner_funcs_open(L);
+	name_lists_open(L);
+	luaL_setfuncs(L, funcs, 0);
 #ifdef TK_NO_BPF
 	lua_pushboolean(L, 0);
 #else

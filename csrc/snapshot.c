@@ -1,6 +1,9 @@
 /* The record array behind a snapshot: grown while a backend fills it, then
- * sorted by pid once so lookups are binary searches. */
+ * sorted by pid once so lookups are binary searches; the record's field
+ * table; and tk_snapshot_take, what every backend's snapshot goes through. */
 #include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -166,26 +169,42 @@ void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
 	out->stime_ns = st;
 }
 
+/* Each kind's member size: a line of TK_FIELDS whose member does not
+ * match its kind fails to compile here. */
+#define TK_KIND_SIZE_U32 4
+#define TK_KIND_SIZE_S32 4
+#define TK_KIND_SIZE_U64 8
+#define TK_KIND_SIZE_NS 8
+#define TK_KIND_SIZE_BYTES 8
+#define TK_KIND_SIZE_CGROUP 8
+#define TK_KIND_SIZE_STATE 4
+#define TK_KIND_SIZE_COMM TK_COMM_LEN
+#define TK_KIND_SIZE_KTHREAD 4
+#define FIELD_CHECK(id, name, member, kind) \
+	_Static_assert(sizeof(((struct tk_record *)0)->member) == TK_KIND_SIZE_##kind, \
+	               "record field " #name ": member size does not match kind " #kind);
+TK_FIELDS(FIELD_CHECK)
+#undef FIELD_CHECK
+
+#define FIELD_DESC(id, name, member, kind) \
+	[TK_FLD_##id] = { #name, offsetof(struct tk_record, member), \
+	                  sizeof(((struct tk_record *)0)->member), TK_KIND_##kind },
+const struct tk_field_desc tk_record_fields[TK_FLD_COUNT] = { TK_FIELDS(FIELD_DESC) };
+#undef FIELD_DESC
+
 void tk_record_mask(struct tk_record *r, uint32_t fields)
 {
-	if (!(fields & TK_F(PPID))) r->ppid = 0;
-	if (!(fields & TK_F(PGID))) r->pgid = 0;
-	if (!(fields & TK_F(SID))) r->sid = 0;
-	if (!(fields & TK_F(UID))) r->uid = 0;
-	if (!(fields & TK_F(NTHREADS))) r->nthreads = 0;
-	if (!(fields & TK_F(NICE))) r->nice = 0;
-	if (!(fields & TK_F(START))) r->start_ns = 0;
-	if (!(fields & TK_F(UTIME))) r->utime_ns = 0;
-	if (!(fields & TK_F(STIME))) r->stime_ns = 0;
-	if (!(fields & TK_F(RSS))) r->rss_bytes = 0;
-	if (!(fields & TK_F(VSIZE))) r->vsize_bytes = 0;
-	if (!(fields & TK_F(MINFLT))) r->minflt = 0;
-	if (!(fields & TK_F(MAJFLT))) r->majflt = 0;
-	if (!(fields & TK_F(CGROUP))) r->cgroup_id = 0;
-	if (!(fields & TK_F(STATE))) r->state = 0;
-	if (!(fields & TK_F(COMM))) {
-		memset(r->comm, 0, sizeof r->comm);
-		r->comm_len = 0;
+	/* The pid is the record's identity, and the kthread bit shares flags
+	 * with what the backends need: neither is cleared. */
+	fields |= TK_F(PID) | TK_F(KTHREAD);
+	for (int id = 0; id < TK_FLD_COUNT; id++) {
+		const struct tk_field_desc *d = &tk_record_fields[id];
+
+		if (fields & (1u << id))
+			continue;
+		memset((char *)r + d->offset, 0, d->size);
+		if (d->kind == TK_KIND_COMM)
+			r->comm_len = 0;
 	}
 }
 
@@ -202,23 +221,22 @@ uint64_t tk_boottime_ns(void)
 	return tk_clock_ns(CLOCK_BOOTTIME);
 }
 
-/* Scratch layout: two key arrays for the radix sort, each record's child
- * range, a visited flag per record. */
-size_t tk_descendants_scratch(size_t n)
+int tk_children_build(const struct tk_recbuf *rb, struct tk_children *c)
 {
-	return n * (2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + 1) + 1;
-}
-
-size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scratch,
-                             uint32_t *out)
-{
-	size_t n = rb->len, m = 0, head = 0, nout = 0, j = 0;
-	uint64_t *keys = scratch, *tmp = keys + n;
-	uint32_t *start = (uint32_t *)(tmp + n), *end = start + n;
-	unsigned char *seen = (unsigned char *)(end + n);
+	size_t n = rb->len, m = 0, j = 0;
+	uint64_t *keys = malloc((n ? n : 1) * 2 * sizeof *keys);
+	uint32_t *block = malloc((n ? n : 1) * 3 * sizeof *block);
 	const uint64_t *by_ppid;
 	uint32_t max_ppid = 0;
 
+	if (keys == NULL || block == NULL) {
+		free(keys);
+		free(block);
+		return -ENOMEM;
+	}
+	c->start = block;
+	c->end = block + n;
+	c->kids = block + 2 * n;
 	/* Group the records by parent: a stable sort of (ppid, index) keys
 	 * keeps each group in pid order. */
 	for (size_t i = 0; i < n; i++) {
@@ -229,28 +247,45 @@ size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scra
 		if (r->ppid > max_ppid)
 			max_ppid = r->ppid;
 	}
-	by_ppid = tk_pid_keys_sort(keys, tmp, m, max_ppid);
+	by_ppid = tk_pid_keys_sort(keys, keys + n, m, max_ppid);
+	for (size_t k = 0; k < m; k++)
+		c->kids[k] = (uint32_t)by_ppid[k];
 	/* Both lists ascend: one merge gives every record its children. */
 	for (size_t i = 0; i < n; i++) {
 		uint32_t pid = rb->recs[i].pid;
 		while (j < m && (uint32_t)(by_ppid[j] >> 32) < pid)
 			j++;
-		start[i] = (uint32_t)j;
+		c->start[i] = (uint32_t)j;
 		while (j < m && (uint32_t)(by_ppid[j] >> 32) == pid)
 			j++;
-		end[i] = (uint32_t)j;
+		c->end[i] = (uint32_t)j;
 	}
+	free(keys);
+	return 0;
+}
+
+void tk_children_free(struct tk_children *c)
+{
+	free(c->start);
+	c->start = c->end = c->kids = NULL;
+}
+
+size_t tk_children_descendants(const struct tk_children *c, size_t n, size_t root,
+                               unsigned char *seen, uint32_t *out)
+{
+	size_t head = 0, nout = 0;
+
 	memset(seen, 0, n);
 	/* Breadth-first over out itself; a record is visited once, so a parent
 	 * cycle (a /proc scan straddling pid reuse can record A.ppid = B and
 	 * B.ppid = A) ends instead of looping. */
 	seen[root] = 1;
 	for (size_t at = root;;) {
-		for (uint32_t k = start[at]; k < end[at]; k++) {
-			uint32_t c = (uint32_t)by_ppid[k];
-			if (!seen[c]) {
-				seen[c] = 1;
-				out[nout++] = c;
+		for (uint32_t k = c->start[at]; k < c->end[at]; k++) {
+			uint32_t kid = c->kids[k];
+			if (!seen[kid]) {
+				seen[kid] = 1;
+				out[nout++] = kid;
 			}
 		}
 		if (head == nout)
@@ -258,4 +293,161 @@ size_t tk_recbuf_descendants(const struct tk_recbuf *rb, size_t root, void *scra
 		at = out[head++];
 	}
 	return nout;
+}
+
+/* ---- one snapshot, whichever backend ---------------------------------------- */
+
+/* The caller's scanner opens on first use; the cgroup id cache it was
+ * lent stays lent. */
+static int scanner_ensure_open(struct tk_proc_scanner *sc)
+{
+	struct tk_cgid_cache *cgids = sc->cgids;
+	int err;
+
+	if (sc->proc_fd >= 0)
+		return 0;
+	err = tk_proc_scanner_init(sc, "/proc");
+	sc->cgids = cgids;
+	return err;
+}
+
+int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, char *why, size_t why_len)
+{
+	struct tk_proc_scanner *sc = req->sc;
+	int err;
+
+	(void)b;
+	err = scanner_ensure_open(sc);
+	if (err < 0) {
+		snprintf(why, why_len, "open /proc: %s", strerror(-err));
+		return err;
+	}
+	err = tk_proc_scan(sc, out, req->use_cache);
+	if (err == -EBADMSG)
+		snprintf(why, why_len, "parse /proc/%d/stat: %s", sc->bad_pid, strerror(-err));
+	else if (err < 0)
+		snprintf(why, why_len, "read /proc: %s", strerror(-err));
+	return err;
+}
+
+/* Init is always there in the initial pid namespace, yet some kernels hide
+ * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
+ * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
+ * finds it). Its record then comes from /proc and is counted in from_proc,
+ * rather than a snapshot silently missing pid 1. out is in pid order. */
+static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scanner *sc,
+                           uint32_t fields, struct tk_recbuf *out, char *why, size_t why_len)
+{
+	struct tk_record rec;
+	int err;
+
+	if (tk_recbuf_find(out, 1) != NULL)
+		return 0;
+	err = scanner_ensure_open(sc);
+	if (err == 0)
+		err = tk_proc_scan_init(sc, &rec);
+	if (err == -EACCES || err == -EPERM) {
+		out->denied++;
+		return 0;
+	}
+	if (err == 0) {
+		tk_record_mask(&rec, fields);
+		err = tk_recbuf_insert(out, &rec);
+	}
+	if (err < 0) {
+		snprintf(why, why_len, "%s backend unavailable: init is hidden from BPF here; "
+		         "reading /proc/1/stat: %s", b->name, strerror(-err));
+		return err;
+	}
+	out->from_proc++;
+	return 0;
+}
+
+int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, uint64_t *time_ns, char *why, size_t why_len)
+{
+	struct tk_proc_scanner *sc = req->sc;
+	int want_cgroup = (req->fields & TK_F(CGROUP)) != 0;
+	struct tk_cgid_cache cgids;
+	int err, unmounted;
+
+	*time_ns = tk_boottime_ns();
+	/* <pid>/cgroup is read only when cgroup_id is asked for: by proc for
+	 * every record, by a BPF tier for a hidden init. */
+	err = want_cgroup ? tk_cgid_cache_open(&cgids) : 0;
+	if (err < 0) {
+		snprintf(why, why_len, "find the cgroup2 mount: %s", strerror(-err));
+		return err;
+	}
+	sc->cgids = want_cgroup ? &cgids : NULL;
+	err = b->run(b, req, out, why, why_len);
+	if (err == 0)
+		tk_recbuf_sort(out);
+	if (err == 0 && b->may_hide_init)
+		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_ALL, out, why,
+		                      why_len);
+	unmounted = want_cgroup && cgids.mount_fd < 0;
+	if (want_cgroup)
+		tk_cgid_cache_close(&cgids);
+	sc->cgids = NULL;
+	if (err < 0) {
+		tk_recbuf_free(out);
+		return err;
+	}
+	/* No cgroup2 hierarchy mounted: every process is still in the default
+	 * hierarchy's root, which BPF reads as id 1, but no path leads to it.
+	 * The ids read 0 (nil), as /proc's do. */
+	for (size_t i = 0; unmounted && i < out->len; i++)
+		out->recs[i].cgroup_id = 0;
+	return 0;
+}
+
+/* ---- two snapshots side by side ----------------------------------------------- */
+
+/* The same process: the same pid and a start time within one clock tick.
+ * /proc gives start times in ticks and BPF in ns, so the slack lets a record
+ * from either backend match the other's; two records of one backend match
+ * only when equal (ticks are whole, BPF's ns exact). A pid reused within
+ * one tick of its last start would need the whole pid space to wrap in
+ * that time, so a reused pid (a later start) still reads as another
+ * process. */
+static int same_process(const struct tk_record *a, const struct tk_record *b, uint64_t tick)
+{
+	uint64_t d = a->start_ns > b->start_ns ? a->start_ns - b->start_ns
+	                                        : b->start_ns - a->start_ns;
+	return a->pid == b->pid && d < tick;
+}
+
+int tk_recbuf_join(const struct tk_recbuf *a, const struct tk_recbuf *b, tk_join_fn fn, void *ctx)
+{
+	struct tk_units units;
+	size_t i = 0, j = 0;
+	int ret = 0;
+
+	tk_units_init(&units);
+	/* The lengths are read again on every turn: fn may free either. */
+	while (ret == 0 && (i < a->len || j < b->len)) {
+		const struct tk_record *ra = i < a->len ? &a->recs[i] : NULL;
+		const struct tk_record *rb = j < b->len ? &b->recs[j] : NULL;
+
+		if (rb == NULL || (ra != NULL && ra->pid < rb->pid)) {
+			i++;
+			ret = fn(ctx, TK_JOIN_GONE, ra, NULL);
+		} else if (ra == NULL || rb->pid < ra->pid) {
+			j++;
+			ret = fn(ctx, TK_JOIN_NEW, NULL, rb);
+		} else if (!same_process(ra, rb, units.ns_per_tick)) {
+			i++;
+			j++;
+			ret = fn(ctx, TK_JOIN_GONE, ra, NULL);
+			if (ret == 0)
+				ret = fn(ctx, TK_JOIN_NEW, NULL, rb);
+		} else {
+			i++;
+			j++;
+			ret = fn(ctx, TK_JOIN_SAME, ra, rb);
+		}
+	}
+	return ret;
 }

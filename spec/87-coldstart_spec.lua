@@ -187,10 +187,10 @@ end)
 
 describe("takana.probe() cache", function()
   local function counting(f)
-    local real, calls = core.snapshot_proc, 0
-    core.snapshot_proc = function(...) calls = calls + 1 return real(...) end
+    local real, calls = core.snapshot_take, 0
+    core.snapshot_take = function(...) calls = calls + 1 return real(...) end
     local ok, r = pcall(f)
-    core.snapshot_proc = real
+    core.snapshot_take = real
     assert(ok, r)
     return r, calls
   end

@@ -144,13 +144,15 @@ function H.bpf_tier(name)
   error(why, 2)
 end
 
--- The snapshot backends that work here, best first ("proc" always last).
+-- The snapshot backends that work here, best first, as the core lists them:
+-- those that load (BPF tiers) where they work, and the others ("proc",
+-- always last) always.
 function H.snapshot_backends()
+  local core = require "takana.core"
   local list = {}
-  for _, name in ipairs { "kfunc", "iter" } do
-    if H.bpf_tier(name) then list[#list + 1] = name end
+  for _, name in ipairs(core.snapshot_backends) do
+    if not core.bpf_info(name) or H.bpf_tier(name) then list[#list + 1] = name end
   end
-  list[#list + 1] = "proc"
   return list
 end
 

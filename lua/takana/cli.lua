@@ -17,7 +17,8 @@ end
 
 local first_line = util.first_line
 
-local snapshot_backends = { auto = true, kfunc = true, iter = true, proc = true }
+local snapshot_backends = { auto = true }
+for _, name in ipairs(core.snapshot_backends) do snapshot_backends[name] = true end
 
 local function check_snapshot_backend(cmd, backend)
   if not snapshot_backends[backend] then usage_error(cmd .. ": unknown backend '" .. backend .. "'") end
@@ -369,7 +370,7 @@ function M.probe(args)
   end
   io.write(("%-22s %s\n"):format("kernel", p.kernel or "?"))
   row("btf", p.btf, "/sys/kernel/btf/vmlinux")
-  for _, b in ipairs { "kfunc", "iter", "proc" } do
+  for _, b in ipairs(core.snapshot_backends) do
     local t = p.snapshot[b]
     local detail = t.load_ns and ("loaded in %.1f ms"):format(t.load_ns / 1e6) or ""
     if p.snapshot.backend == b then detail = detail .. (detail ~= "" and " " or "") .. "(used by snapshot())" end

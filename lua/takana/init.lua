@@ -19,15 +19,13 @@ local ENOENT = core.errno.ENOENT
 local util = require "takana.util"
 local argerror, nargs, check_options = util.argerror, util.nargs, util.check_options
 
-local snapshot_backends = { "kfunc", "iter", "proc" }
-
--- Best first. A BPF tier loads on first use (once per process) and says why
--- when it cannot run; /proc always can.
-local tiers = {
-  kfunc = function(_, fields) return core.snapshot_bpf("kfunc", fields) end,
-  iter = function(_, fields) return core.snapshot_bpf("iter", fields) end,
-  proc = function(opts, fields) return core.snapshot_proc(opts.cache ~= false, fields) end,
-}
+-- Best first, as the core lists them. A BPF tier loads on first use (once
+-- per process) and says why when it cannot run; the last (/proc) always can.
+local snapshot_backends = core.snapshot_backends
+local tiers = {}
+for _, name in ipairs(snapshot_backends) do
+  tiers[name] = function(opts, fields) return core.snapshot_take(name, fields, opts.cache ~= false) end
+end
 
 local field_bit = {}
 for i, name in ipairs(core.record_fields) do field_bit[name] = 1 << (i - 1) end
@@ -88,7 +86,8 @@ function M.snapshot(opts, ...)
   local backend = opts.backend or "auto"
   if backend == "cheapest" then backend = cheapest_backend() end
   if backend ~= "auto" and not tiers[backend] then
-    argerror("snapshot", 1, "unknown backend '" .. backend .. "' (auto, kfunc, iter or proc)")
+    argerror("snapshot", 1, ("unknown backend '%s' (auto, %s or %s)"):format(backend,
+      table.concat(snapshot_backends, ", ", 1, #snapshot_backends - 1), snapshot_backends[#snapshot_backends]))
   end
   local fields, why
   if opts.fields then
@@ -98,11 +97,11 @@ function M.snapshot(opts, ...)
   if backend ~= "auto" then
     return tiers[backend](opts, fields)
   end
-  for _, name in ipairs(snapshot_backends) do
+  for i, name in ipairs(snapshot_backends) do
     local snap, err, errno = tiers[name](opts, fields)
     -- exactly one value on success: takana.delta(old, takana.snapshot())
     if snap then return snap end
-    if name == "proc" then return nil, err, errno end
+    if i == #snapshot_backends then return nil, err, errno end
   end
 end
 
@@ -413,7 +412,8 @@ local function probe_reading(section)
       local ok, snap, err = pcall(tiers[name], {})
       local b = { ok = ok and snap ~= nil, why = (not ok and tostring(snap)) or err }
       if b.why then b.why = b.why:gsub("^snapshot: %S+ backend unavailable: ", "") end
-      if b.ok and core.bpf_info and name ~= "proc" then b.load_ns = core.bpf_info(name).load_ns end
+      local info = b.ok and core.bpf_info and core.bpf_info(name)
+      if info then b.load_ns = info.load_ns end
       t[name] = b
       if b.ok and not t.backend then t.backend = name end
     end
