@@ -17,8 +17,8 @@ end
 
 local first_line = util.first_line
 
-local snapshot_backends = { auto = true }
-for _, name in ipairs(core.snapshot_backends) do snapshot_backends[name] = true end
+local snapshot_backends = { auto = true, cheapest = true }
+for _, name in ipairs(takana.snapshot_backends) do snapshot_backends[name] = true end
 
 local function check_snapshot_backend(cmd, backend)
   if not snapshot_backends[backend] then usage_error(cmd .. ": unknown backend '" .. backend .. "'") end
@@ -207,8 +207,9 @@ local help = {
   ps = [[
 usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS] [--cgroup PATH]
   List every process from one snapshot.
-  --backend B  auto, kfunc, iter or proc; by default proc below 5,000
-               tasks (one snapshot does not repay a BPF load), else auto
+  --backend B  auto, kfunc, iter, proc, or cheapest (the default: proc
+               below 5,000 tasks, where one snapshot does not repay a BPF
+               load, else auto)
   --tree       indent children under their parent
   --json       one JSON object per process per line
   -k           include kernel threads
@@ -370,13 +371,13 @@ function M.probe(args)
   end
   io.write(("%-22s %s\n"):format("kernel", p.kernel or "?"))
   row("btf", p.btf, "/sys/kernel/btf/vmlinux")
-  for _, b in ipairs(core.snapshot_backends) do
+  for _, b in ipairs(takana.snapshot_backends) do
     local t = p.snapshot[b]
     local detail = t.load_ns and ("loaded in %.1f ms"):format(t.load_ns / 1e6) or ""
     if p.snapshot.backend == b then detail = detail .. (detail ~= "" and " " or "") .. "(used by snapshot())" end
     row("snapshot." .. b, t, detail)
   end
-  for _, b in ipairs(core.event_backends) do
+  for _, b in ipairs(takana.event_backends) do
     row("events." .. b, p.events[b], p.events.backend == b and "(used by events())" or "")
   end
   row("proc", p.proc, p.proc.note or "")
@@ -446,7 +447,7 @@ function M.watch(args)
   if opts.duration and not (duration and duration > 0) then usage_error("watch: --duration needs seconds > 0") end
   local backend = opts.backend or "auto"
   local known = backend == "auto"
-  for _, b in ipairs(core.event_backends) do known = known or b == backend end
+  for _, b in ipairs(takana.event_backends) do known = known or b == backend end
   if not known then
     usage_error("watch: unknown backend '" .. backend .. "'")
   end

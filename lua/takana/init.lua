@@ -86,7 +86,7 @@ function M.snapshot(opts, ...)
   local backend = opts.backend or "auto"
   if backend == "cheapest" then backend = cheapest_backend() end
   if backend ~= "auto" and not tiers[backend] then
-    argerror("snapshot", 1, ("unknown backend '%s' (auto, %s or %s)"):format(backend,
+    argerror("snapshot", 1, ("unknown backend '%s' (auto, cheapest, %s or %s)"):format(backend,
       table.concat(snapshot_backends, ", ", 1, #snapshot_backends - 1), snapshot_backends[#snapshot_backends]))
   end
   local fields, why
@@ -275,6 +275,16 @@ end
 
 -- Best first: the order "auto" tries them in.
 local event_backends = core.event_backends
+
+--- The snapshot backends, best first: the order `backend = "auto"` tries
+-- them in (`"kfunc"`, `"iter"`, `"proc"`). A copy: changing it changes nothing.
+-- @table snapshot_backends
+M.snapshot_backends = table.move(snapshot_backends, 1, #snapshot_backends, 1, {})
+
+--- The event backends, best first: the order `events{backend = "auto"}`
+-- tries them in (`"bpf"`, `"connector"`, `"poll"`). A copy.
+-- @table event_backends
+M.event_backends = table.move(event_backends, 1, #event_backends, 1, {})
 local is_event_backend = {}
 for _, name in ipairs(event_backends) do is_event_backend[name] = true end
 local event_types = { fork = true, exec = true, exit = true, comm = true }
