@@ -8,6 +8,11 @@
 #ifndef TAKANA_RECORD_H
 #define TAKANA_RECORD_H
 
+/***
+ * The process record.
+ * @module takana
+ */
+
 #ifdef __bpf__
 /* vmlinux-style types come from the BPF side's own type header. */
 #else
@@ -60,14 +65,41 @@ enum tk_field_kind {
 	TK_KIND_KTHREAD,   /* the TK_REC_KTHREAD bit of flags: a boolean */
 };
 
+/*** One process in a snapshot: what `snap:get(pid)`, `rec:totable()` and
+ * the views `snap:each()` yields hold. Every backend fills every field with
+ * the same meaning and unit; a field left out of `fields = {...}` reads nil.
+ * @table record
+ * @field pid the process id (tgid)
+ * @field ppid the parent's pid
+ * @field pgid the process group
+ * @field sid the session
+ * @field uid the effective uid: the owner of `/proc/<pid>`
+ * @field state the letter /proc shows (`R`, `S`, `D`, `Z`, `T`, `t`, `X`, `I`)
+ * @field comm the command name (at most 15 bytes, as the kernel keeps it)
+ * @field nthreads the number of threads
+ * @field nice the nice value, -20..19
+ * @field start_ns start time, ns since boot
+ * @field utime_ns user CPU of the whole process (all threads, exited ones included)
+ * @field stime_ns system CPU likewise
+ * @field rss_bytes resident memory
+ * @field vsize_bytes virtual memory
+ * @field minflt minor faults
+ * @field majflt major faults
+ * @field kthread true for a kernel thread
+ * @field cgroup_id the cgroup2 id of its cgroup (the inode number of the
+ *   cgroup's directory under the cgroup2 mount); nil when no cgroup2
+ *   hierarchy is mounted, or the cgroup is outside this cgroup namespace's
+ *   view; proc backend: only when named in `fields`
+ */
+
 /* The record's fields as Lua sees them, in the order they are listed (the
  * order of core.record_fields, of record tables and of the selection bits
  * the programs test): X(ID, name, member, kind). One line here is a field
  * for the binding, the mask and the specs; the struct above stays written
  * by hand because its layout is the wire format (BPF objects, the mmaped
  * array) and is ordered for alignment, not for reading. A new integer
- * field: a member above, a line here, its BPF fill (takana_task.bpf.h) and
- * its /proc fill (csrc/proc_stat.c). */
+ * field: a member above, its @field line and a line here, its BPF fill
+ * (takana_task.bpf.h) and its /proc fill (csrc/proc_stat.c). */
 #define TK_FIELDS(X) \
 	X(PID, pid, pid, U32) \
 	X(PPID, ppid, ppid, U32) \

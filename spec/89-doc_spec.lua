@@ -110,10 +110,9 @@ describe("make doc", function()
   end)
 
   it("documents every record field and every event field", function()
-    local snap = assert(takana.snapshot { backend = "proc" })
     local text = pages.takana
     local missing = {}
-    for field in pairs(assert(snap:get(core.getpid()))) do
+    for _, field in ipairs(core.record_fields) do
       if not text:find('<span class="parameter">' .. field .. '</span>', 1, true) then missing[#missing + 1] = "record." .. field end
     end
     for field in pairs(event_fields()) do

@@ -105,32 +105,6 @@ function M.snapshot(opts, ...)
   end
 end
 
---- One process in a snapshot: what `snap:get(pid)`, `rec:totable()` and
--- the views `snap:each()` yields hold. Every backend fills every field with
--- the same meaning and unit; a field left out of `fields = {...}` reads nil.
--- @table record
--- @field pid the process id (tgid)
--- @field ppid the parent's pid
--- @field pgid the process group
--- @field sid the session
--- @field uid the effective uid: the owner of `/proc/<pid>`
--- @field state the letter /proc shows (`R`, `S`, `D`, `Z`, `T`, `t`, `X`, `I`)
--- @field comm the command name (at most 15 bytes, as the kernel keeps it)
--- @field nthreads the number of threads
--- @field nice the nice value, -20..19
--- @field start_ns start time, ns since boot
--- @field utime_ns user CPU of the whole process (all threads, exited ones included)
--- @field stime_ns system CPU likewise
--- @field rss_bytes resident memory
--- @field vsize_bytes virtual memory
--- @field minflt minor faults
--- @field majflt major faults
--- @field kthread true for a kernel thread
--- @field cgroup_id the cgroup2 id of its cgroup (the inode number of the
---   cgroup's directory under the cgroup2 mount); nil when no cgroup2
---   hierarchy is mounted, or the cgroup is outside this cgroup namespace's
---   view; proc backend: only when named in `fields`
-
 --- An event, as `events:read()` yields it. Fields a backend cannot know
 -- are absent, never zero.
 -- @table event
