@@ -379,6 +379,61 @@ describe("takana.supervisor", function()
     assert.is_true(db.notify_rejected >= 1)   -- READY, then the barrier
   end)
 
+  it("a watchdog: WATCHDOG=1 keeps a service up; silence gets it SIGABRT and a failed exit record", function()
+    if why then return pending(why) end
+    if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end
+    new()
+    -- good is told its interval through WATCHDOG_USEC and pets well within it.
+    local good = sup:service { name = "good", watchdog = 5, restart = "never", cmd = { "sh", "-c",
+      'test "$WATCHDOG_USEC" = 5000000 || exit 7; while :; do systemd-notify WATCHDOG=1; sleep 0.2; done' } }
+    local bad = sup:service { name = "bad", watchdog = 0.3, restart = "never", cmd = { "sleep", "100" } }
+    assert.is_true(run_until(sup, function() return bad.last_exit ~= nil end, 20))
+    assert.is_true(bad.last_exit.watchdog)
+    assert.equal(6, bad.last_exit.signal)
+    assert.equal(1, bad.watchdog_timeouts)
+    assert.equal("stopped", bad.state)
+    assert.matches("watchdog timeout", S.format_status { sup:status_of(bad) })
+    -- Past its first interval, good is still up: its pets moved the deadline.
+    assert.is_true(run_until(sup, function()
+      return good.watchdog_at ~= nil and good.watchdog_at - good.started_at > 5
+    end, 60))
+    assert.equal("running", good.state)
+    assert.equal(0, good.watchdog_timeouts)
+    assert.equal(5, sup:status_of(good).watchdog.interval)
+    assert.has_error(function() sup:service { name = "x", cmd = { "true" }, watchdog = 0 } end)
+    assert.has_error(function() sup:service { name = "x", cmd = { "true" }, watchdog = "1" } end)
+  end)
+
+  it("MAINPID from inside the cgroup names the main process: its exit ends the run, the rest is stopped", function()
+    if why then return pending(why) end
+    if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end
+    new()
+    local svc = sup:service { name = "fork", ready = "notify", restart = "never",
+      cmd = { "sh", "-c", "sleep 100 & systemd-notify READY=1 MAINPID=$!; exec sleep 100" } }
+    -- A MAINPID outside the service's cgroup (pid 1) is refused.
+    local liar = sup:service { name = "liar", ready = "notify", restart = "never",
+      cmd = { "sh", "-c", "systemd-notify READY=1 MAINPID=1; exec sleep 100" } }
+    assert.is_true(run_until(sup, function() return svc.ready and liar.ready end, 10))
+    assert.is_true(run_until(sup, function() return svc.main_pid ~= svc.pid end, 10))
+    assert.equal(liar.pid, liar.main_pid)
+    assert.is_true(liar.notify_rejected >= 1)
+    local main = svc.main_pid
+    -- sleep and the exec'd sleep, once systemd-notify has left its barrier.
+    assert.is_true(run_until(sup, function() return procs(svc.cg) == 2 end, 10))
+    -- The main process is this spec's grandchild: killing it ends the run.
+    local fd = assert(takana.pidfd(main))
+    assert(fd:signal("KILL"))
+    fd:close()
+    assert.is_true(run_until(sup, function() return svc.last_exit ~= nil end, 10))
+    assert.is_true(svc.last_exit.main_exited)
+    assert.is_nil(svc.last_exit.code)
+    assert.is_nil(svc.last_exit.signal)
+    assert.equal(main, svc.last_exit.pid)
+    assert.equal(0, procs(svc.cg))
+    assert.equal("stopped", svc.state)
+    assert.matches("MAINPID", S.format_status { sup:status_of(svc) })
+  end)
+
   it("readiness through an s6-style notification fd", function()
     if why then return pending(why) end
     local ok, err = pcall(takana.spawn, { "true", fds = {} })

@@ -335,7 +335,8 @@ local svc_options = { name = "string", cmd = "table", env = "table", cwd = "stri
   restart = "string|function", backoff = "table", start_limit = "table", ready = "string|table",
   stop = "table", depends = "table", limits = "table", log = "string|function|boolean",
   autostart = "boolean", user = "string|number", group = "string|number", groups = "table",
-  umask = "number", rlimits = "table", no_new_privs = "boolean", pdeathsig = "string|number" }
+  umask = "number", rlimits = "table", no_new_privs = "boolean", pdeathsig = "string|number",
+  watchdog = "number" }
 
 --- Declares a service (see the module's README section for every option).
 -- `name`, `cmd = {prog, args...}`, `env` (added to the supervisor's
@@ -344,7 +345,10 @@ local svc_options = { name = "string", cmd = "table", env = "table", cwd = "stri
 -- max=30, factor=2, reset_after=60}`, `start_limit = {burst=5,
 -- interval=10}`, `ready` ("notify" or `{fd=n}`), `stop = {signal="TERM",
 -- timeout=5}`, `depends = {names}`, `limits = {["memory.max"]=...}`,
--- `autostart` (default true); `user`, `group`, `groups`, `umask`,
+-- `autostart` (default true); `watchdog = seconds`: the service must send
+-- `WATCHDOG=1` on its `NOTIFY_SOCKET` at least that often (it is told
+-- through `WATCHDOG_USEC`), else it gets SIGABRT, the stop sequence and
+-- an exit record with `watchdog = true` (a failure); `user`, `group`, `groups`, `umask`,
 -- `rlimits`, `no_new_privs`, `pdeathsig` go to spawn.
 -- @treturn service the service table (read its `state`)
 function supervisor:service(t, ...)
@@ -390,6 +394,9 @@ function supervisor:service(t, ...)
   for i, d in ipairs(t.depends or {}) do
     if type(d) ~= "string" then argerror("service", 1, ("depends[%d]: a service name expected"):format(i)) end
   end
+  if t.watchdog ~= nil and not (t.watchdog >= 0.01 and t.watchdog <= 86400) then
+    argerror("service", 1, "option 'watchdog': 0.01..86400 seconds expected")
+  end
   local svc = {
     name = name, cmd = t.cmd, env = t.env, cwd = t.cwd, restart = t.restart or "on-failure",
     backoff = { initial = b.initial or 0.1, max = b.max or 30, factor = b.factor or 2,
@@ -397,7 +404,7 @@ function supervisor:service(t, ...)
     start_limit = { burst = sl.burst or 5, interval = sl.interval or 10 },
     ready_mode = t.ready, stop_signal = signum("service", 1, st.signal or "TERM"),
     stop_timeout = st.timeout or 5, depends = t.depends or {}, limits = t.limits,
-    log = t.log, spawn_extra = {},
+    log = t.log, spawn_extra = {}, watchdog = t.watchdog, watchdog_timeouts = 0,
     state = "stopped", want = t.autostart == false and "down" or "up",
     restarts = 0, fails = 0, starts = {}, oom_kills = 0, lines = {}, exits = {},
   }
@@ -568,6 +575,15 @@ end
 
 -- ---- readiness ----
 
+-- Whether a cgroup path (cgroup_of_pid's) is the service's or below it.
+local function in_service(svc, where)
+  return where ~= nil and (where == svc.cgpath or where:sub(1, #svc.cgpath + 1) == svc.cgpath .. "/")
+end
+
+local function close_obj(self, o)
+  if o then self:_unwatch(o); o:close() end
+end
+
 function supervisor._set_ready(_, svc)
   if svc.state == "starting" then
     svc.state = "running"
@@ -587,8 +603,7 @@ function supervisor:_notify(svc)
     -- it, as systemd decides: a sender already gone cannot be checked and
     -- is not believed (systemd-notify waits on its barrier until we have
     -- read the message, so it is still there).
-    local where = cgroup_of_pid(pid)
-    local ok = where ~= nil and (where == svc.cgpath or where:sub(1, #svc.cgpath + 1) == svc.cgpath .. "/")
+    local ok = in_service(svc, cgroup_of_pid(pid))
     if not ok then
       svc.notify_rejected = (svc.notify_rejected or 0) + 1
     else
@@ -596,13 +611,69 @@ function supervisor:_notify(svc)
         local k, v = line:match("^([%u_]+)=(.*)$")
         if k == "READY" and v == "1" then self:_set_ready(svc)
         elseif k == "STATUS" then svc.status_text = v
-        elseif k == "MAINPID" then svc.main_pid = math.tointeger(tonumber(v))
-        elseif k == "WATCHDOG" then svc.watchdog_at = now()
+        elseif k == "MAINPID" then self:_main_pid(svc, math.tointeger(tonumber(v)))
+        elseif k == "WATCHDOG" and v == "1" then self:_watchdog_pet(svc)
+        elseif k == "WATCHDOG" and v == "trigger" then svc.watchdog_deadline = now()
+        elseif k == "WATCHDOG_USEC" and math.tointeger(tonumber(v)) and tonumber(v) > 0 then
+          svc.watchdog_s = tonumber(v) / 1e6
+          self:_watchdog_pet(svc)
         elseif k == "STOPPING" and v == "1" then svc.stopping_notified = true
         end
       end
     end
   end
+end
+
+-- WATCHDOG=1: the next one is due a watchdog interval from now (the
+-- interval the service was given, or the one it set with WATCHDOG_USEC).
+function supervisor._watchdog_pet(_, svc)
+  if not svc.watchdog_s then return end
+  svc.watchdog_at = now()
+  svc.watchdog_deadline = svc.watchdog_at + svc.watchdog_s
+end
+
+-- No WATCHDOG=1 in time: SIGABRT (systemd's WatchdogSignal) to the whole
+-- cgroup, then the stop sequence; the run counts as a failure.
+function supervisor:_watchdog_fire(svc)
+  svc.watchdog_deadline = nil
+  svc.watchdog_fired = true
+  svc.watchdog_timeouts = svc.watchdog_timeouts + 1
+  svc.reason = ("watchdog: no WATCHDOG=1 in %g s"):format(svc.watchdog_s)
+  svc.after_failure = true
+  self:_begin_stop(svc, 6)
+end
+
+-- MAINPID=n from inside the cgroup: n is the service's main process from
+-- now on (a daemon that forked, or a wrapper's real server). Its exit ends
+-- the run, as the first child's would: what is left is stopped. It is not
+-- our child, so its status is unknown (the record says main_exited).
+function supervisor:_main_pid(svc, pid)
+  if not pid or pid <= 0 or pid == svc.main_pid then return end
+  -- The pidfd first: alive after the cgroup check, it is the process
+  -- that was checked, not a reuse of its pid.
+  local fd = takana.pidfd(pid)
+  if not (fd and in_service(svc, cgroup_of_pid(pid)) and fd:alive()) then
+    if fd then fd:close() end
+    svc.notify_rejected = (svc.notify_rejected or 0) + 1
+    return
+  end
+  close_obj(self, svc.mainfd)
+  svc.mainfd = nil
+  svc.main_pid = pid
+  if svc.child and svc.child.pid == pid then fd:close() return end
+  svc.mainfd = fd
+  self:_watch(fd, function() self:_main_exit(svc) end)
+end
+
+function supervisor:_main_exit(svc)
+  close_obj(self, svc.mainfd)
+  svc.mainfd = nil
+  svc.main_exited = true
+  if svc.state == "stopping" or (svc.child == nil and not populated(svc.cg)) then
+    return self:_maybe_finished(svc)
+  end
+  svc.after_failure = true
+  self:_begin_stop(svc)
 end
 
 function supervisor:_readyfd(svc)
@@ -632,10 +703,6 @@ function supervisor._fail(_, svc, reason)
   svc.state = "failed"
   svc.reason = reason
   svc.deadline = nil
-end
-
-local function close_obj(self, o)
-  if o then self:_unwatch(o); o:close() end
 end
 
 -- The start limit: nil, or why svc may not start now. Leaves in
@@ -681,7 +748,7 @@ function supervisor:_spawn_spec(svc, cg)
   local env = {}
   for k, v in pairs(self.env0) do env[k] = v end
   for k, v in pairs(svc.env or {}) do env[k] = tostring(v) end
-  env.NOTIFY_SOCKET = nil
+  env.NOTIFY_SOCKET, env.WATCHDOG_USEC, env.WATCHDOG_PID = nil, nil, nil
   local spec = table.move(svc.cmd, 1, #svc.cmd, 1, {})
   for i, a in ipairs(spec) do spec[i] = tostring(a) end
   for k, v in pairs(svc.spawn_extra) do spec[k] = v end
@@ -692,14 +759,16 @@ function supervisor:_spawn_spec(svc, cg)
   spec.stdout, spec.stderr = "pipe", "pipe"
   spec.env = env
   local ch = {}
-  if svc.ready_mode == "notify" then
+  if svc.ready_mode == "notify" or svc.watchdog then
     local path = self.runtime .. "/" .. svc.name .. ".notify"
     os.remove(path)
     local nerr, nerrno
     ch.notify, nerr, nerrno = core.unix_dgram(path, 438)
     if not ch.notify then return nil, "notify socket: " .. tostring(nerr) .. " (" .. tostring(nerrno) .. ")" end
     env.NOTIFY_SOCKET = path
-  elseif type(svc.ready_mode) == "table" then
+    if svc.watchdog then env.WATCHDOG_USEC = ("%d"):format(math.floor(svc.watchdog * 1e6)) end
+  end
+  if type(svc.ready_mode) == "table" then
     ch.readyr, ch.readyw = core.pipe()
     spec.fds = { [svc.ready_mode.fd] = ch.readyw }
   end
@@ -720,6 +789,11 @@ function supervisor:_started(svc, child, cg, t, ch)
   svc.adopted = false
   svc.oom_before = oom_count(cg)
   svc.cpu_before = cpu_ns(cg)
+  svc.watchdog_s = svc.watchdog
+  svc.watchdog_at = nil
+  svc.watchdog_deadline = svc.watchdog and t + svc.watchdog
+  svc.watchdog_fired = nil
+  svc.main_exited = nil
   svc.out, svc.err = child.stdout, child.stderr
   self:_watch(child, function() self:_child_exit(svc) end)
   self:_watch(svc.out, function() self:_drain(svc, "out") end)
@@ -793,6 +867,11 @@ function supervisor:_child_exit(svc)
   svc.child = nil
   svc.pid = nil
   svc.status = st
+  if svc.mainfd or svc.main_exited then
+    -- MAINPID named another process: this exit is not the service's.
+    svc.status = nil
+    if svc.mainfd then return end
+  end
   if svc.state ~= "stopping" and populated(svc.cg) then
     if st.exited and st.code == 0 then
       -- The main process left the rest behind (a daemon that forked): the
@@ -828,12 +907,14 @@ function supervisor:_maybe_finished(svc)
   close_obj(self, svc.err) svc.err = nil
   close_obj(self, svc.notify) svc.notify = nil
   close_obj(self, svc.readyp) svc.readyp = nil
+  close_obj(self, svc.mainfd) svc.mainfd = nil
   local st = svc.status or {}
   local t = now()
   local rec = { code = st.code, signal = st.signal, core = st.core, time = os.time(),
     maxrss_bytes = svc.usage and svc.usage.maxrss_bytes,
     runtime = svc.started_at and t - svc.started_at or 0, adopted = svc.adopted or nil,
-    stopped = svc.stop_requested or nil, pid = svc.main_pid }
+    stopped = svc.stop_requested or nil, pid = svc.main_pid,
+    watchdog = svc.watchdog_fired, main_exited = svc.main_exited }
   local oom = svc.cg and oom_count(svc.cg)
   if oom and svc.oom_before then
     rec.oom = oom > svc.oom_before
@@ -847,6 +928,7 @@ function supervisor:_maybe_finished(svc)
   svc.ready = false
   svc.main_pid = nil
   svc.killing = nil
+  svc.watchdog_deadline, svc.watchdog_fired, svc.main_exited = nil, nil, nil
   if svc.cg_killed then
     -- A cgroup once killed through cgroup.kill is not reused: on some
     -- kernels (6.18.44 here) a process later spawned into it is SIGKILLed
@@ -896,7 +978,7 @@ end
 
 -- Decides what follows an exit: a restart after the backoff, or nothing.
 function supervisor:_schedule(svc, rec)
-  local failed = rec.error ~= nil or rec.code ~= 0 or rec.signal ~= nil or rec.oom
+  local failed = rec.error ~= nil or rec.code ~= 0 or rec.signal ~= nil or rec.oom or rec.watchdog
   if rec.code == nil and rec.signal == nil and rec.error == nil then failed = true end
   local b = svc.backoff
   if (rec.runtime or 0) >= b.reset_after then svc.fails = 0 end
@@ -930,11 +1012,13 @@ end
 
 -- ---- stop ----
 
-function supervisor:_begin_stop(svc)
+-- sig: instead of the service's stop signal (the watchdog's ABRT).
+function supervisor:_begin_stop(svc, sig)
   svc.state = "stopping"
   svc.stop_requested = not svc.cleaning and not svc.after_failure or nil
   svc.after_failure = nil
-  local sig = svc.stop_signal
+  svc.watchdog_deadline = nil
+  sig = sig or svc.stop_signal
   if svc.cleaning then sig = 15 end
   if svc.child then svc.child:signal(sig) end
   cg_signal(svc.cg, sig)
@@ -1032,6 +1116,10 @@ function supervisor:_tick()
   local t = now()
   for _, name in ipairs(self.order) do
     local svc = self.services[name]
+    if svc and svc.watchdog_deadline and t >= svc.watchdog_deadline
+      and (svc.state == "running" or svc.state == "starting") then
+      self:_watchdog_fire(svc)
+    end
     if svc and svc.deadline and t >= svc.deadline then
       svc.deadline = nil
       if svc.state == "backoff" then
@@ -1087,9 +1175,11 @@ end
 function supervisor:timeout()
   local t, best = now(), nil
   for _, svc in pairs(self.services) do
-    if svc.deadline then
-      local d = math.max(0, svc.deadline - t)
-      if not best or d < best then best = d end
+    for _, at in ipairs { svc.deadline or false, svc.watchdog_deadline or false } do
+      if at then
+        local d = math.max(0, at - t)
+        if not best or d < best then best = d end
+      end
     end
     if svc.want == "up" and (svc.state == "stopped") then best = 0 end
   end
@@ -1145,7 +1235,7 @@ function supervisor:close()
   if self.closed then return end
   self.closed = true
   for _, svc in pairs(self.services) do
-    for _, k in ipairs { "child", "out", "err", "notify", "readyp" } do
+    for _, k in ipairs { "child", "out", "err", "notify", "readyp", "mainfd" } do
       if svc[k] then svc[k]:close() svc[k] = nil end
     end
     if svc.logf then svc.logf:close() svc.logf = nil end
@@ -1217,7 +1307,10 @@ function supervisor.status_of(_, svc)
     restarts = svc.restarts, reason = svc.reason, status = svc.status_text,
     adopted = svc.adopted or nil, oom_kills = svc.oom_kills, cgroup = svc.cgpath,
     last_exit = ex and { code = ex.code, signal = ex.signal, oom = ex.oom, runtime = round(ex.runtime),
-      cpu_ns = ex.cpu_ns, maxrss_bytes = ex.maxrss_bytes, error = ex.error, stopped = ex.stopped } or nil,
+      cpu_ns = ex.cpu_ns, maxrss_bytes = ex.maxrss_bytes, error = ex.error, stopped = ex.stopped,
+      watchdog = ex.watchdog, main_exited = ex.main_exited } or nil,
+    watchdog = svc.watchdog and { interval = svc.watchdog_s or svc.watchdog, timeouts = svc.watchdog_timeouts,
+      last = svc.watchdog_at and round(t - svc.watchdog_at) or nil } or nil,
     next_start = svc.state == "backoff" and svc.deadline and round(svc.deadline - t) or nil,
     depends = #svc.depends > 0 and svc.depends or nil,
     log_error = svc.log_error, hook_error = svc.hook_error,
@@ -1380,8 +1473,10 @@ local function exit_words(ex)
   if ex.error then w = "error: " .. ex.error
   elseif ex.signal then w = "signal " .. ex.signal
   elseif ex.code then w = "code " .. ex.code
+  elseif ex.main_exited then w = "main process (MAINPID) exited, status unknown"
   else w = "unknown status" end
   if ex.oom then w = w .. " (oom)" end
+  if ex.watchdog then w = w .. " (watchdog timeout)" end
   if ex.stopped then w = w .. " (stopped)" end
   return w .. " after " .. fmt_secs(ex.runtime)
 end
