@@ -17,18 +17,22 @@ end
 
 local first_line = util.first_line
 
-local snapshot_backends = { auto = true, cheapest = true }
+local snapshot_backends = { auto = true }
 for _, name in ipairs(takana.snapshot_backends) do snapshot_backends[name] = true end
 
-local function check_snapshot_backend(cmd, backend)
-  if not snapshot_backends[backend] then usage_error(cmd .. ": unknown backend '" .. backend .. "'") end
+-- "cheapest" only where one snapshot is taken: top, which takes many,
+-- would re-decide each frame.
+local function check_snapshot_backend(cmd, backend, oneshot)
+  if not (snapshot_backends[backend] or (oneshot and backend == "cheapest")) then
+    usage_error(cmd .. ": unknown backend '" .. backend .. "'")
+  end
   return backend
 end
 
 -- ps and export take one snapshot and exit: by default the library picks
 -- the backend cheapest for one (proc below several thousand tasks).
 function M.oneshot_backend(cmd, backend)
-  if backend then return check_snapshot_backend(cmd, backend) end
+  if backend then return check_snapshot_backend(cmd, backend, true) end
   return "cheapest"
 end
 
