@@ -387,7 +387,15 @@ describe("takana.supervisor", function()
     local good = sup:service { name = "good", watchdog = 5, restart = "never", cmd = { "sh", "-c",
       'test "$WATCHDOG_USEC" = 5000000 || exit 7; while :; do systemd-notify WATCHDOG=1; sleep 0.2; done' } }
     local bad = sup:service { name = "bad", watchdog = 0.3, restart = "never", cmd = { "sleep", "100" } }
-    assert.is_true(run_until(sup, function() return bad.last_exit ~= nil end, 20))
+    -- Hostile values never raise inside the loop: a pid past 2^31, an
+    -- interval of 34 days (clamped to 1 day), then WATCHDOG=trigger without
+    -- a watchdog option (sd_notify(3): it fires anyway).
+    local wild = sup:service { name = "wild", ready = "notify", restart = "never", cmd = { "sh", "-c",
+      "systemd-notify READY=1 MAINPID=99999999999 WATCHDOG_USEC=3000000000000; systemd-notify WATCHDOG=trigger; exec sleep 100" } }
+    assert.is_true(run_until(sup, function() return bad.last_exit ~= nil and wild.last_exit ~= nil end, 20))
+    assert.is_true(wild.last_exit.watchdog)
+    assert.equal("watchdog: WATCHDOG=trigger", wild.reason)
+    assert.is_true(wild.notify_rejected >= 1)
     assert.is_true(bad.last_exit.watchdog)
     assert.equal(6, bad.last_exit.signal)
     assert.equal(1, bad.watchdog_timeouts)

@@ -345,8 +345,8 @@ local svc_options = { name = "string", cmd = "table", env = "table", cwd = "stri
 -- max=30, factor=2, reset_after=60}`, `start_limit = {burst=5,
 -- interval=10}`, `ready` ("notify" or `{fd=n}`), `stop = {signal="TERM",
 -- timeout=5}`, `depends = {names}`, `limits = {["memory.max"]=...}`,
--- `autostart` (default true); `watchdog = seconds`: the service must send
--- `WATCHDOG=1` on its `NOTIFY_SOCKET` at least that often (it is told
+-- `autostart` (default true); `watchdog = seconds`: once ready, the service
+-- must send `WATCHDOG=1` on its `NOTIFY_SOCKET` at least that often (it is told
 -- through `WATCHDOG_USEC`), else it gets SIGABRT, the stop sequence and
 -- an exit record with `watchdog = true` (a failure); `user`, `group`, `groups`, `umask`,
 -- `rlimits`, `no_new_privs`, `pdeathsig` go to spawn.
@@ -584,11 +584,12 @@ local function close_obj(self, o)
   if o then self:_unwatch(o); o:close() end
 end
 
-function supervisor._set_ready(_, svc)
+function supervisor:_set_ready(svc)
   if svc.state == "starting" then
     svc.state = "running"
     svc.ready = true
     svc.ready_at = now()
+    if not svc.watchdog_triggered then self:_watchdog_arm(svc) end
   end
 end
 
@@ -612,11 +613,7 @@ function supervisor:_notify(svc)
         if k == "READY" and v == "1" then self:_set_ready(svc)
         elseif k == "STATUS" then svc.status_text = v
         elseif k == "MAINPID" then self:_main_pid(svc, math.tointeger(tonumber(v)))
-        elseif k == "WATCHDOG" and v == "1" then self:_watchdog_pet(svc)
-        elseif k == "WATCHDOG" and v == "trigger" then svc.watchdog_deadline = now()
-        elseif k == "WATCHDOG_USEC" and math.tointeger(tonumber(v)) and tonumber(v) > 0 then
-          svc.watchdog_s = tonumber(v) / 1e6
-          self:_watchdog_pet(svc)
+        elseif k:match("^WATCHDOG") then self:_watchdog_message(svc, k, v)
         elseif k == "STOPPING" and v == "1" then svc.stopping_notified = true
         end
       end
@@ -624,12 +621,31 @@ function supervisor:_notify(svc)
   end
 end
 
--- WATCHDOG=1: the next one is due a watchdog interval from now (the
--- interval the service was given, or the one it set with WATCHDOG_USEC).
-function supervisor._watchdog_pet(_, svc)
-  if not svc.watchdog_s then return end
-  svc.watchdog_at = now()
-  svc.watchdog_deadline = svc.watchdog_at + svc.watchdog_s
+-- The watchdog runs from readiness (as systemd's, once start-up is
+-- complete): each WATCHDOG=1 moves the deadline an interval on.
+function supervisor._watchdog_arm(_, svc)
+  svc.watchdog_deadline = svc.watchdog_s and now() + svc.watchdog_s or nil
+end
+
+-- WATCHDOG=1 pets; WATCHDOG=trigger fires at once (even without a watchdog
+-- interval, as sd_notify(3) says); WATCHDOG_USEC=n sets the interval, 0
+-- turns it off. Ignored outside starting/running: a service still petting
+-- while it stops must not re-arm a deadline nobody will act on.
+function supervisor:_watchdog_message(svc, k, v)
+  if svc.state ~= "starting" and svc.state ~= "running" then return end
+  if k == "WATCHDOG" and v == "1" then
+    svc.watchdog_at = now()
+    if svc.ready then self:_watchdog_arm(svc) end
+  elseif k == "WATCHDOG" and v == "trigger" then
+    svc.watchdog_triggered = true
+    svc.watchdog_deadline = now()
+  elseif k == "WATCHDOG_USEC" then
+    local us = math.tointeger(tonumber(v))
+    if not us or us < 0 then return end
+    -- Bounded as the option is: the loop's wait cannot exceed 24 days.
+    svc.watchdog_s = us > 0 and math.min(math.max(us / 1e6, 0.01), 86400) or nil
+    if svc.ready then self:_watchdog_arm(svc) end
+  end
 end
 
 -- No WATCHDOG=1 in time: SIGABRT (systemd's WatchdogSignal) to the whole
@@ -638,7 +654,8 @@ function supervisor:_watchdog_fire(svc)
   svc.watchdog_deadline = nil
   svc.watchdog_fired = true
   svc.watchdog_timeouts = svc.watchdog_timeouts + 1
-  svc.reason = ("watchdog: no WATCHDOG=1 in %g s"):format(svc.watchdog_s)
+  svc.reason = svc.watchdog_triggered and "watchdog: WATCHDOG=trigger"
+    or ("watchdog: no WATCHDOG=1 in %g s"):format(svc.watchdog_s)
   svc.after_failure = true
   self:_begin_stop(svc, 6)
 end
@@ -648,7 +665,11 @@ end
 -- the run, as the first child's would: what is left is stopped. It is not
 -- our child, so its status is unknown (the record says main_exited).
 function supervisor:_main_pid(svc, pid)
-  if not pid or pid <= 0 or pid == svc.main_pid then return end
+  if not pid or pid <= 0 or pid > 0x7fffffff then
+    svc.notify_rejected = (svc.notify_rejected or 0) + 1
+    return
+  end
+  if pid == svc.main_pid and (svc.mainfd or (svc.child and svc.child.pid == pid)) then return end
   -- The pidfd first: alive after the cgroup check, it is the process
   -- that was checked, not a reuse of its pid.
   local fd = takana.pidfd(pid)
@@ -662,7 +683,11 @@ function supervisor:_main_pid(svc, pid)
   svc.main_pid = pid
   if svc.child and svc.child.pid == pid then fd:close() return end
   svc.mainfd = fd
-  self:_watch(fd, function() self:_main_exit(svc) end)
+  -- Events are dispatched by descriptor number: a stale one (this fd
+  -- closed and its number reused in the same batch) must not count.
+  self:_watch(fd, function()
+    if svc.mainfd == fd and not fd:alive() then self:_main_exit(svc) end
+  end)
 end
 
 function supervisor:_main_exit(svc)
@@ -790,9 +815,7 @@ function supervisor:_started(svc, child, cg, t, ch)
   svc.oom_before = oom_count(cg)
   svc.cpu_before = cpu_ns(cg)
   svc.watchdog_s = svc.watchdog
-  svc.watchdog_at = nil
-  svc.watchdog_deadline = svc.watchdog and t + svc.watchdog
-  svc.watchdog_fired = nil
+  svc.watchdog_at, svc.watchdog_deadline, svc.watchdog_fired, svc.watchdog_triggered = nil, nil, nil, nil
   svc.main_exited = nil
   svc.out, svc.err = child.stdout, child.stderr
   self:_watch(child, function() self:_child_exit(svc) end)
@@ -868,8 +891,9 @@ function supervisor:_child_exit(svc)
   svc.pid = nil
   svc.status = st
   if svc.mainfd or svc.main_exited then
-    -- MAINPID named another process: this exit is not the service's.
-    svc.status = nil
+    -- MAINPID named another process: this exit (and its rusage) is not
+    -- the service's.
+    svc.status, svc.usage = nil, nil
     if svc.mainfd then return end
   end
   if svc.state ~= "stopping" and populated(svc.cg) then
@@ -907,6 +931,8 @@ function supervisor:_maybe_finished(svc)
   close_obj(self, svc.err) svc.err = nil
   close_obj(self, svc.notify) svc.notify = nil
   close_obj(self, svc.readyp) svc.readyp = nil
+  -- The cgroup's last exit can be handled before the main pidfd's.
+  if svc.mainfd and not svc.mainfd:alive() then svc.main_exited = true end
   close_obj(self, svc.mainfd) svc.mainfd = nil
   local st = svc.status or {}
   local t = now()
@@ -928,7 +954,7 @@ function supervisor:_maybe_finished(svc)
   svc.ready = false
   svc.main_pid = nil
   svc.killing = nil
-  svc.watchdog_deadline, svc.watchdog_fired, svc.main_exited = nil, nil, nil
+  svc.watchdog_deadline, svc.watchdog_fired, svc.watchdog_triggered, svc.main_exited = nil, nil, nil, nil
   if svc.cg_killed then
     -- A cgroup once killed through cgroup.kill is not reused: on some
     -- kernels (6.18.44 here) a process later spawned into it is SIGKILLed
@@ -999,12 +1025,12 @@ function supervisor:_schedule(svc, rec)
     -- Not restarted: it stays down until asked (start, restart).
     svc.want = "down"
     svc.state = rec.error and "failed" or "stopped"
-    svc.reason = rec.error
+    svc.reason = rec.error or (rec.watchdog and svc.reason) or nil
     return
   end
   svc.fails = svc.fails + 1
   svc.restart_pending = true
-  svc.reason = rec.error
+  svc.reason = rec.error or (rec.watchdog and svc.reason) or nil
   svc.state = "backoff"
   svc.deadline = now() + delay
   svc.next_delay = delay
@@ -1117,7 +1143,7 @@ function supervisor:_tick()
   for _, name in ipairs(self.order) do
     local svc = self.services[name]
     if svc and svc.watchdog_deadline and t >= svc.watchdog_deadline
-      and (svc.state == "running" or svc.state == "starting") then
+      and (svc.state == "running" or (svc.state == "starting" and svc.watchdog_triggered)) then
       self:_watchdog_fire(svc)
     end
     if svc and svc.deadline and t >= svc.deadline then
@@ -1175,7 +1201,8 @@ end
 function supervisor:timeout()
   local t, best = now(), nil
   for _, svc in pairs(self.services) do
-    for _, at in ipairs { svc.deadline or false, svc.watchdog_deadline or false } do
+    local wd = (svc.state == "running" or svc.state == "starting") and svc.watchdog_deadline
+    for _, at in ipairs { svc.deadline or false, wd or false } do
       if at then
         local d = math.max(0, at - t)
         if not best or d < best then best = d end
@@ -1184,7 +1211,8 @@ function supervisor:timeout()
     if svc.want == "up" and (svc.state == "stopped") then best = 0 end
   end
   if self.pending_out then best = math.min(best or 0.05, 0.05) end
-  return best
+  -- The epoll wait takes at most 24 days; a longer deadline wakes early.
+  return best and math.min(best, 86400)
 end
 
 --- The epoll descriptor gathering every descriptor of the supervisor.
@@ -1309,7 +1337,7 @@ function supervisor.status_of(_, svc)
     last_exit = ex and { code = ex.code, signal = ex.signal, oom = ex.oom, runtime = round(ex.runtime),
       cpu_ns = ex.cpu_ns, maxrss_bytes = ex.maxrss_bytes, error = ex.error, stopped = ex.stopped,
       watchdog = ex.watchdog, main_exited = ex.main_exited } or nil,
-    watchdog = svc.watchdog and { interval = svc.watchdog_s or svc.watchdog, timeouts = svc.watchdog_timeouts,
+    watchdog = (svc.watchdog or svc.watchdog_s) and { interval = svc.watchdog_s or svc.watchdog, timeouts = svc.watchdog_timeouts,
       last = svc.watchdog_at and round(t - svc.watchdog_at) or nil } or nil,
     next_start = svc.state == "backoff" and svc.deadline and round(svc.deadline - t) or nil,
     depends = #svc.depends > 0 and svc.depends or nil,
