@@ -62,6 +62,9 @@ struct tk_handle {
 /* Sets h closed (fd -1) with its class's constants. */
 void tk_handle_init(struct tk_handle *h, const char *kind, const char *poll_events,
                     void (*release)(lua_State *L, struct tk_handle *h));
+/* Call once a new object holds its descriptors (fd: the highest): near
+ * RLIMIT_NOFILE, objects only the collector would close are collected. */
+void tk_handle_opened(lua_State *L, int fd);
 /* The open handle of class mt at idx; raises "attempt to use a closed
  * <kind>" once closed. */
 struct tk_handle *tk_handle_check(lua_State *L, int idx, const char *mt);

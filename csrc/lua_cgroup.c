@@ -835,6 +835,7 @@ static int l_cgroup_open(lua_State *L)
 	lua_setiuservalue(L, -2, 1);
 	lua_pushstring(L, mount);
 	lua_setiuservalue(L, -2, 2);
+	tk_handle_opened(L, cg->h.fd);
 	return 1;
 }
 

@@ -7,7 +7,9 @@
  * What every descriptor-owning object shares.
  * @module takana
  */
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "binding.h"
@@ -22,6 +24,28 @@ void tk_handle_init(struct tk_handle *h, const char *kind, const char *poll_even
 	h->kind = kind;
 	h->poll_events = poll_events;
 	h->release = release;
+}
+
+/* Objects created since the last collection forced by descriptor pressure. */
+static _Atomic long created_since_collect;
+
+void tk_handle_opened(lua_State *L, int fd)
+{
+	long created = atomic_fetch_add(&created_since_collect, 1) + 1;
+	struct rlimit rl;
+
+	/* Descriptors are numbered lowest free first, so a new one this high
+	 * means nearly all below it are taken: with a 1,024 soft limit, a loop
+	 * that leaves its objects to the collector runs out long before the
+	 * collector sees any memory worth its while. A full collection then;
+	 * at most once per an eighth of the limit of new objects, so a program
+	 * that really holds that many does not pay one per object. */
+	if (fd < 64 || getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return;
+	if ((rlim_t)fd < rl.rlim_cur / 4 * 3 || (rlim_t)created < rl.rlim_cur / 8)
+		return;
+	atomic_store(&created_since_collect, 0);
+	lua_gc(L, LUA_GCCOLLECT);
 }
 
 struct tk_handle *tk_handle_check(lua_State *L, int idx, const char *mt)

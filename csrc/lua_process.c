@@ -53,6 +53,7 @@ void tk_pidfd_fill(lua_State *L, int idx, int fd, pid_t pid, const char *mechani
 	p->h.fd = fd;
 	p->pid = pid;
 	p->mechanism = mechanism;
+	tk_handle_opened(L, fd);
 }
 
 static struct lpidfd *pidfd_new(lua_State *L)
@@ -103,6 +104,7 @@ static int l_pidfd(lua_State *L)
 	p->h.fd = fd;
 	p->pid = (pid_t)pid;
 	p->mechanism = "pidfd_open";
+	tk_handle_opened(L, fd);
 	return 1;
 }
 

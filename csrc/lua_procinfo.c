@@ -115,6 +115,7 @@ static int proc_push_open(lua_State *L, pid_t pid, int from_pidfd, struct lproc 
 	p->h.fd = pr.pidfd;
 	p->dirfd = pr.dirfd;
 	p->pid = pr.pid;
+	tk_handle_opened(L, pr.dirfd > pr.pidfd ? pr.dirfd : pr.pidfd);
 	return 0;
 }
 

@@ -501,6 +501,23 @@ describe("takana.process on odd targets", function()
     assert.equal(before, H.count_fds())
   end)
 
+  it("objects left to the collector never exhaust a low descriptor limit (2,000 of each, limit 256)", function()
+    -- Each holds one or two descriptors and a few bytes of Lua memory: only
+    -- the descriptor pressure check collects them before the limit.
+    local script = [[
+      package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+      package.cpath = "./?.so;" .. package.cpath
+      local takana = require "takana"
+      local me = takana.pidfd(require("takana.core").getpid()).pid
+      for _ = 1, 2000 do assert(takana.process(me)) end
+      for _ = 1, 2000 do assert(takana.pidfd(me)) end
+      print("ok")
+    ]]
+    local code, out = H.run("sh -c " .. H.shell_quote("ulimit -n 256 && exec " .. H.lua .. " -e " .. H.shell_quote(script)))
+    assert.equal(0, code, out)
+    assert.equal("ok\n", out)
+  end)
+
   it("refuses a pid that does not exist", function()
     local v, err, errno = takana.process(0x7ffffffe)
     assert.is_nil(v)
