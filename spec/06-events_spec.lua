@@ -281,6 +281,7 @@ describe("takana.events backend choice", function()
 
   it("yields only the fields core.event_fields lists for each type", function()
     assert.same({ "bpf", "connector", "poll" }, core.event_backends)
+    if H.no_spawn then return pending(H.no_spawn) end
     for _, backend in ipairs(core.event_backends) do
       local ev = takana.events { backend = backend, interval = 0.001 }
       if ev then
