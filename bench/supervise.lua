@@ -16,6 +16,7 @@ package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;./bench/?.so;" .. package.cpath
 local takana = require "takana"
 local core = require "takana.core"
+local util = require "takana.util"
 
 local K = tonumber(os.getenv("SERVICES") or "") or 50
 local RESTARTS = tonumber(os.getenv("RESTARTS") or "") or 1000
@@ -69,13 +70,7 @@ f:close()
 assert(sh(("cc -O2 -DLIFE_NS=%dLL -o %s/svc %s && cc -O2 -DIDLE -o %s/idle %s"):format(
   math.floor(LIFE * 1e9), dir, src, dir, src)))
 
-local function read(path)
-  local h = io.open(path)
-  if not h then return nil end
-  local s = h:read("a")
-  h:close()
-  return s
-end
+local read = util.read_file
 
 -- CPU seconds (utime + stime) and RSS/PSS bytes of a process.
 local CLK = 100
@@ -91,7 +86,7 @@ local function proc_mem(pid)
   local s = read("/proc/" .. pid .. "/smaps_rollup") or ""
   return (tonumber(s:match("\nRss:%s+(%d+)")) or 0) * 1024, (tonumber(s:match("\nPss:%s+(%d+)")) or 0) * 1024
 end
-local function comm(pid) return (read("/proc/" .. pid .. "/comm") or ""):gsub("\n", "") end
+local function comm(pid) return util.first_line("/proc/" .. pid .. "/comm") or "" end
 
 -- The supervisor's own processes among a cgroup tree's.
 local sup_comms = { ["s6-svscan"] = true, ["s6-supervise"] = true, runsvdir = true, runsv = true,
