@@ -158,7 +158,6 @@ int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t
 struct tk_field_desc {
 	const char *name;        /* as Lua sees it */
 	uint16_t offset;         /* of its member in struct tk_record */
-	uint16_t size;
 	uint8_t kind;            /* enum tk_field_kind */
 };
 
