@@ -145,8 +145,11 @@ int tk_cgid_cache_open(struct tk_cgid_cache *c)
 		return 0;      /* no hierarchy: every id reads 0 */
 	if (err < 0)
 		return err;
-	c->mount_fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return c->mount_fd < 0 ? -errno : 0;
+	err = tk_cg_mount_open(mnt);
+	if (err < 0)
+		return err;
+	c->mount_fd = err;
+	return 0;
 }
 
 void tk_cgid_cache_close(struct tk_cgid_cache *c)
@@ -294,9 +297,9 @@ int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t
 	err = tk_cgroup2_mount(mnt, sizeof mnt);
 	if (err < 0)
 		return err;
-	mount_fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	mount_fd = tk_cg_mount_open(mnt);
 	if (mount_fd < 0)
-		return -errno;
+		return mount_fd;
 	err = tk_cg_open(mount_fd, *rel ? rel : ".", &fd);
 	close(mount_fd);
 	if (err < 0)
