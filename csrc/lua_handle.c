@@ -40,7 +40,10 @@ void tk_handle_opened(lua_State *L, int fd)
 	 * collector sees any memory worth its while. A full collection then;
 	 * at most once per an eighth of the limit of new objects, so a program
 	 * that really holds that many does not pay one per object. */
-	if (fd < 64 || getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+	/* The soft limit is above fd: too few objects for limit/8 are too
+	 * few for fd/8, and that needs no getrlimit on each object. */
+	if (fd < 64 || created < fd / 8 || getrlimit(RLIMIT_NOFILE, &rl) < 0 ||
+	    rl.rlim_cur == RLIM_INFINITY)
 		return;
 	if ((rlim_t)fd < rl.rlim_cur / 4 * 3 || (rlim_t)created < rl.rlim_cur / 8)
 		return;
