@@ -695,6 +695,8 @@ function cgroup:attach(who, ...)
   return true
 end
 
+local PROCS_OPTIONS = { recursive = "boolean" }
+
 --- The pids in the cgroup (cgroup.procs), in the kernel's order.
 -- @tparam[opt] table opts `{recursive = true}`: those of every cgroup
 --   beneath it too (parents first; past 100,000 cgroups, E2BIG)
@@ -702,8 +704,9 @@ end
 -- @treturn[2] nil, message, errno (ENOENT for a removed cgroup)
 function cgroup:procs(opts, ...)
   nargs("procs", 1, select("#", ...) + 1)
-  opts = options("procs", 1, opts, { recursive = "boolean" })
-  if opts.recursive then return core.cgroup_subtree_procs(self, MAX_DIRS) end
+  -- Checked only when given: the supervisor calls this on every event.
+  if opts ~= nil then opts = options("procs", 1, opts, PROCS_OPTIONS) end
+  if opts and opts.recursive then return core.cgroup_subtree_procs(self, MAX_DIRS) end
   local text, err, errno = self:get("cgroup.procs")
   if not text then return nil, err, errno end
   local r = {}
