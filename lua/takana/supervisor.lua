@@ -460,15 +460,8 @@ local function populated(cg)
   local p = cg:procs()
   if p == nil then return true end
   if #p > 0 then return true end
-  if cg.children then
-    -- A sub-cgroup may hold processes: then cgroup.events is trusted.
-    local kids = cg:children() or {}
-    for _, k in ipairs(kids) do
-      if type(k) ~= "string" then k:close() end
-    end
-    return #kids > 0
-  end
-  return st == nil or st.events == nil or false
+  -- A sub-cgroup may hold processes: then cgroup.events is trusted.
+  return #(cg:children() or {}) > 0
 end
 
 local function oom_count(cg)
@@ -1021,16 +1014,16 @@ function supervisor:_schedule(svc, rec)
   elseif svc.restart == "always" or (svc.restart == "on-failure" and failed) then
     delay = math.min(b.max, b.initial * b.factor ^ svc.fails)
   end
+  -- The watchdog's reason outlives the run it ended.
+  svc.reason = rec.error or (rec.watchdog and svc.reason) or nil
   if not delay then
     -- Not restarted: it stays down until asked (start, restart).
     svc.want = "down"
     svc.state = rec.error and "failed" or "stopped"
-    svc.reason = rec.error or (rec.watchdog and svc.reason) or nil
     return
   end
   svc.fails = svc.fails + 1
   svc.restart_pending = true
-  svc.reason = rec.error or (rec.watchdog and svc.reason) or nil
   svc.state = "backoff"
   svc.deadline = now() + delay
   svc.next_delay = delay
@@ -1201,12 +1194,12 @@ end
 function supervisor:timeout()
   local t, best = now(), nil
   for _, svc in pairs(self.services) do
+    local at = svc.deadline
     local wd = (svc.state == "running" or svc.state == "starting") and svc.watchdog_deadline
-    for _, at in ipairs { svc.deadline or false, wd or false } do
-      if at then
-        local d = math.max(0, at - t)
-        if not best or d < best then best = d end
-      end
+    if wd and (not at or wd < at) then at = wd end
+    if at then
+      local d = math.max(0, at - t)
+      if not best or d < best then best = d end
     end
     if svc.want == "up" and (svc.state == "stopped") then best = 0 end
   end
