@@ -657,14 +657,6 @@ static int l_is_pidfd(lua_State *L)
 	return 1;
 }
 
-/* core.getpid(): the caller's pid, as cgroup.procs lists it. */
-static int l_getpid(lua_State *L)
-{
-	tk_check_nargs(L, 0);
-	lua_pushinteger(L, getpid());
-	return 1;
-}
-
 /* The descriptor argument of the pidfd_ functions. */
 static int pidfd_arg(lua_State *L)
 {
@@ -888,7 +880,6 @@ void tk_cgroup_open(lua_State *L)
 		{ "cgroup_subtree_procs", l_cgroup_subtree_procs },
 		{ "cgroup_find", l_cgroup_find },
 		{ "pidfd_pid", l_pidfd_pid },
-		{ "getpid", l_getpid },
 		{ "is_pidfd", l_is_pidfd },
 		{ "pidfd_cgroup_id", l_pidfd_cgroup_id },
 		{ "kv_parse", l_kv_parse },

@@ -1,5 +1,5 @@
 /* The calling process's own settings that a supervisor reads or changes:
- * the child-subreaper flag and the environment. */
+ * its ids, the child-subreaper flag and the environment. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
@@ -67,9 +67,27 @@ static int l_environ(lua_State *L)
 	return 1;
 }
 
+/* core.getpid(): the caller's pid, as cgroup.procs lists it. */
+static int l_getpid(lua_State *L)
+{
+	tk_check_nargs(L, 0);
+	lua_pushinteger(L, getpid());
+	return 1;
+}
+
+/* core.geteuid(): whom a control socket's peer must be (or root). */
+static int l_geteuid(lua_State *L)
+{
+	tk_check_nargs(L, 0);
+	lua_pushinteger(L, geteuid());
+	return 1;
+}
+
 void tk_self_open(lua_State *L)
 {
 	static const luaL_Reg funcs[] = {
+		{ "getpid", l_getpid },
+		{ "geteuid", l_geteuid },
 		{ "subreaper", l_subreaper },
 		{ "environ", l_environ },
 		{ NULL, NULL },

@@ -272,7 +272,7 @@ describe("audit: cgroup", function()
       local names = {}
       for k in pairs(methods) do names[#names + 1] = k end
       table.sort(names)
-      assert.same({ "attach", "children", "close", "disable", "enable", "events", "fileno", "freeze", "get", "kill",
+      assert.same({ "attach", "children", "close", "disable", "enable", "events", "fileno", "freeze", "get", "holds", "kill",
         "mkdir", "pollfd", "procs", "remove", "set", "signal", "stat", "state", "thaw", "timeout", "wait_empty",
         "why" }, names)
       cg:close()
@@ -319,8 +319,14 @@ describe("audit: cgroup", function()
       print("self", cg and cg.path or err, mine)
       local ok, one, oerr, oerrno = pcall(takana.cgroup.of, 1)
       print("of1", ok, one and one.path or oerr, oerrno)
-      local other = takana.cgroup.of(tonumber(os.getenv("OTHER")))
+      local other_pid = tonumber(os.getenv("OTHER"))
+      local other = takana.cgroup.of(other_pid)
       print("other", other and other.path)
+      -- paths do not compare here (the mount's root is above ours):
+      -- holds still answers, from the subtrees' cgroup.procs
+      local top, inner = takana.cgroup(os.getenv("NAME")), takana.cgroup(os.getenv("NAME") .. "/inner")
+      print("holds", top:holds(me), top:holds(other_pid), inner:holds(me), inner:holds(other_pid),
+        other:holds(me), other:holds(other_pid))
     ]]
 
     it("cgroup.self() is ours, cgroup.of finds processes outside the namespace", function()
@@ -333,7 +339,7 @@ describe("audit: cgroup", function()
       local one, oerr = takana.cgroup.of(1)
       if not one then pending("cannot read pid 1's cgroup: " .. oerr) return end
       -- unshare -C: the namespace's root is inner, the mount stays the host's.
-      local argv = { "env", "OTHER=" .. sleeper.pid, "unshare", "-C", "env", "LUA_PATH=./lua/?.lua;./lua/?/init.lua;;",
+      local argv = { "env", "OTHER=" .. sleeper.pid, "NAME=" .. name, "unshare", "-C", "env", "LUA_PATH=./lua/?.lua;./lua/?/init.lua;;",
         "LUA_CPATH=./?.so;;" }
       for _, a in ipairs(H.lua_argv) do argv[#argv + 1] = a end
       argv[#argv + 1] = "-e"
@@ -345,7 +351,8 @@ describe("audit: cgroup", function()
       local status = child:wait()
       if status.code ~= 0 and out == "" then pending("unshare -C failed (no cgroup namespaces?)") return end
       assert.same({ exited = true, code = 0 }, status)
-      assert.equal(("self\t/%s/inner\ttrue\nof1\ttrue\t%s\tnil\nother\t/%s/other\n"):format(name, one.path, name), out)
+      assert.equal(("self\t/%s/inner\ttrue\nof1\ttrue\t%s\tnil\nother\t/%s/other\n"):format(name, one.path, name)
+        .. "holds\ttrue\ttrue\ttrue\tfalse\tfalse\ttrue\n", out)
       sleeper:signal("KILL")
       sleeper:wait()
       one:close()

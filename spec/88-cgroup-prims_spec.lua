@@ -9,7 +9,7 @@ local takana = require "takana"
 local core = require "takana.core"
 local H = require "helpers"
 
-local EPERM, ENOENT, EEXIST, EDEADLK, ETIMEDOUT = 1, 2, 17, 35, 110
+local EPERM, ENOENT, ESRCH, EEXIST, EDEADLK, ETIMEDOUT = 1, 2, 3, 17, 35, 110
 
 -- Why this host cannot run a spec with real processes in a test cgroup.
 local function why_not()
@@ -203,6 +203,30 @@ describe("cgroup primitives", function()
     assert.is_true(a:remove())
     assert.is_true(b:remove())
     assert.same({}, cg:children())
+  end)
+
+  it("holds tells whether a process is in the cgroup or beneath it", function()
+    local why = why_not()
+    if why then pending(why) return end
+    local unit = assert(cg:mkdir("unit"))
+    local deep = assert(unit:mkdir("deep"))
+    local sib = assert(cg:mkdir("unit2"))
+    local p = assert(takana.spawn { "sleep", "30", cgroup = deep })
+    assert.same({ true, true, true, false }, { cg:holds(p.pid), unit:holds(p.pid), deep:holds(p.pid), sib:holds(p.pid) })
+    local me = core.getpid()
+    assert.same({ false, false }, { unit:holds(me), sib:holds(me) })
+    local root = assert(takana.cgroup(""))
+    assert.same({ true, true }, { root:holds(p.pid), root:holds(me) })
+    assert.equal(true, assert(takana.cgroup.self()):holds(me))
+    p:signal("KILL")
+    p:wait()
+    assert.same({ nil, "holds: no such process", ESRCH }, { unit:holds(p.pid) })
+    for _, bad in ipairs { 0, -1, 2 ^ 31, "1", 1.5, math.maxinteger } do
+      assert.has_error(function() unit:holds(bad) end)
+    end
+    assert.has_error(function() unit:holds() end)
+    assert.has_error(function() unit:holds(1, 2) end)
+    for _, h in ipairs { root, sib, deep, unit } do h:close() end
   end)
 
   it("a cgroup removed under the handle: every primitive says so (ENOENT)", function()

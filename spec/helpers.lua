@@ -216,7 +216,7 @@ function H.cgroup_cleanup(path)
   -- directories children first.
   local q = H.shell_quote(path)
   os.execute("echo 1 > " .. q .. "/cgroup.kill 2>/dev/null; " ..
-             "for i in 1 2 3 4 5 6 7 8 9 10; do grep -q 'populated 0' " .. q .. "/cgroup.events && break; sleep 0.1; done; " ..
+             "for i in 1 2 3 4 5 6 7 8 9 10; do grep -qs 'populated 1' " .. q .. "/cgroup.events || break; sleep 0.1; done; " ..
              "find " .. q .. " -depth -type d -exec rmdir {} + 2>/dev/null")
 end
 

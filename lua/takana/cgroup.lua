@@ -726,16 +726,45 @@ local function wait_frozen(self, want, timeout)
   end
 end
 
--- Whether the caller is in cg or beneath it: its pid in the cgroup.procs
--- of the subtree (the truth, whatever the namespaces make of paths).
+--- Whether process `pid` is in this cgroup or in one beneath it.
+-- Where the cgroup2 mount shows the hierarchy from this cgroup namespace's
+-- root (the usual case), `/proc/PID/cgroup` is compared with the path: one
+-- read. Elsewhere paths do not compare, and the subtree's cgroup.procs are
+-- read instead, a cost that grows with the processes beneath it.
+-- @int pid
+-- @treturn[1] boolean
+-- @treturn[2] nil, message, errno (ESRCH: no such process)
+function cgroup:holds(pid, ...)
+  nargs("holds", 1, select("#", ...) + 1)
+  if math.type(pid) ~= "integer" or pid <= 0 or pid > 0x7fffffff then
+    argerror("holds", 1, "pid (a positive integer) expected, got " .. tostring(pid))
+  end
+  local m, err, errno = v2_mount()
+  if not m then return nil, err, errno end
+  local p
+  p, err, errno = path_of("holds", pid)
+  if p == nil and errno == ENOENT then return false end -- in no cgroup2 hierarchy
+  if not p then return nil, err, errno end
+  if m.v2_root == "/" then
+    local mine = "/" .. self.relpath
+    return mine == "/" or p == mine or p:sub(1, #mine + 1) == mine .. "/"
+  end
+  local procs
+  procs, err, errno = core.cgroup_subtree_procs(self, MAX_DIRS)
+  if not procs then return nil, err, errno end
+  for _, q in ipairs(procs) do
+    if q == pid then return true end
+  end
+  return false
+end
+
+-- Whether the caller is in cg or beneath it: true/false and our pid, or
+-- nil, message, errno.
 local function holds_caller(self)
   local me = core.getpid()
-  local procs, err, errno = core.cgroup_subtree_procs(self, MAX_DIRS)
-  if not procs then return nil, err, errno end
-  for _, p in ipairs(procs) do
-    if p == me then return true, me end
-  end
-  return false, me
+  local holds, err, errno = self:holds(me)
+  if holds == nil then return nil, err, errno end
+  return holds, me
 end
 
 -- What freeze and wait_empty refuse: a cgroup holding the caller, which

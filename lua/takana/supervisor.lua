@@ -183,28 +183,6 @@ end
 
 -- ---- helpers ----
 
-local read_file = util.read_file
-
-local function environ()
-  if takana.environ then return takana.environ() end
-  local env, s = {}, read_file("/proc/self/environ") or ""
-  for kv in s:gmatch("([^%z]+)") do
-    local k, v = kv:match("^([^=]+)=(.*)$")
-    if k then env[k] = v end
-  end
-  return env
-end
-
-local function euid()
-  local s = read_file("/proc/self/status") or ""
-  return tonumber(s:match("\nUid:%s+%d+%s+(%d+)")) or -1
-end
-
--- The cgroup2 path of a live process, "/a/b", from /proc/<pid>/cgroup.
-local function cgroup_of_pid(pid)
-  return util.proc_cgroup(math.tointeger(pid)) or nil
-end
-
 local function signum(fname, n, sig)
   local ok, s = pcall(core.signum, sig) -- the C parser every signal name goes through
   if ok and s >= 1 then return s end
@@ -259,7 +237,7 @@ function M.new(opts, ...)
     services = {}, order = {}, fds = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
     reload_hook = opts.reload, on_exit = opts.on_exit,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
-    log_lines = opts.log_lines or 200, uid = euid(), shutting = false, done = false,
+    log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false,
     started_at = now(),
   }, supervisor)
   local cg, err, errno
@@ -279,7 +257,6 @@ function M.new(opts, ...)
     cg = opts.cgroup
   end
   self.cg = cg
-  self.cgpath = "/" .. (cg.relpath or "")
   local ep
   ep, err, errno = core.epoll()
   if not ep then return nil, "supervisor: " .. err, errno end
@@ -474,21 +451,6 @@ local function cpu_ns(cg)
   return st and st.cpu and st.cpu.usage_ns or nil
 end
 
--- Signals every process of the service's cgroup (and beneath it).
-local function cg_signal(cg, sig)
-  if cg.signal then return cg:signal(sig) end
-  for _, pid in ipairs(cg:procs() or {}) do
-    local p = takana.pidfd(pid)
-    if p then
-      if cgroup_of_pid(pid) and (cgroup_of_pid(pid) .. "/"):find("/" .. cg.relpath .. "/", 1, true) then
-        p:signal(sig)
-      end
-      p:close()
-    end
-  end
-  return true
-end
-
 -- ---- logs ----
 
 function supervisor:_log_line(svc, stream, line)
@@ -568,9 +530,12 @@ end
 
 -- ---- readiness ----
 
--- Whether a cgroup path (cgroup_of_pid's) is the service's or below it.
-local function in_service(svc, where)
-  return where ~= nil and (where == svc.cgpath or where:sub(1, #svc.cgpath + 1) == svc.cgpath .. "/")
+-- Whether process pid is in the service's cgroup or below it; false when
+-- that cannot be told (no credentials, gone).
+local function in_service(svc, pid)
+  pid = math.tointeger(pid)
+  if not (svc.cg and pid and pid > 0 and pid <= 0x7fffffff) then return false end
+  return svc.cg:holds(pid) == true
 end
 
 local function close_obj(self, o)
@@ -597,7 +562,7 @@ function supervisor:_notify(svc)
     -- it, as systemd decides: a sender already gone cannot be checked and
     -- is not believed (systemd-notify waits on its barrier until we have
     -- read the message, so it is still there).
-    local ok = in_service(svc, cgroup_of_pid(pid))
+    local ok = in_service(svc, pid)
     if not ok then
       svc.notify_rejected = (svc.notify_rejected or 0) + 1
     else
@@ -666,7 +631,7 @@ function supervisor:_main_pid(svc, pid)
   -- The pidfd first: alive after the cgroup check, it is the process
   -- that was checked, not a reuse of its pid.
   local fd = takana.pidfd(pid)
-  if not (fd and in_service(svc, cgroup_of_pid(pid)) and fd:alive()) then
+  if not (fd and in_service(svc, pid) and fd:alive()) then
     if fd then fd:close() end
     svc.notify_rejected = (svc.notify_rejected or 0) + 1
     return
@@ -762,7 +727,7 @@ end
 -- for it ({notify = socket} or {readyr =, readyw =}, the pipe whose write
 -- end the child gets as fd n); or nil, why.
 function supervisor:_spawn_spec(svc, cg)
-  self.env0 = self.env0 or environ()
+  self.env0 = self.env0 or takana.environ()
   local env = {}
   for k, v in pairs(self.env0) do env[k] = v end
   for k, v in pairs(svc.env or {}) do env[k] = tostring(v) end
@@ -1040,8 +1005,8 @@ function supervisor:_begin_stop(svc, sig)
   sig = sig or svc.stop_signal
   if svc.cleaning then sig = 15 end
   if svc.child then svc.child:signal(sig) end
-  cg_signal(svc.cg, sig)
-  if sig ~= 9 then cg_signal(svc.cg, 18) end   -- a stopped process must see the TERM
+  svc.cg:signal(sig)
+  if sig ~= 9 then svc.cg:signal(18) end   -- a stopped process must see the TERM
   svc.deadline = now() + svc.stop_timeout
   svc.killing = false
   self:_maybe_finished(svc)
@@ -1115,7 +1080,7 @@ function supervisor:signal(name, sig)
   if not svc then return nil, err, errno end
   local n = signum("signal", 2, sig)
   if not svc.cg then return nil, "signal: service '" .. name .. "' has no processes", ESRCH end
-  return cg_signal(svc.cg, n)
+  return svc.cg:signal(n)
 end
 
 --- Stops every service in reverse dependency order; `run()` returns
@@ -1554,10 +1519,5 @@ end
 -- name with or without "SIG"); raises as argument `n` of `fname` otherwise.
 -- @function signum
 M.signum = signum
-
---- The cgroup2 path of a live process, "/a/b" (nil when gone), as the
--- supervisor checks a readiness message's sender.
--- @function cgroup_of_pid
-M.cgroup_of_pid = cgroup_of_pid
 
 return M
