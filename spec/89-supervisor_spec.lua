@@ -466,7 +466,7 @@ describe("takana.supervisor", function()
     assert(takana.cgroup(boxname)):enable { "memory" }
     new()
     local svc = sup:service { name = "hog", restart = "never", limits = { ["memory.max"] = 16 * 2 ^ 20, ["memory.swap.max"] = 0 },
-      cmd = { "sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}" } }
+      cmd = { "sh", "-c", "x=$(head -c 1000000000 /dev/zero | tr '\\0' a); echo ${#x}" } }
     assert.is_true(run_until(sup, function() return svc.last_exit ~= nil end, 20))
     assert.is_true(svc.last_exit.oom)
     assert.is_true(svc.oom_kills >= 1)
@@ -568,7 +568,7 @@ return sup
     local logdir = dir .. "/log"
     new { log = logdir, log_size = 1024 * 1024, log_files = 3, control = dir .. "/ctl.sock" }
     local svc = sup:service { name = "flood", restart = "never",
-      cmd = { "sh", "-c", "head -c 20000000 /dev/zero | tr '\\0' a | fold -w 99" } }
+      cmd = { "sh", "-c", "head -c 100000000 /dev/zero | tr '\\0' a | fold -w 99" } }
     assert.is_true(run_until(sup, function() return svc.state == "running" end, 10))
     -- A client in another process asks for status while the flood runs.
     local argv = { table.unpack(H.lua_argv) }
@@ -585,7 +585,8 @@ return sup
     local out = client.stdout:read("a")
     assert.equal(0, client:wait().code)
     assert.matches('"state":"running"', out)
-    assert.is_true(run_until(sup, function() return svc.state == "stopped" end, 60))
+    -- 100 MB: ~2 s on the host, a bound of minutes under TCG
+    assert.is_true(run_until(sup, function() return svc.state == "stopped" end, 600))
     local total = 0
     for _, f in ipairs { "flood.log", "flood.log.1", "flood.log.2", "flood.log.3" } do
       local fh = io.open(logdir .. "/" .. f)
