@@ -442,6 +442,36 @@ describe("takana.supervisor", function()
     assert.matches("MAINPID", S.format_status { sup:status_of(svc) })
   end)
 
+  it("a subreaper supervisor reaps its MAINPID process (the record has its status) and what services orphan", function()
+    if why then return pending(why) end
+    if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end
+    assert.is_false(core.subreaper())
+    new { subreaper = true }
+    assert.is_true(core.subreaper())
+    -- a subshell leaves an orphan (not a main process) that soon exits:
+    -- SIGCHLD has it reaped while the service runs on
+    local orphan_file = dir .. "/orphan"
+    local loose = sup:service { name = "loose", restart = "never",
+      cmd = { "sh", "-c", "(sleep 0.2 & echo $! > " .. orphan_file .. "); exec sleep 100" } }
+    assert.is_true(run_until(sup, function() return H.read(orphan_file) end, 20))
+    local orphan = tonumber(H.read(orphan_file))
+    assert.is_truthy(orphan)
+    assert.is_true(run_until(sup, function() return H.read("/proc/" .. orphan .. "/stat") == nil end, 20))
+    assert.equal("running", loose.state)
+    -- sh names its background subshell and exits: the subshell, orphaned,
+    -- is re-parented to us, and exits 7 (or 0) a while later
+    local fail = sup:service { name = "wrap7", ready = "notify", restart = "never",
+      cmd = { "sh", "-c", "(sleep 2; exit 7) & systemd-notify READY=1 MAINPID=$!; exit 0" } }
+    local ok = sup:service { name = "wrap0", ready = "notify", restart = "on-failure",
+      cmd = { "sh", "-c", "(sleep 2; exit 0) & systemd-notify READY=1 MAINPID=$!; exit 0" } }
+    assert.is_true(run_until(sup, function() return fail.last_exit and ok.last_exit end, 60))
+    assert.same({ 7, true, "stopped" }, { fail.last_exit.code, fail.last_exit.main_exited, fail.state })
+    assert.same({ 0, true, "stopped" }, { ok.last_exit.code, ok.last_exit.main_exited, ok.state })
+    assert.matches("code 7 %(MAINPID%)", S.format_status { sup:status_of(fail) })
+    sup:close()
+    assert.is_false(core.subreaper())
+  end)
+
   it("readiness through an s6-style notification fd", function()
     if why then return pending(why) end
     local ok, err = pcall(takana.spawn, { "true", fds = {} })

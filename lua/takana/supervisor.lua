@@ -196,7 +196,7 @@ supervisor.__index = supervisor
 M.Supervisor = supervisor
 
 local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string",
-  adopt = "boolean", reload = "function", signals = "boolean", runtime = "string",
+  adopt = "boolean", reload = "function", signals = "boolean", runtime = "string", subreaper = "boolean",
   log_size = "number", log_files = "number", log_lines = "number", on_exit = "function" }
 
 local required = { required = true }
@@ -224,6 +224,10 @@ end
 --   `adopt`: adopt services found running in their cgroups (default: stop
 --   them first); `reload`: `function(sup)` called on SIGHUP;
 --   `signals`: catch TERM, INT and HUP (default true);
+--   `subreaper`: become the reaper of what services orphan (a daemon's
+--   double fork), so a `MAINPID=` process's exit status is known; orphans
+--   left in the services' cgroups are reaped on SIGCHLD (caught too) and
+--   when a run ends; the flag is cleared again by `close`;
 --   `runtime`: a directory for notify sockets (default: next to `control`,
 --   else /tmp/takana-sup-PID); `on_exit`: `function(svc, record)` after
 --   each exit record.
@@ -282,12 +286,22 @@ function M.new(opts, ...)
     self.control_path = opts.control
     self:_watch(ls, function() self:_accept() end)
   end
-  if opts.signals ~= false and takana.signals then
+  if opts.signals ~= false then
     local sig
-    sig, err, errno = takana.signals { "TERM", "INT", "HUP" }
+    sig, err, errno = takana.signals { "TERM", "INT", "HUP", opts.subreaper and "CHLD" or nil }
     if not sig then return nil, "supervisor: signals: " .. tostring(err), errno end
     self.sigfd = sig
     self:_watch(sig, function() self:_signals() end)
+  end
+  if opts.subreaper then
+    local on
+    on, err, errno = core.subreaper()
+    if on == false then
+      on, err, errno = core.subreaper(true)
+      self.subreaper_clear = on -- ours to clear on close
+    end
+    if not on then return nil, "supervisor: " .. tostring(err), errno end
+    self.subreaper = true
   end
   return self
 end
@@ -620,8 +634,9 @@ end
 
 -- MAINPID=n from inside the cgroup: n is the service's main process from
 -- now on (a daemon that forked, or a wrapper's real server). Its exit ends
--- the run, as the first child's would: what is left is stopped. It is not
--- our child, so its status is unknown (the record says main_exited).
+-- the run, as the first child's would: what is left is stopped. Unless it
+-- was re-parented to a subreaper supervisor, it is not our child, and its
+-- status is unknown (the record says main_exited either way).
 function supervisor:_main_pid(svc, pid)
   if not pid or pid <= 0 or pid > 0x7fffffff then
     svc.notify_rejected = (svc.notify_rejected or 0) + 1
@@ -641,6 +656,7 @@ function supervisor:_main_pid(svc, pid)
   svc.main_pid = pid
   if svc.child and svc.child.pid == pid then fd:close() return end
   svc.mainfd = fd
+  svc.status, svc.usage = nil, nil -- a first child's exit, already seen, is not the run's
   -- Events are dispatched by descriptor number: a stale one (this fd
   -- closed and its number reused in the same batch) must not count.
   self:_watch(fd, function()
@@ -648,7 +664,15 @@ function supervisor:_main_pid(svc, pid)
   end)
 end
 
+-- The status of an exited MAINPID process, where it was re-parented to us
+-- (subreaper) and so is ours to reap.
+local function main_status(svc)
+  local st = svc.mainfd:wait(0)
+  if st then svc.status, svc.usage = st, svc.mainfd:usage() end
+end
+
 function supervisor:_main_exit(svc)
+  if svc.mainfd then main_status(svc) end
   close_obj(self, svc.mainfd)
   svc.mainfd = nil
   svc.main_exited = true
@@ -837,23 +861,57 @@ end
 
 -- ---- exits ----
 
+-- The pids of this process's children, re-parented orphans included:
+-- /proc/PID/task/PID/children (CONFIG_PROC_CHILDREN; orphans go to the
+-- main thread), else a snapshot's ppid.
+local function own_children()
+  local me, r = core.getpid(), {}
+  local text = util.read_file(("/proc/%d/task/%d/children"):format(me, me))
+  if text then
+    for p in text:gmatch("%d+") do r[#r + 1] = tonumber(p) end
+    return r
+  end
+  local snap = takana.snapshot { fields = { "pid", "ppid" } }
+  for rec in snap and snap:each() or function() end do
+    if rec.ppid == me then r[#r + 1] = rec.pid end
+  end
+  return r
+end
+
+-- Reaps the zombies among this process's children that services orphaned:
+-- in the supervisor's cgroups and not a service's own child. A MAINPID
+-- process ends its run with its status, unless `runs` is false (a run is
+-- being finished already).
+function supervisor:_reap(runs)
+  local own, mains = {}, {}
+  for _, svc in pairs(self.services) do
+    if svc.child then own[svc.child.pid] = true end
+    if svc.mainfd then mains[svc.main_pid] = svc end
+  end
+  for _, pid in ipairs(own_children()) do
+    local svc = mains[pid]
+    if svc then
+      if runs ~= false and not svc.mainfd:alive() then self:_main_exit(svc) end
+    elseif not own[pid] and self.cg:holds(pid) then
+      local fd = takana.pidfd(pid)
+      if fd then fd:wait(0) fd:close() end
+    end
+  end
+end
+
 function supervisor:_child_exit(svc)
   local child = svc.child
   if not child then return end
   local st = child:wait(0)
   if not st then return end
-  svc.usage = child:usage()
+  -- Once MAINPID named another process, this exit (and its rusage) is
+  -- not the service's.
+  if not (svc.mainfd or svc.main_exited) then svc.status, svc.usage = st, child:usage() end
   self:_unwatch(child)
   child:close()
   svc.child = nil
   svc.pid = nil
-  svc.status = st
-  if svc.mainfd or svc.main_exited then
-    -- MAINPID named another process: this exit (and its rusage) is not
-    -- the service's.
-    svc.status, svc.usage = nil, nil
-    if svc.mainfd then return end
-  end
+  if svc.mainfd then return end
   if svc.state ~= "stopping" and populated(svc.cg) then
     if st.exited and st.code == 0 then
       -- The main process left the rest behind (a daemon that forked): the
@@ -883,6 +941,7 @@ function supervisor:_maybe_finished(svc)
   if svc.child then return end
   if svc.cg and populated(svc.cg) then return end
   if svc.state ~= "running" and svc.state ~= "starting" and svc.state ~= "stopping" then return end
+  if self.subreaper then self:_reap(false) end
   self:_drain(svc, "out")
   self:_drain(svc, "err")
   close_obj(self, svc.out) svc.out = nil
@@ -890,7 +949,10 @@ function supervisor:_maybe_finished(svc)
   close_obj(self, svc.notify) svc.notify = nil
   close_obj(self, svc.readyp) svc.readyp = nil
   -- The cgroup's last exit can be handled before the main pidfd's.
-  if svc.mainfd and not svc.mainfd:alive() then svc.main_exited = true end
+  if svc.mainfd and not svc.mainfd:alive() then
+    main_status(svc)
+    svc.main_exited = true
+  end
   close_obj(self, svc.mainfd) svc.mainfd = nil
   local st = svc.status or {}
   local t = now()
@@ -1233,6 +1295,7 @@ function supervisor:close()
     os.remove(self.control_path)
   end
   if self.sigfd then self.sigfd:close() end
+  if self.subreaper_clear then core.subreaper(false) end
   self.ep:close()
 end
 
@@ -1240,7 +1303,6 @@ end
 -- declared service are the leftovers of services removed from the
 -- configuration; they are killed (their processes have nobody to watch).
 function supervisor:_sweep()
-  if not self.cg.children then return end
   local kids = self.cg:children()
   if type(kids) ~= "table" then return end
   for _, k in ipairs(kids) do
@@ -1265,6 +1327,8 @@ function supervisor:_signals()
       self:shutdown()
     elseif s.signo == 1 then
       self:reload()
+    elseif s.signo == 17 then
+      self:_reap()
     end
   end
 end
@@ -1461,6 +1525,7 @@ local function exit_words(ex)
   elseif ex.code then w = "code " .. ex.code
   elseif ex.main_exited then w = "main process (MAINPID) exited, status unknown"
   else w = "unknown status" end
+  if ex.main_exited and (ex.code or ex.signal) then w = w .. " (MAINPID)" end
   if ex.oom then w = w .. " (oom)" end
   if ex.watchdog then w = w .. " (watchdog timeout)" end
   if ex.stopped then w = w .. " (stopped)" end
