@@ -8,6 +8,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -860,6 +862,60 @@ static int l_psi_parse(lua_State *L)
 	return 1;
 }
 
+/* The mount table's watch: /proc/self/mountinfo held open, and the pid
+ * that opened it. */
+struct mounts_watch {
+	int fd;
+	pid_t owner;
+};
+
+static int mounts_watch_gc(lua_State *L)
+{
+	struct mounts_watch *w = lua_touserdata(L, 1);
+
+	if (w->fd >= 0)
+		close(w->fd);
+	w->fd = -1;
+	return 0;
+}
+
+/* core.mounts_changed(): whether this process's mount table may have
+ * changed since the last call (true the first time, and whenever that
+ * cannot be told). The kernel flags /proc/self/mountinfo with POLLPRI once
+ * per mount or unmount in its namespace, so a parsed copy of the table
+ * stays good until then: one poll instead of a read and a parse of every
+ * mount on each cgroup open. */
+static int l_mounts_changed(lua_State *L)
+{
+	struct mounts_watch *w = lua_touserdata(L, lua_upvalueindex(1));
+	struct pollfd pfd;
+
+	tk_check_nargs(L, 0);
+	if (w->fd >= 0 && w->owner == getpid()) {
+		pfd.fd = w->fd;
+		pfd.events = POLLPRI;
+		pfd.revents = 0;
+		if (poll(&pfd, 1, 0) == 0) {
+			lua_pushboolean(L, 0);
+			return 1;
+		}
+		/* POLLPRI|POLLERR: changed, and that news is now consumed. */
+		if (!(pfd.revents & POLLNVAL)) {
+			lua_pushboolean(L, 1);
+			return 1;
+		}
+	}
+	/* The first call, a descriptor gone bad, or a forked child, whose
+	 * inherited descriptor shares the parent's open file: a poll here would
+	 * consume the parent's news. */
+	if (w->fd >= 0)
+		close(w->fd);
+	w->fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	w->owner = getpid();
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
 void tk_cgroup_open(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
@@ -890,10 +946,22 @@ void tk_cgroup_open(lua_State *L)
 		{ NULL, NULL },
 	};
 
+	struct mounts_watch *w;
+
 	tk_handle_newclass(L, TK_CGROUP_MT, methods, cg_index, cg_tostring);
 	/* The Lua front adds its methods to this same table. */
 	lua_setfield(L, -2, "cgroup_methods");
 	luaL_setfuncs(L, funcs, 0);
+
+	w = lua_newuserdatauv(L, sizeof *w, 0);
+	w->fd = -1;
+	w->owner = 0;
+	lua_createtable(L, 0, 1);
+	lua_pushcfunction(L, mounts_watch_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_setmetatable(L, -2);
+	lua_pushcclosure(L, l_mounts_changed, 1);
+	lua_setfield(L, -2, "mounts_changed");
 }
 
 /* ---- cgroup ids to paths (cgroup_path.c) ---------------------------------- */

@@ -51,6 +51,33 @@ describe("takana.cgroup", function()
     assert.equal("table", type(p.v2_controllers))
   end)
 
+  it("sees a mount or unmount of cgroup2 at once (the parsed table is kept only until the kernel flags a change)", function()
+    local m = assert(takana.cgroup.mounts())
+    m.v2, m.v1.bogus = "/nope", "/nope"
+    assert.equal(H.cgroup2_mount(), takana.cgroup.mounts().v2)   -- a copy: the caller's changes stay its own
+    assert.is_nil(takana.cgroup.mounts().v1.bogus)
+    if not H.is_root() then return pending("needs root to mount in a private mount namespace") end
+    if H.no_spawn then return pending(H.no_spawn) end
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
+    finally(function() os.execute("rmdir " .. dir) end)
+    -- In a private mount namespace: the host's mounts are not touched.
+    local script = [[
+      local takana = require "takana"
+      local dir, before = os.getenv("DIR"), takana.cgroup.mounts().v2
+      assert(os.execute("mount -t cgroup2 none " .. dir .. " && umount -l " .. before))
+      local after = takana.cgroup.mounts().v2
+      local cg = assert(takana.cgroup(""))
+      print(before, after, cg.path, takana.cgroup.probe().v2_mount)
+    ]]
+    local code, out = H.run("unshare -m --propagation private env DIR=" .. dir .. " LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' "
+      .. "LUA_CPATH='./?.so;;' " .. H.lua .. " -e " .. H.shell_quote(script))
+    if code ~= 0 and out:match("unshare") then return pending("unshare -m failed here: " .. out) end
+    assert.equal(0, code, out)
+    assert.equal(("%s\t%s\t/\t%s\n"):format(H.cgroup2_mount(), dir, dir), out)
+  end)
+
   describe("in a test cgroup", function()
     local path, name, cg
     before_each(function()

@@ -44,8 +44,7 @@ end
 
 local options = util.check_options
 
-local function mounts(...)
-  nargs("cgroup.mounts", 0, select("#", ...))
+local function parse_mounts()
   local each, err, errno = util.mounts()
   if not each then return nil, "cgroup: " .. err, errno end
   local r = { v1 = {} }
@@ -63,6 +62,27 @@ local function mounts(...)
     end
   end
   return r
+end
+
+-- The parsed mount table, kept until the kernel flags a mount or unmount
+-- (core.mounts_changed): read-only for its users here.
+local mount_table
+local function cached_mounts()
+  if core.mounts_changed() or not mount_table then
+    local err, errno
+    mount_table, err, errno = parse_mounts()
+    if not mount_table then return nil, err, errno end
+  end
+  return mount_table
+end
+
+local function mounts(...)
+  nargs("cgroup.mounts", 0, select("#", ...))
+  local m, err, errno = cached_mounts()
+  if not m then return nil, err, errno end
+  local v1 = {}
+  for k, v in pairs(m.v1) do v1[k] = v end
+  return { v1 = v1, v2 = m.v2, v2_root = m.v2_root }
 end
 
 local function proc_cgroups(...)
@@ -99,7 +119,7 @@ local function check_path(fname, path)
 end
 
 local function v2_mount()
-  local m, err, errno = mounts()
+  local m, err, errno = cached_mounts()
   if not m then return nil, err, errno end
   if not m.v2 then
     return nil, "cgroup: no cgroup2 hierarchy is mounted (see /proc/self/mountinfo)", ENOENT
@@ -373,7 +393,7 @@ end
 local function controller_reason(cg, ctrl)
   local name = legacy_name[ctrl] or ctrl
   local info = proc_cgroups()[name]
-  local m = mounts() or { v1 = {} }
+  local m = cached_mounts() or { v1 = {} }
   if ctrl ~= "cpu" and ctrl ~= "io" and not info then
     return ("%s controller is not compiled into this kernel"):format(ctrl)
   end
