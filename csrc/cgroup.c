@@ -206,45 +206,45 @@ int tk_cg_id(int dirfd, uint64_t *id)
 	return 0;
 }
 
+struct procs_parse {
+	tk_pid_cb cb;
+	void *ctx;
+	long cur;
+	int digits;
+};
+
+/* cgroup.procs: one decimal pid a line, split anywhere between reads. */
+static int procs_chunk(void *ctx, const char *buf, size_t len)
+{
+	struct procs_parse *p = ctx;
+	int r = 0;
+
+	for (size_t i = 0; i < len && r == 0; i++) {
+		if (buf[i] >= '0' && buf[i] <= '9') {
+			p->cur = p->cur * 10 + (buf[i] - '0');
+			if (p->cur > 0x7fffffff)
+				return -EBADMSG;
+			p->digits++;
+		} else if (buf[i] == '\n' && p->digits > 0) {
+			r = p->cb(p->ctx, (int)p->cur);
+			p->cur = 0;
+			p->digits = 0;
+		} else {
+			return -EBADMSG;
+		}
+	}
+	return r;
+}
+
 /* Streams dirfd's cgroup.procs through cb, a pid at a time: the file can
  * hold many thousands of pids. */
 static int procs_each(int dirfd, tk_pid_cb cb, void *ctx)
 {
-	char buf[4096];
-	long cur = 0;
-	int digits = 0, r = 0;
-	int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+	struct procs_parse p = { cb, ctx, 0, 0 };
+	int r = tk_cg_read_each(dirfd, "cgroup.procs", procs_chunk, &p);
 
-	if (fd < 0)
-		return -errno;
-	for (;;) {
-		ssize_t n = read(fd, buf, sizeof buf);
-		if (n < 0) {
-			r = -errno;
-			break;
-		}
-		for (ssize_t i = 0; i < n && r == 0; i++) {
-			if (buf[i] >= '0' && buf[i] <= '9') {
-				cur = cur * 10 + (buf[i] - '0');
-				if (cur > 0x7fffffff) {
-					r = -EBADMSG;
-					break;
-				}
-				digits++;
-			} else if (buf[i] == '\n' && digits > 0) {
-				r = cb(ctx, (int)cur);
-				cur = 0;
-				digits = 0;
-			} else {
-				r = -EBADMSG;
-			}
-		}
-		if (n == 0 || r != 0)
-			break;
-	}
-	if (r == 0 && digits > 0)
-		r = cb(ctx, (int)cur);
-	close(fd);
+	if (r == 0 && p.digits > 0)
+		r = cb(ctx, (int)p.cur);
 	return r;
 }
 
