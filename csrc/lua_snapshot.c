@@ -793,12 +793,12 @@ static int snapshot_push(lua_State *L, const struct tk_snap_backend *b, uint32_t
 	return 1;
 }
 
-static const struct tk_snap_backend *backend_check(lua_State *L, int idx, int loading)
+static const struct tk_snap_backend *backend_check(lua_State *L, int idx)
 {
 	const char *name = luaL_checkstring(L, idx);
 	const struct tk_snap_backend *b = tk_snap_backend_find(name);
 
-	if (b == NULL || (loading && b->tier < 0))
+	if (b == NULL)
 		luaL_argerror(L, idx, lua_pushfstring(L, "invalid option '%s'", name));
 	return b;
 }
@@ -807,7 +807,7 @@ static const struct tk_snap_backend *backend_check(lua_State *L, int idx, int lo
  * runs; use_cache (proc: keep <pid>/stat fds open) defaults to true. */
 static int l_snapshot_take(lua_State *L)
 {
-	const struct tk_snap_backend *b = backend_check(L, 1, 0);
+	const struct tk_snap_backend *b = backend_check(L, 1);
 	uint32_t fields = fields_check(L, 2, b->default_fields);
 	int use_cache = lua_isnoneornil(L, 3) || lua_toboolean(L, 3);
 
@@ -815,32 +815,11 @@ static int l_snapshot_take(lua_State *L)
 	return snapshot_push(L, b, fields, use_cache);
 }
 
-/* core.snapshot_proc(use_cache[, fields]) */
-static int l_snapshot_proc(lua_State *L)
-{
-	const struct tk_snap_backend *b = tk_snap_backend_find("proc");
-	int use_cache = lua_toboolean(L, 1);
-	uint32_t fields = fields_check(L, 2, b->default_fields);
-
-	tk_check_nargs(L, 2);
-	return snapshot_push(L, b, fields, use_cache);
-}
-
-/* core.snapshot_bpf(tier[, fields]) */
-static int l_snapshot_bpf(lua_State *L)
-{
-	const struct tk_snap_backend *b = backend_check(L, 1, 1);
-	uint32_t fields = fields_check(L, 2, b->default_fields);
-
-	tk_check_nargs(L, 2);
-	return snapshot_push(L, b, fields, 0);
-}
-
 /* core.bpf_info(backend) -> {loaded=, load_ns=, runs=, capacity=}, or nil
  * for a backend that loads nothing (proc) */
 static int l_bpf_info(lua_State *L)
 {
-	const struct tk_snap_backend *b = backend_check(L, 1, 0);
+	const struct tk_snap_backend *b = backend_check(L, 1);
 	struct tk_bpf_tier_info info;
 
 	tk_check_nargs(L, 1);
@@ -1028,8 +1007,6 @@ static void scanner_funcs_open(lua_State *L)
 {
 	static const luaL_Reg scanner_funcs[] = {
 		{ "snapshot_take", l_snapshot_take },
-		{ "snapshot_proc", l_snapshot_proc },
-		{ "snapshot_bpf", l_snapshot_bpf },
 		{ "proc_cache_info", l_proc_cache_info },
 		{ "proc_cache_close", l_proc_cache_close },
 		{ NULL, NULL },

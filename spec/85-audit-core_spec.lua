@@ -753,7 +753,7 @@ describe("audit item 19: spawn, timeouts and arguments", function()
       function() return c:signal(0, 1) end, function() return c:wait(0, 1) end,
       function() return takana.pidfd(c.pid, 1) end, function() return takana.spawn({ "true" }, 1) end,
       function() return takana.poll({}, 0, 1) end, function() return core.poll_fds({}, 0, {}, 1) end,
-      function() return takana.snapshot({}, 1) end, function() return core.snapshot_proc(true, nil, 1) end,
+      function() return takana.snapshot({}, 1) end, function() return core.snapshot_take("proc", nil, true, 1) end,
       function() return snap:get(1, 1) end, function() return snap:each(1) end,
       function() return snap:children(1, true, 1) end, function() return snap:totable(1) end,
       function() return v:totable(1) end, function() return takana.delta(snap, snap, 1) end,

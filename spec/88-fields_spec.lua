@@ -124,9 +124,9 @@ describe("snapshot{fields=...}", function()
       assert.has_error(function() takana.snapshot { fields = bad } end)
     end
     assert.has_error(function() takana.snapshot { fields = "pid" } end)
-    assert.has_error(function() core.snapshot_proc(true, 0) end)
-    assert.has_error(function() core.snapshot_proc(true, 1 << 40) end)
-    assert.has_error(function() core.snapshot_bpf("kfunc", -1) end)
+    assert.has_error(function() core.snapshot_take("proc", 0, true) end)
+    assert.has_error(function() core.snapshot_take("proc", 1 << 40) end)
+    assert.has_error(function() core.snapshot_take("kfunc", -1) end)
   end)
 
   it("delta needs utime_ns and stime_ns in both snapshots, and says so", function()
