@@ -226,24 +226,19 @@ usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS] [--cgroup PATH
 
 -- The order and depth of `ps --tree`: {pid, depth} pairs for records
 -- ({pid=, ppid=}, in pid order), each pid exactly once, children in pid
--- order under their parent. children_of(pid) lists a pid's children in pid
--- order (a snapshot's `snap:children`; those not among the records are
--- left out); without it they are found from the records. A process whose
--- parent is not listed is a root. A snapshot read from /proc is not
+-- order under their parent (a table per parent, none per leaf). A process
+-- whose parent is not listed is a root. A snapshot read from /proc is not
 -- atomic: during pid reuse it can hold a parent cycle (A.ppid = B, B.ppid =
 -- A) that no root reaches, so the members of a cycle become roots too.
--- O(n) with O(1) children_of, no recursion.
-function M.tree_order(records, children_of)
-  local by_pid, is_root, kids = {}, {}, nil
+-- O(n), no recursion.
+local NONE = {}
+function M.tree_order(records)
+  local by_pid, is_root, kids = {}, {}, {}
   for _, p in ipairs(records) do by_pid[p.pid] = p end
-  if not children_of then
-    kids = {}
-    children_of = function(pid) return kids[pid] end
-  end
   for _, p in ipairs(records) do
     if p.ppid == p.pid or not by_pid[p.ppid] then
       is_root[p.pid] = true
-    elseif kids then
+    else
       local k = kids[p.ppid]
       if not k then k = {} kids[p.ppid] = k end
       k[#k + 1] = p.pid
@@ -273,7 +268,7 @@ function M.tree_order(records, children_of)
       while #stack > 0 do
         local e = table.remove(stack)
         out[#out + 1] = e
-        local k = children_of(e[1]) or {}
+        local k = kids[e[1]] or NONE
         for i = #k, 1, -1 do
           if by_pid[k[i]] and not is_root[k[i]] then stack[#stack + 1] = { k[i], e[2] + 1 } end
         end
@@ -348,8 +343,7 @@ function M.ps(args)
     for p in snap:each() do
       if show(p) then records[#records + 1] = { pid = p.pid, ppid = p.ppid } end
     end
-    local function children_of(pid) return snap:children(pid) end
-    for _, e in ipairs(M.tree_order(records, children_of)) do line(snap:get(e[1]), e[2]) end
+    for _, e in ipairs(M.tree_order(records)) do line(snap:get(e[1]), e[2]) end
   else
     for p in snap:each() do
       if show(p) then line(p) end
