@@ -2,6 +2,7 @@
  * its ids, the child-subreaper flag and the environment. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -83,11 +84,28 @@ static int l_geteuid(lua_State *L)
 	return 1;
 }
 
+/* core.proc_is_ours(): whether /proc numbers pids as this process's pid
+ * namespace does (its "self" is our pid): a /proc mounted from another
+ * namespace names other processes by the same numbers. */
+static int l_proc_is_ours(lua_State *L)
+{
+	char buf[32];
+	ssize_t n;
+
+	tk_check_nargs(L, 0);
+	n = readlink("/proc/self", buf, sizeof buf - 1);
+	if (n > 0)
+		buf[n] = '\0';
+	lua_pushboolean(L, n > 0 && strtol(buf, NULL, 10) == (long)getpid());
+	return 1;
+}
+
 void tk_self_open(lua_State *L)
 {
 	static const luaL_Reg funcs[] = {
 		{ "getpid", l_getpid },
 		{ "geteuid", l_geteuid },
+		{ "proc_is_ours", l_proc_is_ours },
 		{ "subreaper", l_subreaper },
 		{ "environ", l_environ },
 		{ NULL, NULL },

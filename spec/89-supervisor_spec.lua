@@ -9,6 +9,7 @@ local takana = require "takana"
 local core = require "takana.core"
 local S = require "takana.supervisor"
 local H = require "helpers"
+local EPERM, EDEADLK = core.errno.EPERM, core.errno.EDEADLK
 
 local ENV = { LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;", LUA_CPATH = "./?.so;;",
   PATH = os.getenv("PATH") }
@@ -453,23 +454,60 @@ describe("takana.supervisor", function()
     local orphan_file = dir .. "/orphan"
     local loose = sup:service { name = "loose", restart = "never",
       cmd = { "sh", "-c", "(sleep 0.2 & echo $! > " .. orphan_file .. "); exec sleep 100" } }
-    assert.is_true(run_until(sup, function() return H.read(orphan_file) end, 20))
-    local orphan = tonumber(H.read(orphan_file))
-    assert.is_truthy(orphan)
+    assert.is_true(run_until(sup, function() return (H.read(orphan_file) or ""):match("^%d+\n") end, 20))
+    local orphan = tonumber(H.read(orphan_file):match("%d+"))
     assert.is_true(run_until(sup, function() return H.read("/proc/" .. orphan .. "/stat") == nil end, 20))
     assert.equal("running", loose.state)
+    -- This process's own child, exiting meanwhile, is not the supervisor's
+    -- to reap, though SIGCHLD and a run's end make it look.
+    local mine = assert(takana.spawn { "sh", "-c", "exit 3" })
     -- sh names its background subshell and exits: the subshell, orphaned,
-    -- is re-parented to us, and exits 7 (or 0) a while later
+    -- is re-parented to us, and exits 7 (or 0) once the spec says so
+    local fifo7, fifo0 = dir .. "/go7", dir .. "/go0"
+    assert(os.execute("mkfifo " .. fifo7 .. " " .. fifo0))
     local fail = sup:service { name = "wrap7", ready = "notify", restart = "never",
-      cmd = { "sh", "-c", "(sleep 2; exit 7) & systemd-notify READY=1 MAINPID=$!; exit 0" } }
+      cmd = { "sh", "-c", "(read x < " .. fifo7 .. "; exit 7) & systemd-notify READY=1 MAINPID=$!; exit 0" } }
     local ok = sup:service { name = "wrap0", ready = "notify", restart = "on-failure",
-      cmd = { "sh", "-c", "(sleep 2; exit 0) & systemd-notify READY=1 MAINPID=$!; exit 0" } }
+      cmd = { "sh", "-c", "(read x < " .. fifo0 .. "; exit 0) & systemd-notify READY=1 MAINPID=$!; exit 0" } }
+    assert.is_true(run_until(sup, function() return fail.mainfd and ok.mainfd and not fail.child and not ok.child end, 60))
+    for _, f in ipairs { fifo7, fifo0 } do
+      local w = assert(io.open(f, "w"))
+      w:write("go\n")
+      w:close()
+    end
     assert.is_true(run_until(sup, function() return fail.last_exit and ok.last_exit end, 60))
     assert.same({ 7, true, "stopped" }, { fail.last_exit.code, fail.last_exit.main_exited, fail.state })
     assert.same({ 0, true, "stopped" }, { ok.last_exit.code, ok.last_exit.main_exited, ok.state })
     assert.matches("code 7 %(MAINPID%)", S.format_status { sup:status_of(fail) })
+    assert.same({ exited = true, code = 3 }, mine:wait(10))
+    mine:close()
     sup:close()
     assert.is_false(core.subreaper())
+  end)
+
+  it("refuses a cgroup that is not its own: the root, or one holding this process", function()
+    if why then return pending(why) end
+    local r, err, errno = takana.supervisor { cgroup = "", runtime = dir }
+    assert.same({ nil, EPERM }, { r, errno })
+    assert.matches("the root cannot be a supervisor's", err)
+    -- A child in its own test cgroup asks for that cgroup.
+    local script = ([[
+      local takana = require "takana"
+      local sup, err, errno = takana.supervisor { cgroup = %q, runtime = %q }
+      print(sup, errno, err)
+    ]]):format(boxname .. "/inside", dir)
+    local inside = assert(assert(takana.cgroup(boxname)):mkdir("inside"))
+    local argv = { "env", "LUA_PATH=./lua/?.lua;./lua/?/init.lua;;", "LUA_CPATH=./?.so;;" }
+    for _, a in ipairs(H.lua_argv) do argv[#argv + 1] = a end
+    argv[#argv + 1] = "-e"
+    argv[#argv + 1] = script
+    argv.cgroup, argv.stdout = inside, "pipe"
+    local child = track(assert(takana.spawn(argv)))
+    local out = child.stdout:read("a")
+    assert.same({ exited = true, code = 0 }, child:wait(60))
+    local want = ("nil\t%d\tsupervisor: cgroup /%s/inside holds this process"):format(EDEADLK, boxname)
+    assert.equal(want, out:sub(1, #want))
+    inside:close()
   end)
 
   it("readiness through an s6-style notification fd", function()
@@ -496,7 +534,7 @@ describe("takana.supervisor", function()
     assert(takana.cgroup(boxname)):enable { "memory" }
     new()
     local svc = sup:service { name = "hog", restart = "never", limits = { ["memory.max"] = 16 * 2 ^ 20, ["memory.swap.max"] = 0 },
-      cmd = { "sh", "-c", "x=$(head -c 1000000000 /dev/zero | tr '\\0' a); echo ${#x}" } }
+      cmd = { "sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}" } }
     assert.is_true(run_until(sup, function() return svc.last_exit ~= nil end, 20))
     assert.is_true(svc.last_exit.oom)
     assert.is_true(svc.oom_kills >= 1)

@@ -747,10 +747,12 @@ local function wait_frozen(self, want, timeout)
 end
 
 --- Whether process `pid` is in this cgroup or in one beneath it.
--- Where the cgroup2 mount shows the hierarchy from this cgroup namespace's
--- root (the usual case), `/proc/PID/cgroup` is compared with the path: one
--- read. Elsewhere paths do not compare, and the subtree's cgroup.procs are
--- read instead, a cost that grows with the processes beneath it.
+-- Where /proc is this pid namespace's and the cgroup2 mount shows the
+-- hierarchy from this cgroup namespace's root (the usual case),
+-- `/proc/PID/cgroup` is compared with the path: one read, and a zombie
+-- still counts. Elsewhere the subtree's cgroup.procs are read instead (a
+-- cost that grows with the processes beneath it), and they list live
+-- processes only.
 -- @int pid
 -- @treturn[1] boolean
 -- @treturn[2] nil, message, errno (ESRCH: no such process)
@@ -761,11 +763,11 @@ function cgroup:holds(pid, ...)
   end
   local m, err, errno = v2_mount()
   if not m then return nil, err, errno end
-  local p
-  p, err, errno = path_of("holds", pid)
-  if p == nil and errno == ENOENT then return false end -- in no cgroup2 hierarchy
-  if not p then return nil, err, errno end
-  if m.v2_root == "/" then
+  if m.v2_root == "/" and core.proc_is_ours() then
+    local p
+    p, err, errno = path_of("holds", pid)
+    if p == nil and errno == ENOENT then return false end -- in no cgroup2 hierarchy
+    if not p then return nil, err, errno end
     local mine = "/" .. self.relpath
     return mine == "/" or p == mine or p:sub(1, #mine + 1) == mine .. "/"
   end
@@ -775,6 +777,10 @@ function cgroup:holds(pid, ...)
   for _, q in ipairs(procs) do
     if q == pid then return true end
   end
+  -- Not listed: elsewhere, or gone.
+  local fd, ferr, ferrno = core.pidfd(pid)
+  if not fd then return nil, "holds: " .. (ferrno == ESRCH and "no such process" or tostring(ferr)), ferrno end
+  fd:close()
   return false
 end
 

@@ -17,7 +17,8 @@ local util = require "takana.util"
 local M = {}
 
 local E = core.errno
-local EAGAIN, ENOENT, ESRCH, ETIMEDOUT, EBADMSG = E.EAGAIN, E.ENOENT, E.ESRCH, E.ETIMEDOUT, E.EBADMSG
+local EAGAIN, ENOENT, ESRCH, ETIMEDOUT, EBADMSG, EPERM, EDEADLK = E.EAGAIN, E.ENOENT, E.ESRCH, E.ETIMEDOUT, E.EBADMSG,
+  E.EPERM, E.EDEADLK
 
 local function now() return (takana.now or core.monotime)() end
 
@@ -212,10 +213,72 @@ local function mkdir_p(path)
   return true
 end
 
+-- Supervisors open in this process: what one reaps must be no other's.
+local live = setmetatable({}, { __mode = "k" })
+
+-- PR_SET_CHILD_SUBREAPER belongs to the process: the first subreaper
+-- supervisor takes it, the last one's close clears it if it was not set
+-- before.
+local subreaper = { users = 0, ours = false }
+
+local function subreaper_take()
+  if subreaper.users == 0 then
+    local on, err, errno = core.subreaper()
+    if on == false then
+      on, err, errno = core.subreaper(true)
+      subreaper.ours = on == true
+    end
+    if not on then return nil, "supervisor: " .. tostring(err), errno end
+  end
+  subreaper.users = subreaper.users + 1
+  return true
+end
+
+local function subreaper_drop()
+  subreaper.users = subreaper.users - 1
+  if subreaper.users == 0 and subreaper.ours then
+    core.subreaper(false)
+    subreaper.ours = false
+  end
+end
+
+-- The supervisor's cgroup, made if missing. Its own: not the root, nor one
+-- holding this process, since the sweep kills what it finds there
+-- undeclared and services are signalled through their cgroups.
+local function own_cgroup(spec)
+  local cg, err, errno = spec
+  if type(spec) == "string" then
+    cg, err, errno = takana.cgroup(spec)
+    if not cg and errno == ENOENT then
+      local parent, name = spec:match("^(.-)/?([^/]+)$")
+      local p
+      p, err, errno = takana.cgroup(parent or "")
+      if p then
+        cg, err, errno = p:mkdir(name, { exist_ok = true })
+        p:close()
+      end
+    end
+    if not cg then return nil, "supervisor: cgroup " .. spec .. ": " .. tostring(err), errno end
+  end
+  if cg.relpath == "" then
+    return nil, "supervisor: cgroup /: the root cannot be a supervisor's (it holds every process); name one of its own", EPERM
+  end
+  local holds
+  holds, err, errno = cg:holds(core.getpid())
+  if holds == nil then return nil, "supervisor: cgroup " .. cg.path .. ": " .. tostring(err), errno end
+  if holds then
+    return nil, ("supervisor: cgroup %s holds this process (pid %d): a supervisor's cgroup holds only its services")
+      :format(cg.path, core.getpid()), EDEADLK
+  end
+  return cg
+end
+
 --- Creates a supervisor.
 -- @tparam table opts
 --   `cgroup` (required): the supervisor's cgroup, a path under the cgroup2
---   mount (created if missing) or a handle; it must not hold this process.
+--   mount (created if missing) or a handle; not the root, and not holding
+--   this process (EPERM, EDEADLK): cgroups in it that no service declares
+--   are killed and removed at the first step.
 --   `log`: a directory for `<service>.log` files (rotated: `log_files`
 --   files of `log_size` bytes, default 5 x 1 MiB), or `function(name,
 --   stream, line)`, or false (lines are only kept in memory);
@@ -225,9 +288,10 @@ end
 --   them first); `reload`: `function(sup)` called on SIGHUP;
 --   `signals`: catch TERM, INT and HUP (default true);
 --   `subreaper`: become the reaper of what services orphan (a daemon's
---   double fork), so a `MAINPID=` process's exit status is known; orphans
---   left in the services' cgroups are reaped on SIGCHLD (caught too) and
---   when a run ends; the flag is cleared again by `close`;
+--   double fork), so a `MAINPID=` process whose parent left is ours to
+--   reap, with its status; other orphans in the services' cgroups are
+--   reaped on SIGCHLD (caught too) and when a run ends; the last such
+--   supervisor's `close` clears the flag unless it was set before;
 --   `runtime`: a directory for notify sockets (default: next to `control`,
 --   else /tmp/takana-sup-PID); `on_exit`: `function(svc, record)` after
 --   each exit record.
@@ -244,22 +308,8 @@ function M.new(opts, ...)
     log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false,
     started_at = now(),
   }, supervisor)
-  local cg, err, errno
-  if type(opts.cgroup) == "string" then
-    cg, err, errno = takana.cgroup(opts.cgroup)
-    if not cg and errno == ENOENT then
-      local parent, name = opts.cgroup:match("^(.-)/?([^/]+)$")
-      local p
-      p, err, errno = takana.cgroup(parent or "")
-      if p then
-        cg, err, errno = p:mkdir(name, { exist_ok = true })
-        p:close()
-      end
-    end
-    if not cg then return nil, "supervisor: cgroup " .. opts.cgroup .. ": " .. tostring(err), errno end
-  else
-    cg = opts.cgroup
-  end
+  local cg, err, errno = own_cgroup(opts.cgroup)
+  if not cg then return nil, err, errno end
   self.cg = cg
   local ep
   ep, err, errno = core.epoll()
@@ -286,23 +336,22 @@ function M.new(opts, ...)
     self.control_path = opts.control
     self:_watch(ls, function() self:_accept() end)
   end
+  if opts.subreaper then
+    ok, err, errno = subreaper_take()
+    if not ok then return nil, err, errno end
+    self.subreaper = true
+  end
   if opts.signals ~= false then
     local sig
     sig, err, errno = takana.signals { "TERM", "INT", "HUP", opts.subreaper and "CHLD" or nil }
-    if not sig then return nil, "supervisor: signals: " .. tostring(err), errno end
+    if not sig then
+      if self.subreaper then subreaper_drop() end
+      return nil, "supervisor: signals: " .. tostring(err), errno
+    end
     self.sigfd = sig
     self:_watch(sig, function() self:_signals() end)
   end
-  if opts.subreaper then
-    local on
-    on, err, errno = core.subreaper()
-    if on == false then
-      on, err, errno = core.subreaper(true)
-      self.subreaper_clear = on -- ours to clear on close
-    end
-    if not on then return nil, "supervisor: " .. tostring(err), errno end
-    self.subreaper = true
-  end
+  live[self] = true
   return self
 end
 
@@ -643,6 +692,8 @@ function supervisor:_main_pid(svc, pid)
     return
   end
   if pid == svc.main_pid and (svc.mainfd or (svc.child and svc.child.pid == pid)) then return end
+  -- Too late: the run is ending, or its main process has ended it.
+  if svc.state == "stopping" or svc.main_exited then return end
   -- The pidfd first: alive after the cgroup check, it is the process
   -- that was checked, not a reuse of its pid.
   local fd = takana.pidfd(pid)
@@ -862,11 +913,13 @@ end
 -- ---- exits ----
 
 -- The pids of this process's children, re-parented orphans included:
--- /proc/PID/task/PID/children (CONFIG_PROC_CHILDREN; orphans go to the
--- main thread), else a snapshot's ppid.
+-- /proc/self/task/PID/children (CONFIG_PROC_CHILDREN; orphans go to the
+-- main thread), else a snapshot's ppid; none where /proc is another pid
+-- namespace's (its numbers name other processes).
 local function own_children()
   local me, r = core.getpid(), {}
-  local text = util.read_file(("/proc/%d/task/%d/children"):format(me, me))
+  if not core.proc_is_ours() then return r end
+  local text = util.read_file(("/proc/self/task/%d/children"):format(me))
   if text then
     for p in text:gmatch("%d+") do r[#r + 1] = tonumber(p) end
     return r
@@ -878,21 +931,31 @@ local function own_children()
   return r
 end
 
--- Reaps the zombies among this process's children that services orphaned:
--- in the supervisor's cgroups and not a service's own child. A MAINPID
--- process ends its run with its status, unless `runs` is false (a run is
--- being finished already).
-function supervisor:_reap(runs)
-  local own, mains = {}, {}
+-- The service whose cgroup holds pid, or nil.
+function supervisor:_service_of(pid)
+  if self.cg:holds(pid) ~= true then return nil end
   for _, svc in pairs(self.services) do
-    if svc.child then own[svc.child.pid] = true end
-    if svc.mainfd then mains[svc.main_pid] = svc end
+    if svc.cg and svc.cg:holds(pid) == true then return svc end
+  end
+end
+
+-- Reaps the zombies among this process's children that services orphaned:
+-- in a service's cgroup, and neither a service's own child nor a main
+-- process of any supervisor here. A MAINPID process of ours ends its run
+-- with its status, unless `runs` is false (a run is being finished).
+function supervisor:_reap(runs)
+  local others = {}
+  for sup in pairs(live) do
+    for _, svc in pairs(sup.services) do
+      if svc.child then others[svc.child.pid] = true end
+      if svc.mainfd and sup ~= self then others[svc.main_pid] = true end
+    end
   end
   for _, pid in ipairs(own_children()) do
-    local svc = mains[pid]
-    if svc then
+    local svc = not others[pid] and self:_service_of(pid)
+    if svc and svc.mainfd and svc.main_pid == pid then
       if runs ~= false and not svc.mainfd:alive() then self:_main_exit(svc) end
-    elseif not own[pid] and self.cg:holds(pid) then
+    elseif svc then
       local fd = takana.pidfd(pid)
       if fd then fd:wait(0) fd:close() end
     end
@@ -941,6 +1004,9 @@ function supervisor:_maybe_finished(svc)
   if svc.child then return end
   if svc.cg and populated(svc.cg) then return end
   if svc.state ~= "running" and svc.state ~= "starting" and svc.state ~= "stopping" then return end
+  -- The cgroup empties (cgroup_exit) before the main process's exit is
+  -- signalled: its pidfd's event ends the run, with its status.
+  if svc.mainfd and svc.cg and svc.mainfd:alive() and svc.cg:holds(svc.main_pid) == true then return end
   if self.subreaper then self:_reap(false) end
   self:_drain(svc, "out")
   self:_drain(svc, "err")
@@ -1295,7 +1361,12 @@ function supervisor:close()
     os.remove(self.control_path)
   end
   if self.sigfd then self.sigfd:close() end
-  if self.subreaper_clear then core.subreaper(false) end
+  if self.subreaper then
+    self:_reap(false)
+    subreaper_drop()
+    self.subreaper = nil
+  end
+  live[self] = nil
   self.ep:close()
 end
 
@@ -1303,17 +1374,13 @@ end
 -- declared service are the leftovers of services removed from the
 -- configuration; they are killed (their processes have nobody to watch).
 function supervisor:_sweep()
-  local kids = self.cg:children()
-  if type(kids) ~= "table" then return end
-  for _, k in ipairs(kids) do
-    local name = type(k) == "string" and k or (k.relpath or ""):match("([^/]+)$")
-    if name and not self.services[name] then
-      local cg = type(k) == "string" and takana.cgroup((self.cg.relpath .. "/" .. k)) or k
+  for _, name in ipairs(self.cg:children() or {}) do
+    if not self.services[name] then
+      local cg = takana.cgroup(self.cg.relpath .. "/" .. name)
       if cg then
-        if populated(cg) then
-          if cg.kill then cg:kill({ wait = 5 }) end
-        end
+        if populated(cg) then cg:kill { wait = 5 } end
         cg:remove()
+        cg:close()
       end
     end
   end
