@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -862,18 +863,29 @@ static int l_psi_parse(lua_State *L)
 	return 1;
 }
 
-/* The mount table's watch: /proc/self/mountinfo held open, and the pid
- * that opened it. */
+/* The mount table's watch: /proc/self/mountinfo held open, the pid that
+ * opened it, and the file's identity (a descriptor number some other code
+ * closed and reused is not ours to poll or close). */
 struct mounts_watch {
 	int fd;
 	pid_t owner;
+	dev_t dev;
+	ino_t ino;
 };
+
+/* Whether w->fd is still the file the watch opened. */
+static int mounts_watch_valid(const struct mounts_watch *w)
+{
+	struct stat st;
+
+	return w->fd >= 0 && fstat(w->fd, &st) == 0 && st.st_dev == w->dev && st.st_ino == w->ino;
+}
 
 static int mounts_watch_gc(lua_State *L)
 {
 	struct mounts_watch *w = lua_touserdata(L, 1);
 
-	if (w->fd >= 0)
+	if (mounts_watch_valid(w))
 		close(w->fd);
 	w->fd = -1;
 	return 0;
@@ -884,14 +896,18 @@ static int mounts_watch_gc(lua_State *L)
  * cannot be told). The kernel flags /proc/self/mountinfo with POLLPRI once
  * per mount or unmount in its namespace, so a parsed copy of the table
  * stays good until then: one poll instead of a read and a parse of every
- * mount on each cgroup open. */
+ * mount on each cgroup open. The news is consumed: cgroup.lua's cache is
+ * the one caller. Not seen: a switch to another mount namespace (setns,
+ * unshare), which takana never makes. */
 static int l_mounts_changed(lua_State *L)
 {
 	struct mounts_watch *w = lua_touserdata(L, lua_upvalueindex(1));
 	struct pollfd pfd;
+	struct stat st;
+	int valid = mounts_watch_valid(w);
 
 	tk_check_nargs(L, 0);
-	if (w->fd >= 0 && w->owner == getpid()) {
+	if (valid && w->owner == getpid()) {
 		pfd.fd = w->fd;
 		pfd.events = POLLPRI;
 		pfd.revents = 0;
@@ -908,9 +924,16 @@ static int l_mounts_changed(lua_State *L)
 	/* The first call, a descriptor gone bad, or a forked child, whose
 	 * inherited descriptor shares the parent's open file: a poll here would
 	 * consume the parent's news. */
-	if (w->fd >= 0)
+	if (valid)
 		close(w->fd);
 	w->fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	if (w->fd >= 0 && fstat(w->fd, &st) == 0) {
+		w->dev = st.st_dev;
+		w->ino = st.st_ino;
+	} else if (w->fd >= 0) {
+		close(w->fd);
+		w->fd = -1;
+	}
 	w->owner = getpid();
 	lua_pushboolean(L, 1);
 	return 1;

@@ -68,6 +68,41 @@ static int l_environ(lua_State *L)
 	return 1;
 }
 
+/* The subreaper flag belongs to the process, and subreaper supervisors of
+ * any Lua state share it: the first hold sets it if it was clear, the last
+ * release clears it again. */
+static struct {
+	int users;
+	int ours;
+} subreaper_holds;
+
+/* core.subreaper_hold(true | false) -> true | nil, message, errno */
+static int l_subreaper_hold(lua_State *L)
+{
+	int on = 0;
+
+	tk_check_nargs(L, 1);
+	luaL_checktype(L, 1, LUA_TBOOLEAN);
+	if (!lua_toboolean(L, 1)) {
+		if (subreaper_holds.users > 0 && --subreaper_holds.users == 0 && subreaper_holds.ours) {
+			prctl(PR_SET_CHILD_SUBREAPER, 0UL, 0, 0, 0);
+			subreaper_holds.ours = 0;
+		}
+		lua_pushboolean(L, 1);
+		return 1;
+	}
+	if (subreaper_holds.users == 0) {
+		if (prctl(PR_GET_CHILD_SUBREAPER, &on, 0, 0, 0) < 0)
+			return tk_push_error(L, "subreaper: PR_GET_CHILD_SUBREAPER", -errno);
+		if (!on && prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0, 0, 0) < 0)
+			return tk_push_error(L, "subreaper: PR_SET_CHILD_SUBREAPER", -errno);
+		subreaper_holds.ours = !on;
+	}
+	subreaper_holds.users++;
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
 /* core.getpid(): the caller's pid, as cgroup.procs lists it. */
 static int l_getpid(lua_State *L)
 {
@@ -106,6 +141,7 @@ void tk_self_open(lua_State *L)
 		{ "getpid", l_getpid },
 		{ "geteuid", l_geteuid },
 		{ "proc_is_ours", l_proc_is_ours },
+		{ "subreaper_hold", l_subreaper_hold },
 		{ "subreaper", l_subreaper },
 		{ "environ", l_environ },
 		{ NULL, NULL },

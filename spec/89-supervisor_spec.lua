@@ -481,6 +481,22 @@ describe("takana.supervisor", function()
     assert.matches("code 7 %(MAINPID%)", S.format_status { sup:status_of(fail) })
     assert.same({ exited = true, code = 3 }, mine:wait(10))
     mine:close()
+    -- A second supervisor here, no subreaper itself: its services' orphans
+    -- come to this process all the same, and the first one reaps them.
+    local other = assert(takana.supervisor { cgroup = boxname .. "/other", runtime = dir, signals = false })
+    finally(function() other:shutdown() other:close() end)
+    local orphan2_file = dir .. "/orphan2"
+    other:service { name = "loose2", restart = "never",
+      cmd = { "sh", "-c", "(sleep 0.2 & echo $! > " .. orphan2_file .. "); exec sleep 100" } }
+    assert.is_true(run_until(sup, function()
+      other:step(0)
+      return (H.read(orphan2_file) or ""):match("^%d+\n")
+    end, 20))
+    local orphan2 = tonumber(H.read(orphan2_file):match("%d+"))
+    assert.is_true(run_until(sup, function() return H.read("/proc/" .. orphan2 .. "/stat") == nil end, 20))
+    other:shutdown()
+    assert.is_true(run_until(other, function() return other.done end, 20))
+    other:close()
     sup:close()
     assert.is_false(core.subreaper())
   end)

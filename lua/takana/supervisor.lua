@@ -216,32 +216,6 @@ end
 -- Supervisors open in this process: what one reaps must be no other's.
 local live = setmetatable({}, { __mode = "k" })
 
--- PR_SET_CHILD_SUBREAPER belongs to the process: the first subreaper
--- supervisor takes it, the last one's close clears it if it was not set
--- before.
-local subreaper = { users = 0, ours = false }
-
-local function subreaper_take()
-  if subreaper.users == 0 then
-    local on, err, errno = core.subreaper()
-    if on == false then
-      on, err, errno = core.subreaper(true)
-      subreaper.ours = on == true
-    end
-    if not on then return nil, "supervisor: " .. tostring(err), errno end
-  end
-  subreaper.users = subreaper.users + 1
-  return true
-end
-
-local function subreaper_drop()
-  subreaper.users = subreaper.users - 1
-  if subreaper.users == 0 and subreaper.ours then
-    core.subreaper(false)
-    subreaper.ours = false
-  end
-end
-
 -- The supervisor's cgroup, made if missing. Its own: not the root, nor one
 -- holding this process, since the sweep kills what it finds there
 -- undeclared and services are signalled through their cgroups.
@@ -290,8 +264,9 @@ end
 --   `subreaper`: become the reaper of what services orphan (a daemon's
 --   double fork), so a `MAINPID=` process whose parent left is ours to
 --   reap, with its status; other orphans in the services' cgroups are
---   reaped on SIGCHLD (caught too) and when a run ends; the last such
---   supervisor's `close` clears the flag unless it was set before;
+--   reaped on SIGCHLD (caught unless `signals = false`), when a run ends
+--   and on `close`; the last such supervisor's `close` (of any Lua state)
+--   clears the flag unless it was set before;
 --   `runtime`: a directory for notify sockets (default: next to `control`,
 --   else /tmp/takana-sup-PID); `on_exit`: `function(svc, record)` after
 --   each exit record.
@@ -321,38 +296,43 @@ function M.new(opts, ...)
   end
   local ok
   ok, err = mkdir_p(rt)
-  if not ok then return nil, "supervisor: runtime directory " .. rt .. ": " .. tostring(err), ENOENT end
+  if not ok then return self:_abandon("supervisor: runtime directory " .. rt .. ": " .. tostring(err), ENOENT) end
   self.runtime = rt
   if type(self.log) == "string" then
     ok, err = mkdir_p(self.log)
-    if not ok then return nil, "supervisor: log directory " .. self.log .. ": " .. tostring(err), ENOENT end
+    if not ok then return self:_abandon("supervisor: log directory " .. self.log .. ": " .. tostring(err), ENOENT) end
   end
   if opts.control then
     os.remove(opts.control)
     local ls
     ls, err, errno = core.unix_listen(opts.control, 384)
-    if not ls then return nil, "supervisor: control socket: " .. err, errno end
+    if not ls then return self:_abandon("supervisor: control socket: " .. err, errno) end
     self.control = ls
     self.control_path = opts.control
     self:_watch(ls, function() self:_accept() end)
   end
   if opts.subreaper then
-    ok, err, errno = subreaper_take()
-    if not ok then return nil, err, errno end
+    ok, err, errno = core.subreaper_hold(true)
+    if not ok then return self:_abandon("supervisor: " .. tostring(err), errno) end
     self.subreaper = true
   end
   if opts.signals ~= false then
     local sig
     sig, err, errno = takana.signals { "TERM", "INT", "HUP", opts.subreaper and "CHLD" or nil }
     if not sig then
-      if self.subreaper then subreaper_drop() end
-      return nil, "supervisor: signals: " .. tostring(err), errno
+      return self:_abandon("supervisor: signals: " .. tostring(err), errno)
     end
     self.sigfd = sig
     self:_watch(sig, function() self:_signals() end)
   end
   live[self] = true
   return self
+end
+
+-- A construction that failed half way: what it opened is closed.
+function supervisor:_abandon(err, errno)
+  self:close()
+  return nil, err, errno
 end
 
 function supervisor:_watch(obj, fn, pri)
@@ -931,31 +911,37 @@ local function own_children()
   return r
 end
 
--- The service whose cgroup holds pid, or nil.
-function supervisor:_service_of(pid)
-  if self.cg:holds(pid) ~= true then return nil end
-  for _, svc in pairs(self.services) do
-    if svc.cg and svc.cg:holds(pid) == true then return svc end
+-- Whether a supervisor open in this process holds pid in its cgroup.
+local function supervised(pid)
+  for sup in pairs(live) do
+    if sup.cg:holds(pid) == true then return true end
   end
+  return false
 end
 
--- Reaps the zombies among this process's children that services orphaned:
--- in a service's cgroup, and neither a service's own child nor a main
--- process of any supervisor here. A MAINPID process of ours ends its run
+-- Reaps the zombies among this process's children that services orphaned
+-- (in the cgroup of any supervisor here, even one that is no subreaper,
+-- or a service's cgroup already removed), never a service's own child or
+-- another supervisor's main process. A main process of ours ends its run
 -- with its status, unless `runs` is false (a run is being finished).
 function supervisor:_reap(runs)
-  local others = {}
+  local others, mains = {}, {}
   for sup in pairs(live) do
     for _, svc in pairs(sup.services) do
       if svc.child then others[svc.child.pid] = true end
-      if svc.mainfd and sup ~= self then others[svc.main_pid] = true end
+      if svc.mainfd then
+        if sup == self then mains[svc.main_pid] = svc else others[svc.main_pid] = true end
+      end
     end
   end
   for _, pid in ipairs(own_children()) do
-    local svc = not others[pid] and self:_service_of(pid)
-    if svc and svc.mainfd and svc.main_pid == pid then
-      if runs ~= false and not svc.mainfd:alive() then self:_main_exit(svc) end
-    elseif svc then
+    local svc = mains[pid]
+    if svc then
+      -- (a hook run by an earlier _main_exit may have ended this run)
+      if runs ~= false and svc.mainfd and svc.main_pid == pid and not svc.mainfd:alive() then
+        self:_main_exit(svc)
+      end
+    elseif not others[pid] and supervised(pid) then
       local fd = takana.pidfd(pid)
       if fd then fd:wait(0) fd:close() end
     end
@@ -1005,8 +991,12 @@ function supervisor:_maybe_finished(svc)
   if svc.cg and populated(svc.cg) then return end
   if svc.state ~= "running" and svc.state ~= "starting" and svc.state ~= "stopping" then return end
   -- The cgroup empties (cgroup_exit) before the main process's exit is
-  -- signalled: its pidfd's event ends the run, with its status.
-  if svc.mainfd and svc.cg and svc.mainfd:alive() and svc.cg:holds(svc.main_pid) == true then return end
+  -- signalled: its pidfd's event ends the run, with its status. Where
+  -- holds cannot see an exiting process (cgroup.procs), a short wait.
+  if svc.mainfd and svc.mainfd:alive() then
+    if svc.cg and svc.cg:holds(svc.main_pid) == true then return end
+    core.poll_fds({ svc.mainfd:fileno() }, 0.05)
+  end
   if self.subreaper then self:_reap(false) end
   self:_drain(svc, "out")
   self:_drain(svc, "err")
@@ -1363,7 +1353,7 @@ function supervisor:close()
   if self.sigfd then self.sigfd:close() end
   if self.subreaper then
     self:_reap(false)
-    subreaper_drop()
+    core.subreaper_hold(false)
     self.subreaper = nil
   end
   live[self] = nil
