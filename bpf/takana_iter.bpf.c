@@ -29,7 +29,7 @@ int snapshot_iter(struct bpf_iter__task *ctx)
 		w.rec.flags = TK_REC_THREAD;
 		record_add_thread(&w, t);
 	} else {
-		record_fill(t, &w, &want_fields);
+		record_fill(t, t, &w, &want_fields);
 	}
 	bpf_seq_write(seq, &w, sizeof w);
 	return 0;

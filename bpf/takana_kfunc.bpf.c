@@ -24,6 +24,7 @@ extern struct task_struct *bpf_task_acquire(struct task_struct *p) __ksym;
 extern void bpf_task_release(struct task_struct *p) __ksym;
 extern void bpf_rcu_read_lock(void) __ksym;
 extern void bpf_rcu_read_unlock(void) __ksym;
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
 /* max_entries is set by the loader from the process count, with headroom. */
 struct {
@@ -71,10 +72,16 @@ static __always_inline void record_task(struct task_struct *t, __u32 idx, volati
 {
 	struct tk_wire_record *w = bpf_map_lookup_elem(&records, &idx);
 
+	struct task_struct *u;
+
 	if (!w)
 		return;
-	record_fill(t, w, want);
-	if (WANTS(want, TK_F_THREADS) && has_other_threads(t))
+	/* Pointer fields are read through an untrusted alias (the cast is a
+	 * register move once verified): the searches record_fill's comment
+	 * describes were 73% of this program's 76 ms verification on 6.18. */
+	u = bpf_rdonly_cast(t, bpf_core_type_id_kernel(struct task_struct));
+	record_fill(t, u, w, want);
+	if (WANTS(want, TK_F_THREADS) && has_other_threads(u))
 		add_other_threads(t, w);
 }
 

@@ -99,13 +99,14 @@ static __always_inline unsigned long mm_flags_word(struct mm_struct *mm)
 
 /* The owner /proc/<pid> shows: root for kernel threads and for processes
  * that are not dumpable (setuid, PR_SET_DUMPABLE 0), else the euid. */
-static __always_inline __u32 task_owner_uid(struct task_struct *t, struct mm_struct *mm)
+static __always_inline __u32 task_owner_uid(struct task_struct *t, struct task_struct *pt,
+                                            struct mm_struct *mm)
 {
 	if (t->flags & PF_KTHREAD)
 		return 0;
 	if (mm && (mm_flags_word(mm) & MMF_DUMPABLE_MASK) != SUID_DUMP_USER)
 		return 0;
-	return t->cred->euid.val;
+	return pt->cred->euid.val;
 }
 
 static __always_inline __u32 pid_number(struct pid *pid)
@@ -192,9 +193,14 @@ static __always_inline void kthread_name(struct task_struct *t, struct tk_record
 /* The leader's view of its process; the caller adds the other threads
  * (record_add_thread) when there are any. want: the TK_F_* fields to fill.
  * A load is skipped, with the cache lines behind it, when no selected field
- * needs it; what is not filled holds whatever the slot held before. */
-static __always_inline void record_fill(struct task_struct *t, struct tk_wire_record *w,
-                                        volatile __u32 *want)
+ * needs it; what is not filled holds whatever the slot held before.
+ * pt is t again, or an untrusted alias of it (bpf_rdonly_cast) through
+ * which the pointer fields are read: a pointer loaded from a trusted or RCU
+ * task makes the verifier search the kernel's BTF by name for the fields
+ * marked safe, linearly and up to four times, and through an alias it does
+ * not (the load is then a checked one, so scalars stay on t). */
+static __always_inline void record_fill(struct task_struct *t, struct task_struct *pt,
+                                        struct tk_wire_record *w, volatile __u32 *want)
 {
 	struct tk_record *r = &w->rec;
 	struct mm_struct *mm = NULL;
@@ -205,15 +211,15 @@ static __always_inline void record_fill(struct task_struct *t, struct tk_wire_re
 	r->start_ns = t->start_boottime;
 	r->state = task_state_letter(t);
 	if (WANTS(want, TK_F(PPID)))
-		r->ppid = t->real_parent->tgid;
+		r->ppid = pt->real_parent->tgid;
 	if (WANTS(want, TK_F(NICE)))
 		r->nice = (__u32)(t->static_prio - NICE_BASE);
 	if (WANTS(want, (TK_F_MM | TK_F(UID))))
-		mm = t->mm;
+		mm = pt->mm;
 	if (WANTS(want, TK_F(UID)))
-		r->uid = task_owner_uid(t, mm);
+		r->uid = task_owner_uid(t, pt, mm);
 	if (WANTS(want, TK_F_SIGNAL)) {
-		struct signal_struct *sig = t->signal;
+		struct signal_struct *sig = pt->signal;
 
 		/* Its own cache line: read only when asked for (the reader's
 		 * check for a process with no thread left needs it then). */
@@ -246,7 +252,7 @@ static __always_inline void record_fill(struct task_struct *t, struct tk_wire_re
 		}
 	}
 	if (WANTS(want, TK_F(CGROUP)))
-		r->cgroup_id = t->cgroups->dfl_cgrp->kn->id;
+		r->cgroup_id = pt->cgroups->dfl_cgrp->kn->id;
 	if (!(WANTS(want, TK_F(COMM))))
 		return;
 	if (t->flags & PF_KTHREAD) {
