@@ -183,12 +183,12 @@ static __always_inline void kthread_name(struct task_struct *t, struct tk_record
 /* The selection is read afresh at every test: a value kept in a register
  * would carry what each branch taught the verifier about its bits, and the
  * paths through a record would multiply past the verifier's budget. */
-#ifdef TK_FILL_ALL
-/* The program fills every field; user space shows only the selected ones. */
-#define WANTS(want, bits) ((void)(want), 1)
-#else
-#define WANTS(want, bits) (*(want) & (bits))
+#ifndef TK_FILL_ALL
+#define TK_FILL_ALL 0
 #endif
+/* TK_FILL_ALL: a value known at load that makes every test true, which the
+ * verifier then drops (the kfunc program's fill_all). */
+#define WANTS(want, bits) (TK_FILL_ALL || (*(want) & (bits)))
 
 /* The leader's view of its process; the caller adds the other threads
  * (record_add_thread) when there are any. want: the TK_F_* fields to fill.

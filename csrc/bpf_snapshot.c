@@ -101,6 +101,10 @@ struct tier {
 	size_t mapped_bytes;
 	size_t capacity;
 	size_t capacity_wanted;       /* set for a reload before the next run */
+	/* both: whether the loaded program tests the field selection (iter
+	 * always; kfunc once a snapshot asked for fewer than every field) */
+	bool selectable;
+	bool selectable_wanted;       /* kfunc: reload before the next run */
 	/* iter */
 	struct takana_iter *iter;
 	struct bpf_link *link;
@@ -278,6 +282,7 @@ static int kfunc_load_light(struct tier *t, size_t capacity, size_t page)
 	if (skel == NULL)
 		return -ENOMEM;
 	skel->rodata->page_size = page;
+	skel->rodata->fill_all = !t->selectable;
 	skel->maps.records.max_entries = (uint32_t)capacity;
 	err = takana_kfunc_light__load(skel);
 	if (err != 0) {
@@ -302,6 +307,7 @@ static int kfunc_load_libbpf(struct tier *t, size_t capacity, size_t page)
 	if (skel == NULL)
 		return -errno;
 	skel->rodata->page_size = page;
+	skel->rodata->fill_all = !t->selectable;
 	err = bpf_map__set_max_entries(skel->maps.records, (uint32_t)capacity);
 	if (err == 0)
 		err = takana_kfunc__load(skel);
@@ -420,13 +426,16 @@ static size_t with_headroom(size_t n)
 }
 
 /* The array is sized from the process count, or as a run that outgrew it
- * asked (capacity_wanted). */
+ * asked (capacity_wanted); the selection's tests are kept from the first
+ * snapshot that wanted fewer than every field on. */
 static int kfunc_reload(struct tier *t)
 {
 	size_t capacity = t->capacity_wanted ? t->capacity_wanted
 	                                     : with_headroom(estimate_processes());
 
 	t->capacity_wanted = 0;
+	t->selectable = t->selectable || t->selectable_wanted;
+	t->selectable_wanted = false;
 	kfunc_unload(t);
 	return kfunc_load(t, capacity);
 }
@@ -449,8 +458,9 @@ static int tier_ensure_loaded(struct tier *t)
 
 	if (t->state < 0)
 		return t->state;
-	/* Only kfunc asks for a reload, to grow its array. */
-	if (t->state > 0 && !t->capacity_wanted)
+	/* Only kfunc asks for a reload: to grow its array, or to test the
+	 * selection. */
+	if (t->state > 0 && !t->capacity_wanted && !t->selectable_wanted)
 		return 0;
 	/* After a run of shortages, one attempt a second at most: a load costs
 	 * tens of ms, and a supervisor under descriptor pressure snapshots often. */
@@ -735,7 +745,7 @@ static struct tier tiers[TK_TIER_COUNT] = {
 	                    .needs = "bpf_iter_task_new", .since = "6.7",
 	                    .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
 	[TK_TIER_ITER] = { .load = iter_load, .run = iter_run, .unload = iter_unload,
-	                   .needs = "bpf_iter_task", .since = "5.8",
+	                   .needs = "bpf_iter_task", .since = "5.8", .selectable = true,
 	                   .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
 };
 
@@ -751,6 +761,8 @@ static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *re
 	int err;
 
 	pthread_mutex_lock(&t->lock);
+	if (fields != TK_F_ALL && !t->selectable)
+		t->selectable_wanted = true;
 	err = tier_ensure_loaded(t);
 	if (err < 0)
 		snprintf(reason, sizeof reason, "%s", t->why);
@@ -773,6 +785,7 @@ void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info)
 	info->load_ns = t->load_ns;
 	info->runs = t->runs;
 	info->capacity = t->capacity;
+	info->selectable = t->state > 0 && t->selectable;
 	pthread_mutex_unlock(&t->lock);
 }
 

@@ -217,6 +217,7 @@ struct tk_bpf_tier_info {
 	uint64_t load_ns;    /* first load: open, verify, attach */
 	uint64_t runs;       /* snapshots taken */
 	size_t capacity;     /* kfunc: records the array holds now */
+	int selectable;      /* the loaded program tests the field selection */
 };
 
 /* The BPF tiers' load information; a failed load is remembered, as is

@@ -100,6 +100,47 @@ describe("snapshot{fields=...}", function()
     end)
   end
 
+  it("kfunc: a first full snapshot loads the program without the selection's tests; the first selection "
+    .. "loads it again with them, once", function()
+    local has_kfunc = false
+    for _, b in ipairs(backends) do has_kfunc = has_kfunc or b == "kfunc" end
+    if not has_kfunc then return pending("no kfunc tier here") end
+    if H.no_spawn then return pending(H.no_spawn) end
+    -- A fresh process: the tier's first load is the one under test. Each
+    -- line: whether the program tests the selection, then ppid, uid, comm
+    -- and utime as the full record has them ("=") or absent ("nil").
+    local script = [[
+      local takana, core = require "takana", require "takana.core"
+      local me = core.getpid()
+      local ref = takana.snapshot { backend = "kfunc" }:get(me)
+      local first = core.bpf_info("kfunc")
+      local function row(fields)
+        local r = takana.snapshot { backend = "kfunc", fields = fields }:get(me)
+        local info = core.bpf_info("kfunc")
+        local out = { tostring(info.selectable) }
+        for _, k in ipairs { "ppid", "uid", "comm", "utime_ns" } do
+          out[#out + 1] = r[k] == nil and "nil" or (r[k] == ref[k] or k == "utime_ns") and "=" or tostring(r[k])
+        end
+        out[#out + 1] = tostring(info.runs)
+        out[#out + 1] = tostring(info.load_ns == first.load_ns)
+        print(table.concat(out, " "))
+      end
+      print(tostring(first.selectable) .. " " .. first.runs)
+      row(nil)
+      row { "pid", "ppid", "comm" }
+      row { "pid", "uid" }
+      row(nil)
+    ]]
+    local code, out = H.run("LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " .. H.lua .. " -e "
+      .. H.shell_quote(script))
+    assert.equal(0, code, out)
+    assert.equal("false 1\n" ..
+                 "false = = = = 2 true\n" ..
+                 "true = nil = nil 3 true\n" ..
+                 "true nil = nil nil 4 true\n" ..
+                 "true = = = = 5 true\n", out)
+  end)
+
   it("defaults to the full record: cgroup_id on BPF tiers, left out by proc", function()
     local p = assert(takana.snapshot { backend = "proc" }):get(H.pid)
     assert.is_nil(p.cgroup_id)
