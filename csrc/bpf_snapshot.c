@@ -84,6 +84,10 @@ struct tier {
 	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
 	unsigned shortages;           /* loads failed for want of descriptors or memory */
 	int shortage_err;             /* the last such failure, and when */
+	/* whether the loaded program tests the field selection (iter always;
+	 * kfunc once a snapshot asked for fewer than every field) */
+	bool selectable;
+	bool selectable_wanted;       /* kfunc: reload before the next run */
 	uint64_t shortage_ns;
 	char why[WHY_LEN];
 	uint64_t load_ns;             /* the first load, verification included */
@@ -101,10 +105,6 @@ struct tier {
 	size_t mapped_bytes;
 	size_t capacity;
 	size_t capacity_wanted;       /* set for a reload before the next run */
-	/* both: whether the loaded program tests the field selection (iter
-	 * always; kfunc once a snapshot asked for fewer than every field) */
-	bool selectable;
-	bool selectable_wanted;       /* kfunc: reload before the next run */
 	/* iter */
 	struct takana_iter *iter;
 	struct bpf_link *link;
