@@ -82,12 +82,14 @@ struct tier {
 	const char *needs, *since;    /* the kernel function it cannot work without */
 	pthread_mutex_t lock;
 	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
+	unsigned loads;               /* objects loaded (kfunc reloads to grow or select) */
 	unsigned shortages;           /* loads failed for want of descriptors or memory */
 	int shortage_err;             /* the last such failure, and when */
 	/* whether the loaded program tests the field selection (iter always;
 	 * kfunc once a snapshot asked for fewer than every field) */
 	bool selectable;
 	bool selectable_wanted;       /* kfunc: reload before the next run */
+	bool selectable_failed;       /* kfunc: that reload failed; no more tries */
 	uint64_t shortage_ns;
 	char why[WHY_LEN];
 	uint64_t load_ns;             /* the first load, verification included */
@@ -348,6 +350,7 @@ static int kfunc_load(struct tier *t, size_t capacity)
 	t->records = map;
 	t->mapped_bytes = bytes;
 	t->capacity = capacity;
+	t->loads++;
 	return 0;
 }
 
@@ -417,12 +420,71 @@ static int iter_load(struct tier *t)
 		err = iter_load_libbpf(t, page);
 	if (err < 0)
 		iter_unload(t);
+	else
+		t->loads++;
 	return err;
 }
 
 static size_t with_headroom(size_t n)
 {
 	return n + n / 2 + 256;
+}
+
+/* What a kfunc load makes: kept aside while another one is tried. */
+struct kfunc_objects {
+	struct takana_kfunc_light *light;
+	struct takana_kfunc *skel;
+	int prog_fd;
+	volatile uint32_t *total, *foreign_pidns, *want_fields;
+	const struct tk_wire_record *records;
+	size_t mapped_bytes, capacity;
+};
+
+/* Takes the loaded objects out of the tier, which then holds none. */
+static struct kfunc_objects kfunc_objects_take(struct tier *t)
+{
+	struct kfunc_objects o = { t->kfunc_light, t->kfunc, t->prog_fd, t->total, t->foreign_pidns,
+	                           t->want_fields, t->records, t->mapped_bytes, t->capacity };
+
+	t->kfunc_light = NULL;
+	t->kfunc = NULL;
+	t->prog_fd = -1;
+	t->records = NULL;
+	return o;
+}
+
+static void kfunc_objects_put(struct tier *t, const struct kfunc_objects *o)
+{
+	t->kfunc_light = o->light;
+	t->kfunc = o->skel;
+	t->prog_fd = o->prog_fd;
+	t->total = o->total;
+	t->foreign_pidns = o->foreign_pidns;
+	t->want_fields = o->want_fields;
+	t->records = o->records;
+	t->mapped_bytes = o->mapped_bytes;
+	t->capacity = o->capacity;
+}
+
+/* The program with the selection's tests replaces the one without only
+ * once it has loaded: until then, and for good if it cannot load, the one
+ * without serves every selection (user space hides what was not asked). */
+static int kfunc_reload_selectable(struct tier *t)
+{
+	struct kfunc_objects old = kfunc_objects_take(t);
+
+	t->selectable = true;
+	if (kfunc_load(t, old.capacity) == 0) {
+		if (old.records != NULL)
+			munmap((void *)(uintptr_t)old.records, old.mapped_bytes);
+		takana_kfunc_light__destroy(old.light);
+		takana_kfunc__destroy(old.skel);
+		return 0;
+	}
+	kfunc_objects_put(t, &old);
+	t->selectable = false;
+	t->selectable_failed = true;
+	return 0;
 }
 
 /* The array is sized from the process count, or as a run that outgrew it
@@ -432,10 +494,12 @@ static int kfunc_reload(struct tier *t)
 {
 	size_t capacity = t->capacity_wanted ? t->capacity_wanted
 	                                     : with_headroom(estimate_processes());
+	bool for_selection = t->state > 0 && t->selectable_wanted && !t->capacity_wanted;
 
-	t->capacity_wanted = 0;
-	t->selectable = t->selectable || t->selectable_wanted;
 	t->selectable_wanted = false;
+	if (for_selection)
+		return kfunc_reload_selectable(t);
+	t->capacity_wanted = 0;
 	kfunc_unload(t);
 	return kfunc_load(t, capacity);
 }
@@ -466,7 +530,8 @@ static int tier_ensure_loaded(struct tier *t)
 	 * tens of ms, and a supervisor under descriptor pressure snapshots often. */
 	if (t->shortages >= LOAD_SHORTAGE_RETRIES &&
 	    tk_clock_ns(CLOCK_MONOTONIC) - t->shortage_ns < LOAD_SHORTAGE_PAUSE_NS)
-		return t->shortage_err;
+		/* A loaded program that need not grow still serves. */
+		return t->state > 0 && !t->capacity_wanted ? 0 : t->shortage_err;
 	tk_bpf_load_begin();
 	start = tk_clock_ns(CLOCK_MONOTONIC);
 	err = t->load(t);
@@ -489,6 +554,7 @@ static int tier_ensure_loaded(struct tier *t)
 		}
 	} else {
 		t->state = 1;
+		t->shortages = 0;
 	}
 	tk_bpf_load_end();
 	return err;
@@ -761,7 +827,7 @@ static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *re
 	int err;
 
 	pthread_mutex_lock(&t->lock);
-	if (fields != TK_F_ALL && !t->selectable)
+	if (fields != TK_F_ALL && !t->selectable && !t->selectable_failed)
 		t->selectable_wanted = true;
 	err = tier_ensure_loaded(t);
 	if (err < 0)
@@ -786,6 +852,16 @@ void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info)
 	info->runs = t->runs;
 	info->capacity = t->capacity;
 	info->selectable = t->state > 0 && t->selectable;
+	info->loads = t->loads;
+	info->insns = 0;
+	if (t->state > 0 && t->prog_fd >= 0) {
+		struct bpf_prog_info pi;
+		uint32_t len = sizeof pi;
+
+		memset(&pi, 0, sizeof pi);
+		if (bpf_obj_get_info_by_fd(t->prog_fd, &pi, &len) == 0)
+			info->insns = pi.xlated_prog_len / 8;
+	}
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -809,6 +885,8 @@ __attribute__((destructor)) void tk_bpf_release(void)
 		pthread_mutex_lock(&tiers[i].lock);
 		tiers[i].unload(&tiers[i]);
 		tiers[i].state = 0;
+		if (i == TK_TIER_KFUNC)
+			tiers[i].selectable = tiers[i].selectable_wanted = tiers[i].selectable_failed = false;
 		pthread_mutex_unlock(&tiers[i].lock);
 	}
 }

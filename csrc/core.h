@@ -218,6 +218,8 @@ struct tk_bpf_tier_info {
 	uint64_t runs;       /* snapshots taken */
 	size_t capacity;     /* kfunc: records the array holds now */
 	int selectable;      /* the loaded program tests the field selection */
+	unsigned loads;      /* objects loaded so far (kfunc reloads to grow or select) */
+	uint32_t insns;      /* the loaded program's instructions, as verified */
 };
 
 /* The BPF tiers' load information; a failed load is remembered, as is

@@ -815,7 +815,7 @@ static int l_snapshot_take(lua_State *L)
 	return snapshot_push(L, b, fields, use_cache);
 }
 
-/* core.bpf_info(backend) -> {loaded=, selectable=, load_ns=, runs=, capacity=}, or nil
+/* core.bpf_info(backend) -> {loaded=, selectable=, loads=, insns=, load_ns=, runs=, capacity=}, or nil
  * for a backend that loads nothing (proc) */
 static int l_bpf_info(lua_State *L)
 {
@@ -828,11 +828,15 @@ static int l_bpf_info(lua_State *L)
 		return 1;
 	}
 	tk_bpf_info((enum tk_bpf_tier)b->tier, &info);
-	lua_createtable(L, 0, 5);
+	lua_createtable(L, 0, 7);
 	lua_pushboolean(L, info.loaded);
 	lua_setfield(L, -2, "loaded");
 	lua_pushboolean(L, info.selectable);
 	lua_setfield(L, -2, "selectable");
+	lua_pushinteger(L, info.loads);
+	lua_setfield(L, -2, "loads");
+	lua_pushinteger(L, info.insns);
+	lua_setfield(L, -2, "insns");
 	lua_pushinteger(L, tk_u64_int(info.load_ns));
 	lua_setfield(L, -2, "load_ns");
 	lua_pushinteger(L, tk_u64_int(info.runs));

@@ -108,7 +108,9 @@ describe("snapshot{fields=...}", function()
     if H.no_spawn then return pending(H.no_spawn) end
     -- A fresh process: the tier's first load is the one under test. Each
     -- line: whether the program tests the selection, then ppid, uid, comm
-    -- and utime as the full record has them ("=") or absent ("nil").
+    -- and utime as the full record has them ("=") or absent ("nil"), the
+    -- runs, the loads, and whether the verified program is the first one's
+    -- size ("same") or larger ("more": the tests are in it).
     local script = [[
       local takana, core = require "takana", require "takana.core"
       local me = core.getpid()
@@ -122,23 +124,27 @@ describe("snapshot{fields=...}", function()
           out[#out + 1] = r[k] == nil and "nil" or (r[k] == ref[k] or k == "utime_ns") and "=" or tostring(r[k])
         end
         out[#out + 1] = tostring(info.runs)
-        out[#out + 1] = tostring(info.load_ns == first.load_ns)
+        out[#out + 1] = tostring(info.loads)
+        out[#out + 1] = info.insns == first.insns and "same" or info.insns > first.insns and "more" or "less"
         print(table.concat(out, " "))
       end
-      print(tostring(first.selectable) .. " " .. first.runs)
+      print(tostring(first.selectable) .. " " .. first.runs .. " " .. first.loads .. " " .. tostring(first.insns > 0))
       row(nil)
       row { "pid", "ppid", "comm" }
       row { "pid", "uid" }
       row(nil)
     ]]
-    local code, out = H.run("LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " .. H.lua .. " -e "
-      .. H.shell_quote(script))
-    assert.equal(0, code, out)
-    assert.equal("false 1\n" ..
-                 "false = = = = 2 true\n" ..
-                 "true = nil = nil 3 true\n" ..
-                 "true nil = nil nil 4 true\n" ..
-                 "true = = = = 5 true\n", out)
+    -- through the light skeleton, and through libbpf's
+    for _, loader in ipairs { "light", "libbpf" } do
+      local code, out = H.run("TAKANA_BPF_LOADER=" .. loader .. " LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' "
+        .. "LUA_CPATH='./?.so;;' " .. H.lua .. " -e " .. H.shell_quote(script))
+      assert.equal(0, code, out)
+      assert.equal("false 1 1 true\n" ..
+                   "false = = = = 2 1 same\n" ..
+                   "true = nil = nil 3 2 more\n" ..
+                   "true nil = nil nil 4 2 more\n" ..
+                   "true = = = = 5 2 more\n", out, loader)
+    end
   end)
 
   it("defaults to the full record: cgroup_id on BPF tiers, left out by proc", function()
