@@ -85,11 +85,11 @@ struct tier {
 	unsigned loads;               /* objects loaded (kfunc reloads to grow or select) */
 	unsigned shortages;           /* loads failed for want of descriptors or memory */
 	int shortage_err;             /* the last such failure, and when */
+	int selectable_err;           /* kfunc: the reload with the tests failed so; no more tries */
 	/* whether the loaded program tests the field selection (iter always;
 	 * kfunc once a snapshot asked for fewer than every field) */
 	bool selectable;
 	bool selectable_wanted;       /* kfunc: reload before the next run */
-	bool selectable_failed;       /* kfunc: that reload failed; no more tries */
 	uint64_t shortage_ns;
 	char why[WHY_LEN];
 	uint64_t load_ns;             /* the first load, verification included */
@@ -472,9 +472,11 @@ static void kfunc_objects_put(struct tier *t, const struct kfunc_objects *o)
 static int kfunc_reload_selectable(struct tier *t)
 {
 	struct kfunc_objects old = kfunc_objects_take(t);
+	int err;
 
 	t->selectable = true;
-	if (kfunc_load(t, old.capacity) == 0) {
+	err = kfunc_load(t, old.capacity);
+	if (err == 0) {
 		if (old.records != NULL)
 			munmap((void *)(uintptr_t)old.records, old.mapped_bytes);
 		takana_kfunc_light__destroy(old.light);
@@ -483,7 +485,7 @@ static int kfunc_reload_selectable(struct tier *t)
 	}
 	kfunc_objects_put(t, &old);
 	t->selectable = false;
-	t->selectable_failed = true;
+	t->selectable_err = err;
 	return 0;
 }
 
@@ -827,7 +829,7 @@ static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *re
 	int err;
 
 	pthread_mutex_lock(&t->lock);
-	if (fields != TK_F_ALL && !t->selectable && !t->selectable_failed)
+	if (fields != TK_F_ALL && !t->selectable && t->selectable_err == 0)
 		t->selectable_wanted = true;
 	err = tier_ensure_loaded(t);
 	if (err < 0)
@@ -852,6 +854,7 @@ void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info)
 	info->runs = t->runs;
 	info->capacity = t->capacity;
 	info->selectable = t->state > 0 && t->selectable;
+	info->selectable_err = t->selectable_err;
 	info->loads = t->loads;
 	info->insns = 0;
 	if (t->state > 0 && t->prog_fd >= 0) {
@@ -885,8 +888,10 @@ __attribute__((destructor)) void tk_bpf_release(void)
 		pthread_mutex_lock(&tiers[i].lock);
 		tiers[i].unload(&tiers[i]);
 		tiers[i].state = 0;
-		if (i == TK_TIER_KFUNC)
-			tiers[i].selectable = tiers[i].selectable_wanted = tiers[i].selectable_failed = false;
+		if (i == TK_TIER_KFUNC) {
+			tiers[i].selectable = tiers[i].selectable_wanted = false;
+			tiers[i].selectable_err = 0;
+		}
 		pthread_mutex_unlock(&tiers[i].lock);
 	}
 }

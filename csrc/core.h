@@ -218,6 +218,7 @@ struct tk_bpf_tier_info {
 	uint64_t runs;       /* snapshots taken */
 	size_t capacity;     /* kfunc: records the array holds now */
 	int selectable;      /* the loaded program tests the field selection */
+	int selectable_err;  /* kfunc: -errno of the failed load with the tests, or 0 */
 	unsigned loads;      /* objects loaded so far (kfunc reloads to grow or select) */
 	uint32_t insns;      /* the loaded program's instructions, as verified */
 };

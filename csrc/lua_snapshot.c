@@ -815,7 +815,8 @@ static int l_snapshot_take(lua_State *L)
 	return snapshot_push(L, b, fields, use_cache);
 }
 
-/* core.bpf_info(backend) -> {loaded=, selectable=, loads=, insns=, load_ns=, runs=, capacity=}, or nil
+/* core.bpf_info(backend) -> {loaded=, selectable=, selectable_error=, loads=, insns=, load_ns=,
+ * runs=, capacity=}, or nil
  * for a backend that loads nothing (proc) */
 static int l_bpf_info(lua_State *L)
 {
@@ -833,6 +834,12 @@ static int l_bpf_info(lua_State *L)
 	lua_setfield(L, -2, "loaded");
 	lua_pushboolean(L, info.selectable);
 	lua_setfield(L, -2, "selectable");
+	if (info.selectable_err != 0) {
+		/* Not an error of the snapshot: the program without the tests
+		 * serves every selection, only slower. */
+		lua_pushstring(L, strerror(-info.selectable_err));
+		lua_setfield(L, -2, "selectable_error");
+	}
 	lua_pushinteger(L, info.loads);
 	lua_setfield(L, -2, "loads");
 	lua_pushinteger(L, info.insns);
