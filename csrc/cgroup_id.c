@@ -185,19 +185,26 @@ static int cache_grow(struct tk_cgid_cache *c)
 	return 0;
 }
 
-/* A path as /proc/<pid>/cgroup shows it, relative to our cgroup namespace:
- * one leading "/..", which goes above the mount's root, has no directory
- * beneath the mount (id 0). */
-static uint64_t path_stat_id(int mount_fd, const char *path)
+/* A path as /proc/<pid>/cgroup shows it, relative to our cgroup namespace,
+ * made relative to the mount's root ("." for the root); NULL for one
+ * leading "/..", which goes above the mount's root and has no directory
+ * beneath it (id 0). */
+static const char *path_beneath_mount(const char *path)
 {
 	const char *rel = path;
-	struct stat st;
 
 	while (*rel == '/')
 		rel++;
 	if (strcmp(rel, "..") == 0 || strncmp(rel, "../", 3) == 0 || strstr(rel, "/../") != NULL)
-		return 0;
-	if (fstatat(mount_fd, *rel ? rel : ".", &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+		return NULL;
+	return *rel ? rel : ".";
+}
+
+static uint64_t path_stat_id(int dirfd, const char *rel)
+{
+	struct stat st;
+
+	if (rel == NULL || fstatat(dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
 		return 0;
 	return (uint64_t)st.st_ino;
 }
@@ -226,16 +233,34 @@ int tk_cgid_of_path(struct tk_cgid_cache *c, const char *path, size_t len, uint6
 		return -ENOMEM;
 	c->slots[i].path = copy;
 	c->slots[i].hash = h;
-	c->slots[i].id = path_stat_id(c->mount_fd, copy);
+	c->slots[i].id = path_stat_id(c->mount_fd, path_beneath_mount(copy));
 	c->len++;
 	*id = c->slots[i].id;
 	return 0;
 }
 
+/* The unified hierarchy's line of a <pid>/cgroup file, "0::/path" (on a
+ * hybrid host after the v1 lines): the path, or NULL. */
+static char *v2_cgroup_path(char *buf, size_t n, size_t *len)
+{
+	char *line, *end;
+
+	for (line = buf; line < buf + n; line = end + 1) {
+		end = memchr(line, '\n', (size_t)(buf + n - line));
+		if (end == NULL)
+			end = buf + n;
+		if (end - line >= 3 && memcmp(line, "0::", 3) == 0) {
+			*len = (size_t)(end - line - 3);
+			return line + 3;
+		}
+	}
+	return NULL;
+}
+
 int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64_t *id)
 {
-	char path[32], buf[4096];
-	const char *line, *end;
+	char path[32], buf[4096], *cg;
+	size_t len;
 	ssize_t n;
 	int fd;
 
@@ -250,16 +275,36 @@ int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64
 	close(fd);
 	if (n < 0)
 		return errno == ESRCH ? -ESRCH : -errno;
-	buf[n] = '\0';
-	/* The unified hierarchy's line is "0::/path"; on a hybrid host it
-	 * comes after the v1 lines. */
-	for (line = buf; line < buf + n; line = end + 1) {
-		end = memchr(line, '\n', (size_t)(buf + n - line));
-		if (end == NULL)
-			end = buf + n;
-		if (end - line >= 3 && memcmp(line, "0::", 3) == 0)
-			return tk_cgid_of_path(c, line + 3, (size_t)(end - line - 3), id);
+	cg = v2_cgroup_path(buf, (size_t)n, &len);
+	return cg != NULL ? tk_cgid_of_path(c, cg, len, id) : 0;
+}
+
+int tk_init_cgroup_id(int proc_fd, int *fd, const char *mount, uint64_t *id)
+{
+	char buf[4096], full[TK_CG_PATH_MAX], *cg;
+	const char *rel;
+	size_t len;
+	ssize_t n;
+
+	*id = 0;
+	if (*fd < 0) {
+		*fd = openat(proc_fd, "1/cgroup", O_RDONLY | O_CLOEXEC);
+		if (*fd < 0)
+			return -errno;
 	}
+	n = pread(*fd, buf, sizeof buf - 1, 0);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	cg = v2_cgroup_path(buf, (size_t)n, &len);
+	if (cg == NULL)
+		return 0;
+	/* No cache to open for one path: the whole path, one stat. */
+	cg[len] = '\0';
+	rel = path_beneath_mount(cg);
+	if (rel != NULL && (size_t)snprintf(full, sizeof full, "%s/%s", mount, rel) >= sizeof full)
+		return 0;
+	*id = path_stat_id(AT_FDCWD, rel != NULL ? full : NULL);
 	return 0;
 }
 

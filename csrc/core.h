@@ -109,9 +109,12 @@ struct tk_proc_scanner {
 	struct tk_units units;
 	int bad_pid;                 /* pid whose stat failed to parse, for the message */
 	int init_fd;                 /* /proc/1/stat for tk_proc_scan_init, -1 until used */
+	int init_cgroup_fd;          /* /proc/1/cgroup for tk_init_cgroup_id, the same */
 	struct tk_cgid_cache *cgids; /* set: fill cgroup_id from <pid>/cgroup */
 };
 
+/* A scanner that holds nothing, to be opened on first use. */
+void tk_proc_scanner_unopened(struct tk_proc_scanner *s);
 int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path);
 void tk_proc_scanner_close(struct tk_proc_scanner *s);
 /* Closes every cached fd; the scanner stays usable. */
@@ -149,6 +152,11 @@ void tk_cgid_cache_close(struct tk_cgid_cache *c);
 int tk_cgid_of_path(struct tk_cgid_cache *c, const char *path, size_t len, uint64_t *id);
 /* The id of pid's cgroup2 cgroup through proc_fd; -ESRCH when gone. */
 int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64_t *id);
+/* Init's cgroup id, for a BPF tier that cannot see init: its cgroup file
+ * kept open in *fd (-1 until then: init never changes identity), the path
+ * looked up by one stat beneath mount (0 when it has no directory there).
+ * 0 or -errno. */
+int tk_init_cgroup_id(int proc_fd, int *fd, const char *mount, uint64_t *id);
 /* The id of rel (beneath the mount; "" is its root) and, when recursive,
  * of every cgroup beneath it: a malloc'd array the caller frees. */
 int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t *n);

@@ -813,8 +813,7 @@ static int poll_open(struct tk_events *ev, double interval, size_t buffer, char 
 	int err;
 
 	(void)buffer;
-	ev->poll.scanner.proc_fd = -1;
-	ev->poll.scanner.init_fd = -1;
+	tk_proc_scanner_unopened(&ev->poll.scanner);
 	ev->held_fds = 2;
 	if (ev->mask & TK_EV_BIT(TK_EV_EXEC)) {
 		/* A diff of snapshots sees a process's name change, not the exec

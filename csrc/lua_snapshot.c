@@ -1033,9 +1033,7 @@ static void scanner_funcs_open(lua_State *L)
 
 	/* One scanner per Lua state: its fd cache is state, not a global. */
 	sc = lua_newuserdatauv(L, sizeof *sc, 0);
-	memset(sc, 0, sizeof *sc);
-	sc->proc_fd = -1;
-	sc->init_fd = -1;
+	tk_proc_scanner_unopened(sc);
 	luaL_setmetatable(L, TK_SCANNER_MT);
 	luaL_setfuncs(L, scanner_funcs, 1);
 }

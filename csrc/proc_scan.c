@@ -50,10 +50,15 @@ static size_t cache_limit_from_rlimit(void)
 	return (size_t)(rl.rlim_cur / 4);
 }
 
-int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path)
+void tk_proc_scanner_unopened(struct tk_proc_scanner *s)
 {
 	memset(s, 0, sizeof *s);
-	s->init_fd = -1;
+	s->proc_fd = s->init_fd = s->init_cgroup_fd = -1;
+}
+
+int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path)
+{
+	tk_proc_scanner_unopened(s);
 	s->proc_fd = open(proc_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s->proc_fd < 0)
 		return -errno;
@@ -77,7 +82,9 @@ void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s)
 	s->cache_len = 0;
 	if (s->init_fd >= 0)
 		close(s->init_fd);
-	s->init_fd = -1;
+	if (s->init_cgroup_fd >= 0)
+		close(s->init_cgroup_fd);
+	s->init_fd = s->init_cgroup_fd = -1;
 }
 
 void tk_proc_scanner_close(struct tk_proc_scanner *s)

@@ -334,9 +334,11 @@ int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *
  * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
  * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
  * finds it). Its record then comes from /proc and is counted in from_proc,
- * rather than a snapshot silently missing pid 1. out is in pid order. */
+ * rather than a snapshot silently missing pid 1. cgroup_mount: where its
+ * cgroup_id is looked up, NULL for none. out is in pid order. */
 static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scanner *sc,
-                           uint32_t fields, struct tk_recbuf *out, char *why, size_t why_len)
+                           uint32_t fields, const char *cgroup_mount, struct tk_recbuf *out,
+                           char *why, size_t why_len)
 {
 	struct tk_record rec;
 	int err;
@@ -346,6 +348,12 @@ static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scann
 	err = scanner_ensure_open(sc);
 	if (err == 0)
 		err = tk_proc_scan_init(sc, &rec);
+	if (err == 0 && cgroup_mount != NULL) {
+		uint64_t id;
+
+		err = tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, cgroup_mount, &id);
+		rec.cgroup_id = id;
+	}
 	if (err == -EACCES || err == -EPERM) {
 		out->denied++;
 		return 0;
@@ -356,7 +364,7 @@ static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scann
 	}
 	if (err < 0) {
 		snprintf(why, why_len, "%s backend unavailable: init is hidden from BPF here; "
-		         "reading /proc/1/stat: %s", b->name, strerror(-err));
+		         "reading /proc/1: %s", b->name, strerror(-err));
 		return err;
 	}
 	out->from_proc++;
@@ -368,28 +376,36 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 {
 	struct tk_proc_scanner *sc = req->sc;
 	int want_cgroup = (req->fields & TK_F(CGROUP)) != 0;
+	/* <pid>/cgroup is read when cgroup_id is asked for: by proc for every
+	 * record, through a cache of paths; by a BPF tier for a hidden init. */
+	int proc_ids = want_cgroup && !b->may_hide_init;
 	struct tk_cgid_cache cgids;
-	int err, unmounted;
+	char mnt[TK_CG_PATH_MAX];
+	int err = 0, unmounted = 0;
 
 	*time_ns = tk_boottime_ns();
-	/* <pid>/cgroup is read only when cgroup_id is asked for: by proc for
-	 * every record, by a BPF tier for a hidden init. */
-	err = want_cgroup ? tk_cgid_cache_open(&cgids) : 0;
+	if (proc_ids) {
+		err = tk_cgid_cache_open(&cgids);
+		unmounted = err == 0 && cgids.mount_fd < 0;
+	} else if (want_cgroup) {
+		err = tk_cgroup2_mount(mnt, sizeof mnt);
+		unmounted = err == -ENOENT;
+		err = unmounted ? 0 : err;
+	}
 	if (err < 0) {
 		snprintf(why, why_len, "find the cgroup2 mount: %s", strerror(-err));
 		return err;
 	}
-	sc->cgids = want_cgroup ? &cgids : NULL;
+	sc->cgids = proc_ids ? &cgids : NULL;
 	err = b->run(b, req, out, why, why_len);
+	if (proc_ids)
+		tk_cgid_cache_close(&cgids);
+	sc->cgids = NULL;
 	if (err == 0)
 		tk_recbuf_sort(out);
 	if (err == 0 && b->may_hide_init)
-		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_ALL, out, why,
-		                      why_len);
-	unmounted = want_cgroup && cgids.mount_fd < 0;
-	if (want_cgroup)
-		tk_cgid_cache_close(&cgids);
-	sc->cgids = NULL;
+		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_ALL,
+		                      want_cgroup && !unmounted ? mnt : NULL, out, why, why_len);
 	if (err < 0) {
 		tk_recbuf_free(out);
 		return err;
