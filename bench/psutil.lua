@@ -32,11 +32,10 @@ for line in sys.stdin:
 ]]
 
 local py = assert(takana.spawn { PYTHON, "-c", DRIVER, stdin = "pipe", stdout = "pipe" })
-py.stdin:setvbuf("no")
 
 local function psutil_pass()
-  py.stdin:write("go\n")
-  local line = assert(py.stdout:read("l"), "psutil driver died")
+  assert(py.stdin:write("go\n"))
+  local line = assert(py.stdout:read_line(60), "psutil driver died")
   local n, ns = line:match("^(%d+) (%d+)$")
   return tonumber(n), tonumber(ns)
 end
