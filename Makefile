@@ -31,13 +31,16 @@ LLVM_STRIP ?= llvm-strip
 BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 
 CORE_SRC := csrc/util.c csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c csrc/cgroup_id.c \
-	csrc/bpf_snapshot.c csrc/events.c csrc/procinfo.c csrc/cgroup_path.c csrc/signals.c
+	csrc/bpf_snapshot.c csrc/cmdline.c csrc/events.c csrc/procinfo.c csrc/cgroup_path.c csrc/signals.c
 BIND_SRC := csrc/lua_core.c csrc/lua_handle.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c \
 	csrc/lua_events.c csrc/lua_file.c csrc/lua_procinfo.c csrc/lua_signals.c csrc/lua_timer.c csrc/lua_self.c \
 	csrc/lua_unix.c csrc/lua_spawn.c csrc/lua_pipe.c
 OBJS := $(patsubst csrc/%.c,$(OUT)/%.o,$(CORE_SRC) $(BIND_SRC))
 HDRS := $(wildcard csrc/*.h bpf/*.h)
-BPF_PROGS := kfunc iter events
+BPF_PROGS := kfunc iter events argv
+# argv is sleepable, which a light skeleton cannot say (the section name
+# "syscall.s" is newer than Debian 12's libbpf): libbpf's skeleton only.
+LIGHT_PROGS := kfunc iter events
 ifeq ($(BPF),0)
 TK_CFLAGS += -DTK_NO_BPF
 SKELS :=
@@ -45,7 +48,7 @@ else
 TK_CFLAGS += -I$(OUT) $(if $(LIBBPF_INCDIR),-I$(LIBBPF_INCDIR))
 LIBS += $(if $(LIBBPF_LIBDIR),-L$(LIBBPF_LIBDIR)) -lbpf
 SKELS := $(patsubst %,$(OUT)/takana_%.skel.h,$(BPF_PROGS)) \
-	$(patsubst %,$(OUT)/takana_%.lskel.h,$(BPF_PROGS))
+	$(patsubst %,$(OUT)/takana_%.lskel.h,$(LIGHT_PROGS))
 endif
 
 all: takana/core.so
@@ -60,7 +63,7 @@ $(OUT)/config: FORCE | $(OUT)
 $(OUT)/%.o: csrc/%.c $(HDRS) $(OUT)/config | $(OUT)
 	@echo "  CC $<"; $(CC) $(TK_CFLAGS) -c $< -o $@
 
-$(OUT)/bpf_snapshot.o $(OUT)/events.o: $(SKELS)
+$(OUT)/bpf_snapshot.o $(OUT)/events.o $(OUT)/cmdline.o: $(SKELS)
 
 # BPF objects: CO-RE against bpf/vmlinux_min.h, never the build host's BTF;
 # DWARF stripped, BTF kept; embedded in the module as libbpf skeletons.

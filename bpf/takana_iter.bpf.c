@@ -9,7 +9,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* The fields to fill (TK_F_* bits), set by user space before each run: a
  * global, not .rodata, so one loaded program serves every selection. */
-__u32 want_fields = TK_F_ALL;
+__u32 want_fields = TK_F_WALK;
 
 SEC("iter/task")
 int snapshot_iter(struct bpf_iter__task *ctx)

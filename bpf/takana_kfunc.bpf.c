@@ -16,7 +16,7 @@ const volatile __u32 fill_all = 0;
 char LICENSE[] SEC("license") = "GPL";
 
 /* The fields asked for (TK_F_* bits), set by user space before each run. */
-__u32 want_fields = TK_F_ALL;
+__u32 want_fields = TK_F_WALK;
 
 extern int bpf_iter_task_new(struct bpf_iter_task *it, struct task_struct *task,
                              unsigned int flags) __weak __ksym;

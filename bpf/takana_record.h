@@ -47,6 +47,8 @@ struct tk_record {
 	__u64 majflt;
 	__u64 cgroup_id;    /* cgroup v2 id (kernfs node id, the inode number of its
 	                     * directory); 0 when no cgroup2 hierarchy is mounted */
+	__u32 cmdline_off;  /* cmdline: its bytes in the snapshot's text (tk_recbuf) */
+	__u32 cmdline_len;  /* TK_CMDLINE_NONE: not read (gone before its turn) */
 	__u32 state;        /* the one-letter state /proc shows, as ASCII */
 	__u32 comm_len;     /* bytes used in comm (comm may hold any byte, even NUL-free newlines) */
 	char comm[TK_COMM_LEN];
@@ -63,7 +65,10 @@ enum tk_field_kind {
 	TK_KIND_STATE,     /* __u32 holding one ASCII letter: a 1-byte string */
 	TK_KIND_COMM,      /* char[TK_COMM_LEN] with comm_len: a string */
 	TK_KIND_KTHREAD,   /* the TK_REC_KTHREAD bit of flags: a boolean */
+	TK_KIND_CMDLINE,   /* cmdline_off/_len into the snapshot's text: an array */
 };
+
+#define TK_CMDLINE_NONE 0xffffffffu
 
 /*** One process in a snapshot: what `snap:get(pid)`, `rec:totable()` and
  * the views `snap:each()` yields hold. Every backend fills every field with
@@ -90,6 +95,10 @@ enum tk_field_kind {
  *   cgroup's directory under the cgroup2 mount); nil when no cgroup2
  *   hierarchy is mounted, or the cgroup is outside this cgroup namespace's
  *   view; proc backend: only when named in `fields`
+ * @field cmdline its arguments, `{string,...}` as `process:cmdline()` gives
+ *   them (`{}` for a kernel thread or a zombie); only when named in
+ *   `fields`, on every backend; nil for a process that exited before its
+ *   arguments were read
  */
 
 /* The record's fields as Lua sees them, in the order they are listed (the
@@ -118,7 +127,8 @@ enum tk_field_kind {
 	X(MINFLT, minflt, minflt, U64) \
 	X(MAJFLT, majflt, majflt, U64) \
 	X(KTHREAD, kthread, flags, KTHREAD) \
-	X(CGROUP, cgroup_id, cgroup_id, CGROUP)
+	X(CGROUP, cgroup_id, cgroup_id, CGROUP) \
+	X(CMDLINE, cmdline, cmdline_len, CMDLINE)
 
 #define TK_FIELD_ENUM(id, name, member, kind) TK_FLD_##id,
 enum tk_field { TK_FIELDS(TK_FIELD_ENUM) TK_FLD_COUNT };
@@ -128,6 +138,9 @@ _Static_assert(TK_FLD_COUNT < 32, "a field selection (TK_F_ALL) is a 32-bit mask
 /* A selection of fields (snapshot{fields=...}): one bit per tk_field. */
 #define TK_F(id) (1u << TK_FLD_##id)
 #define TK_F_ALL ((1u << TK_FLD_COUNT) - 1u)
+/* What a walk fills: every field but cmdline, which a pass after the walk
+ * reads (tk_cmdline_fill), only when named. */
+#define TK_F_WALK (TK_F_ALL & ~TK_F(CMDLINE))
 /* Read whatever is selected: identity (pid, start) and liveness (state)
  * cost nothing beyond the task itself, and deltas and the reaping check
  * need them; they are exposed only when asked for. */

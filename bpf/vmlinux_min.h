@@ -50,6 +50,10 @@ enum {
 };
 
 /* Opaque kfunc iterator state: the verifier matches it by name and size. */
+struct bpf_iter_num {
+	__u64 __opaque[1];
+} __attribute__((aligned(8)));
+
 struct bpf_iter_task {
 	__u64 __opaque[3];
 } __attribute__((aligned(8)));
@@ -200,6 +204,7 @@ struct task_struct {
 	__u64 utime;
 	__u64 stime;
 	__u64 start_boottime;
+	__u64 self_exec_id;
 	unsigned long min_flt;
 	unsigned long maj_flt;
 	char comm[16];

@@ -670,7 +670,7 @@ static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t 
 		if (fields & (TK_F(UTIME) | TK_F(STIME)))
 			tk_cputime_adjust(src, r);
 		/* What the program did not fill holds a former record's. */
-		if (fields != TK_F_ALL)
+		if (fields != TK_F_WALK)
 			tk_record_mask(r, fields);
 	}
 	return 0;
@@ -824,12 +824,12 @@ static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *re
                    struct tk_recbuf *out, char *why, size_t why_len)
 {
 	struct tier *t = &tiers[b->tier];
-	uint32_t fields = (req->fields | TK_F_ALWAYS) & TK_F_ALL;
+	uint32_t fields = (req->fields | TK_F_ALWAYS) & TK_F_WALK;
 	char reason[WHY_LEN + 64];
 	int err;
 
 	pthread_mutex_lock(&t->lock);
-	if (fields != TK_F_ALL && !t->selectable && t->selectable_err == 0)
+	if (fields != TK_F_WALK && !t->selectable && t->selectable_err == 0)
 		t->selectable_wanted = true;
 	err = tier_ensure_loaded(t);
 	if (err < 0)
@@ -901,13 +901,13 @@ __attribute__((destructor)) void tk_bpf_release(void)
 /* ---- the snapshot backends, best first ------------------------------------ */
 
 const struct tk_snap_backend tk_snap_backends[] = {
-	{ .name = "kfunc", .default_fields = TK_F_ALL, .tier = TK_TIER_KFUNC,
+	{ .name = "kfunc", .default_fields = TK_F_WALK, .tier = TK_TIER_KFUNC,
 	  .may_hide_init = 1, .run = bpf_run },
-	{ .name = "iter", .default_fields = TK_F_ALL, .tier = TK_TIER_ITER,
+	{ .name = "iter", .default_fields = TK_F_WALK, .tier = TK_TIER_ITER,
 	  .may_hide_init = 1, .run = bpf_run },
 	/* By default every field but cgroup_id: reading <pid>/cgroup too
 	 * would double the cost of every /proc snapshot. */
-	{ .name = "proc", .default_fields = TK_F_ALL & ~TK_F(CGROUP), .tier = -1,
+	{ .name = "proc", .default_fields = TK_F_WALK & ~TK_F(CGROUP), .tier = -1,
 	  .run = tk_snap_proc_run },
 	{ .name = NULL },
 };

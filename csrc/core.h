@@ -35,6 +35,9 @@ struct tk_recbuf {
 	size_t vanished;   /* listed, then gone before it could be read */
 	size_t denied;     /* listed, but not readable (hidepid=1 and the like) */
 	size_t from_proc;  /* hidden from a BPF walk, read from /proc instead */
+	char *text;        /* the records' cmdline bytes (cmdline_off/_len) */
+	size_t text_len, text_cap;
+	const char *cmdline_from;  /* "bpf" or "proc": who read them; NULL: not asked */
 };
 
 struct tk_record *tk_recbuf_push(struct tk_recbuf *rb);   /* NULL on ENOMEM */
@@ -208,6 +211,21 @@ const struct tk_snap_backend *tk_snap_backend_find(const char *name);
  * out is freed and why holds the message after "snapshot: ". */
 int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *req,
                      struct tk_recbuf *out, uint64_t *time_ns, char *why, size_t why_len);
+
+/* ---- the cmdline field (cmdline.c) ---------------------------------------- */
+
+/* Fills every record's cmdline_off/_len (TK_CMDLINE_NONE for a process gone
+ * before its turn) and out->cmdline_from: through the argv BPF program when
+ * global_pids (the records came from a BPF walk) and it loads, else, and
+ * for what it leaves, from /proc through proc_fd. 0, or -errno with why. */
+int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, int proc_fd, char *why,
+                    size_t why_len);
+/* The argv program: 0 not tried, 1 loaded, -errno (and why) of its load. */
+int tk_cmdline_bpf_state(char *why, size_t why_len);
+void tk_cmdline_release(void);
+/* The same process: the same pid and a start time within one clock tick. */
+int tk_same_process(const struct tk_record *a, const struct tk_record *b, uint64_t tick);
+
 /* The proc backend's run (snapshot.c). */
 int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
                      struct tk_recbuf *out, char *why, size_t why_len);

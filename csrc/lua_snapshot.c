@@ -46,9 +46,53 @@ static uint64_t member_u64(const struct tk_record *r, const struct tk_field_desc
 	return v;
 }
 
+/* Arguments as process:cmdline() splits /proc/<pid>/cmdline: a NUL ends
+ * each one (empty ones kept). */
+static void argv_table_push(lua_State *L, const char *buf, size_t len)
+{
+	size_t start = 0;
+	lua_Integer n = 0;
+
+	lua_createtable(L, 4, 0);
+	if (len == 0)
+		return;
+	for (size_t i = 0, end = buf[len - 1] == '\0' ? len - 1 : len; i <= end; i++) {
+		if (i == end || buf[i] == '\0') {
+			lua_pushlstring(L, buf + start, i - start);
+			lua_rawseti(L, -2, ++n);
+			start = i + 1;
+		}
+	}
+}
+
+/* The record's cmdline as a table, or nil. Its bytes are copied first, to
+ * the C stack when short, else to a Lua string: the table's allocations
+ * can run a finalizer that frees text. */
+static void cmdline_push(lua_State *L, const struct tk_record *r, const char *text)
+{
+	char small[512];
+
+	if (r->cmdline_len == TK_CMDLINE_NONE || text == NULL) {
+		lua_pushnil(L);
+	} else if (r->cmdline_len <= sizeof small) {
+		memcpy(small, text + r->cmdline_off, r->cmdline_len);
+		argv_table_push(L, small, r->cmdline_len);
+	} else {
+		size_t len;
+		const char *copy;
+
+		lua_pushlstring(L, text + r->cmdline_off, r->cmdline_len);
+		copy = lua_tolstring(L, -1, &len);
+		argv_table_push(L, copy, len);
+		lua_remove(L, -2);
+	}
+}
+
 /* nil for a field the snapshot was not asked for, and for a cgroup_id of 0
- * (no cgroup2 hierarchy mounted, or a cgroup outside this namespace's). */
-static void field_push(lua_State *L, const struct tk_record *r, int id, uint32_t fields)
+ * (no cgroup2 hierarchy mounted, or a cgroup outside this namespace's).
+ * text: the snapshot's, for cmdline. */
+static void field_push(lua_State *L, const struct tk_record *r, int id, uint32_t fields,
+                       const char *text)
 {
 	const struct tk_field_desc *d = &tk_record_fields[id];
 
@@ -77,23 +121,37 @@ static void field_push(lua_State *L, const struct tk_record *r, int id, uint32_t
 	}
 	case TK_KIND_COMM: lua_pushlstring(L, r->comm, r->comm_len); break;
 	case TK_KIND_KTHREAD: lua_pushboolean(L, r->flags & TK_REC_KTHREAD); break;
+	case TK_KIND_CMDLINE: cmdline_push(L, r, text); break;
 	default: lua_pushnil(L); break;
 	}
 }
 
 /* Every allocation below may run a collection step, and with it any
- * finalizer, which can reach a snapshot's __gc by hand: read from a copy. */
-static void record_table_push(lua_State *L, const struct tk_record *r, uint32_t fields)
+ * finalizer, which can reach a snapshot's __gc by hand: read from copies. */
+static void record_table_push(lua_State *L, const struct tk_record *r, uint32_t fields,
+                              const char *text)
 {
 	struct tk_record rec = *r;
+	int want_cmdline = (fields & TK_F(CMDLINE)) != 0;
 
+	/* First, while text is certainly there. */
+	if (want_cmdline)
+		cmdline_push(L, &rec, text);
 	lua_createtable(L, 0, TK_FLD_COUNT);
 	for (int id = 0; id < TK_FLD_COUNT; id++) {
 		if (!(fields & (1u << id)))
 			continue;
-		field_push(L, &rec, id, fields);
+		if (id == TK_FLD_CMDLINE) {
+			if (lua_isnil(L, -2))
+				continue;
+			lua_pushvalue(L, -2);
+		} else {
+			field_push(L, &rec, id, fields, NULL);
+		}
 		lua_setfield(L, -2, tk_record_fields[id].name);
 	}
+	if (want_cmdline)
+		lua_remove(L, -2);
 }
 
 static struct lsnap *snap_alive(lua_State *L, struct lsnap *s)
@@ -131,7 +189,8 @@ static struct lsnap *record_snap(lua_State *L, int idx)
 }
 
 /* The record the view shows, checked against its snapshot on every use. */
-static const struct tk_record *record_check(lua_State *L, int idx, uint32_t *fields)
+static const struct tk_record *record_check(lua_State *L, int idx, uint32_t *fields,
+                                            const char **text)
 {
 	struct lrecord *r = luaL_checkudata(L, idx, TK_RECORD_MT);
 	struct lsnap *s = record_snap(L, idx);
@@ -144,6 +203,7 @@ static const struct tk_record *record_check(lua_State *L, int idx, uint32_t *fie
 	if (r->idx >= s->rb.len)
 		luaL_error(L, "record view past the end of its snapshot");
 	*fields = s->fields;
+	*text = s->rb.text;
 	return &s->rb.recs[r->idx];
 }
 
@@ -151,11 +211,12 @@ static const struct tk_record *record_check(lua_State *L, int idx, uint32_t *fie
 static int record_index(lua_State *L)
 {
 	uint32_t fields;
-	const struct tk_record *r = record_check(L, 1, &fields);
+	const char *text;
+	const struct tk_record *r = record_check(L, 1, &fields, &text);
 
 	lua_pushvalue(L, 2);
 	if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TNUMBER) {
-		field_push(L, r, (int)lua_tointeger(L, -1), fields);
+		field_push(L, r, (int)lua_tointeger(L, -1), fields, text);
 		return 1;
 	}
 	lua_pushvalue(L, 2);
@@ -169,9 +230,10 @@ static int record_index(lua_State *L)
 static int record_totable(lua_State *L)
 {
 	uint32_t fields;
-	const struct tk_record *r = record_check(L, 1, &fields);
+	const char *text;
+	const struct tk_record *r = record_check(L, 1, &fields, &text);
 	tk_check_nargs(L, 1);
-	record_table_push(L, r, fields);
+	record_table_push(L, r, fields, text);
 	return 1;
 }
 
@@ -241,7 +303,7 @@ static int snap_get(lua_State *L)
 	if (r == NULL)
 		lua_pushnil(L);
 	else
-		record_table_push(L, r, s->fields);
+		record_table_push(L, r, s->fields, s->rb.text);
 	return 1;
 }
 
@@ -256,7 +318,7 @@ static int snap_totable(lua_State *L)
 	/* Checked again on each turn: a finalizer run by an allocation can
 	 * call __gc by hand. */
 	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
-		record_table_push(L, &s->rb.recs[i], s->fields);
+		record_table_push(L, &s->rb.recs[i], s->fields, s->rb.text);
 		lua_rawseti(L, -2, (lua_Integer)i + 1);
 	}
 	return 1;
@@ -614,6 +676,10 @@ static int snap_index(lua_State *L)
 			lua_pushinteger(L, (lua_Integer)s->rb.from_proc);
 			return 1;
 		}
+		if (strcmp(key, "cmdline_from") == 0) {
+			lua_pushstring(L, s->rb.cmdline_from);
+			return 1;
+		}
 	}
 	lua_pushvalue(L, 2);
 	lua_rawget(L, lua_upvalueindex(1));
@@ -853,6 +919,24 @@ static int l_bpf_info(lua_State *L)
 	return 1;
 }
 
+/* core.argv_info() -> {state = "not tried" | "loaded" | "failed", error = msg}:
+ * the program that reads a BPF snapshot's cmdline field. */
+static int l_argv_info(lua_State *L)
+{
+	char why[256];
+	int state = tk_cmdline_bpf_state(why, sizeof why);
+
+	tk_check_nargs(L, 0);
+	lua_createtable(L, 0, 2);
+	lua_pushstring(L, state == 0 ? "not tried" : state > 0 ? "loaded" : "failed");
+	lua_setfield(L, -2, "state");
+	if (state < 0) {
+		lua_pushstring(L, why);
+		lua_setfield(L, -2, "error");
+	}
+	return 1;
+}
+
 /* core.bpf_kfunc_capacity(n): reload the kfunc tier with room for n
  * records before its next run (for specs of the growth path). */
 static int l_bpf_kfunc_capacity(lua_State *L)
@@ -891,7 +975,7 @@ static int l_stat_parse(lua_State *L)
 	err = tk_stat_parse(text, len, &units, &rec);
 	if (err < 0)
 		return tk_push_error(L, "stat_parse", err);
-	record_table_push(L, &rec, TK_F_ALL);
+	record_table_push(L, &rec, TK_F_WALK, NULL);
 	return 1;
 }
 
@@ -913,7 +997,7 @@ static int l_snapshot_from_stat(lua_State *L)
 	/* Created first: its __gc frees the records if a bad line raises. */
 	s = lua_newuserdatauv(L, sizeof *s, 0);
 	memset(s, 0, sizeof *s);
-	s->fields = TK_F_ALL;
+	s->fields = TK_F_WALK;
 	s->backend = "stat";
 	luaL_setmetatable(L, TK_SNAPSHOT_MT);
 	s->time_ns = tk_boottime_ns();
@@ -1063,6 +1147,7 @@ void tk_snapshot_open(lua_State *L)
 		{ "stat_parse", l_stat_parse },
 		{ "snapshot_from_stat", l_snapshot_from_stat },
 		{ "bpf_info", l_bpf_info },
+		{ "argv_info", l_argv_info },
 		{ "bpf_kfunc_capacity", l_bpf_kfunc_capacity },
 		{ "bpf_release", l_bpf_release },
 		{ NULL, NULL },

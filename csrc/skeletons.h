@@ -16,6 +16,7 @@
 #include "takana_kfunc.skel.h"
 #include "takana_iter.skel.h"
 #include "takana_events.skel.h"
+#include "takana_argv.skel.h"
 #include "takana_kfunc.lskel.h"
 #include "takana_iter.lskel.h"
 #include "takana_events.lskel.h"

@@ -25,8 +25,10 @@ struct tk_record *tk_recbuf_push(struct tk_recbuf *rb)
 void tk_recbuf_free(struct tk_recbuf *rb)
 {
 	free(rb->recs);
+	free(rb->text);
 	rb->recs = NULL;
-	rb->len = rb->cap = 0;
+	rb->text = NULL;
+	rb->len = rb->cap = rb->text_len = rb->text_cap = 0;
 }
 
 static int record_cmp(const void *a, const void *b)
@@ -180,6 +182,7 @@ void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
 #define TK_KIND_SIZE_STATE 4
 #define TK_KIND_SIZE_COMM TK_COMM_LEN
 #define TK_KIND_SIZE_KTHREAD 4
+#define TK_KIND_SIZE_CMDLINE 4
 #define FIELD_CHECK(id, name, member, kind) \
 	_Static_assert(sizeof(((struct tk_record *)0)->member) == TK_KIND_SIZE_##kind, \
 	               "record field " #name ": member size does not match kind " #kind);
@@ -404,8 +407,15 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 	if (err == 0)
 		tk_recbuf_sort(out);
 	if (err == 0 && b->may_hide_init)
-		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_ALL,
+		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_WALK,
 		                      want_cgroup && !unmounted ? mnt : NULL, out, why, why_len);
+	if (err == 0 && (req->fields & TK_F(CMDLINE))) {
+		err = scanner_ensure_open(sc);
+		if (err < 0)
+			snprintf(why, why_len, "open /proc: %s", strerror(-err));
+		else
+			err = tk_cmdline_fill(out, b->tier >= 0, sc->proc_fd, why, why_len);
+	}
 	if (err < 0) {
 		tk_recbuf_free(out);
 		return err;
@@ -427,7 +437,7 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
  * one tick of its last start would need the whole pid space to wrap in
  * that time, so a reused pid (a later start) still reads as another
  * process. */
-static int same_process(const struct tk_record *a, const struct tk_record *b, uint64_t tick)
+int tk_same_process(const struct tk_record *a, const struct tk_record *b, uint64_t tick)
 {
 	uint64_t d = a->start_ns > b->start_ns ? a->start_ns - b->start_ns
 	                                        : b->start_ns - a->start_ns;
@@ -452,7 +462,7 @@ int tk_recbuf_join(const struct tk_recbuf *a, const struct tk_recbuf *b, tk_join
 		} else if (ra == NULL || rb->pid < ra->pid) {
 			j++;
 			ret = fn(ctx, TK_JOIN_NEW, NULL, rb);
-		} else if (!same_process(ra, rb, units.ns_per_tick)) {
+		} else if (!tk_same_process(ra, rb, units.ns_per_tick)) {
 			i++;
 			j++;
 			ret = fn(ctx, TK_JOIN_GONE, ra, NULL);

@@ -1,0 +1,304 @@
+/* A snapshot's cmdline field, read after the walk: by the argv BPF program
+ * where a BPF tier walked and it loads (one test run copies every
+ * process's argument area), else from /proc/<pid>/cmdline, where the
+ * record's start time confirms the process that answered. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "util.h"
+
+#ifndef TK_NO_BPF
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "../bpf/takana_argv.h"
+#include "skeletons.h"
+#endif
+
+/* cmdline can be as long as the exec limits allow (a quarter of the
+ * stack rlimit); read on while the file gives more. */
+#define PROC_READ_FIRST 4096
+
+static int text_reserve(struct tk_recbuf *rb, size_t n, char **at)
+{
+	if (rb->text_len + n > UINT32_MAX)
+		return -E2BIG;
+	if (rb->text_len + n > rb->text_cap) {
+		char *text = tk_grow(rb->text, &rb->text_cap, rb->text_len + n, 1, 1 << 16);
+		if (text == NULL)
+			return -ENOMEM;
+		rb->text = text;
+	}
+	*at = rb->text + rb->text_len;
+	return 0;
+}
+
+/* The record's process is alive now, with the record's start time: pid
+ * reuse needs its holder reaped, so whatever was opened by this pid since
+ * the walk was that process's. */
+static int proc_same_process(int proc_fd, const struct tk_record *r, const struct tk_units *u)
+{
+	char path[32], buf[1024];
+	struct tk_record now;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "%u/stat", r->pid);
+	fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf);
+	close(fd);
+	if (n <= 0 || (size_t)n == sizeof buf || tk_stat_parse(buf, (size_t)n, u, &now) < 0)
+		return 0;
+	return tk_same_process(r, &now, u->ns_per_tick);
+}
+
+/* One record's arguments from /proc, appended to out->text. */
+static int proc_cmdline(int proc_fd, const struct tk_units *u, struct tk_recbuf *out,
+                        struct tk_record *r)
+{
+	char path[32], *at;
+	size_t start = out->text_len, len = 0, want = PROC_READ_FIRST;
+	ssize_t n;
+	int fd, err = 0;
+
+	r->cmdline_len = TK_CMDLINE_NONE;
+	snprintf(path, sizeof path, "%u/cmdline", r->pid);
+	fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;      /* gone, or hidden from us (hidepid): nil */
+	for (;;) {
+		err = text_reserve(out, len + want, &at);
+		if (err < 0)
+			break;
+		n = read(fd, out->text + start + len, want);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		want *= 2;
+	}
+	close(fd);
+	if (err < 0)
+		return err;
+	if (n < 0 || !proc_same_process(proc_fd, r, u))
+		return 0;
+	r->cmdline_off = (uint32_t)start;
+	r->cmdline_len = (uint32_t)len;
+	out->text_len = start + len;
+	return 0;
+}
+
+#ifndef TK_NO_BPF
+/* The argv program, loaded on first use and kept for the process. */
+static struct {
+	pthread_mutex_t lock;
+	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
+	char why[160];
+	struct takana_argv *skel;
+	struct tk_argv_slot *slots;   /* mmaped */
+	const char *text;             /* mmaped read-only */
+	int prog_fd;
+} argv_prog = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int argv_load(void)
+{
+	struct takana_argv *skel;
+	int err;
+
+	skel = takana_argv__open();
+	if (skel == NULL)
+		return -errno;
+	err = bpf_program__set_flags(skel->progs.read_argv, BPF_F_SLEEPABLE);
+	if (err == 0)
+		err = takana_argv__load(skel);
+	if (err != 0) {
+		takana_argv__destroy(skel);
+		return err < 0 ? err : -EINVAL;
+	}
+	/* The skeleton maps .bss; the arrays are mapped here. */
+	argv_prog.slots = mmap(NULL, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS,
+	                       PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(skel->maps.slots), 0);
+	if (argv_prog.slots == MAP_FAILED) {
+		err = -errno;
+		argv_prog.slots = NULL;
+		takana_argv__destroy(skel);
+		return err;
+	}
+	argv_prog.text = mmap(NULL, TK_ARGV_TEXT, PROT_READ, MAP_SHARED,
+	                      bpf_map__fd(skel->maps.text), 0);
+	if (argv_prog.text == MAP_FAILED) {
+		err = -errno;
+		argv_prog.text = NULL;
+		munmap(argv_prog.slots, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS);
+		argv_prog.slots = NULL;
+		takana_argv__destroy(skel);
+		return err;
+	}
+	argv_prog.skel = skel;
+	argv_prog.prog_fd = bpf_program__fd(skel->progs.read_argv);
+	return 0;
+}
+
+/* One run over records [first, first + n): what it read goes into out's
+ * text; the rest of those records stay for /proc. Returns how many records
+ * it finished (a full text stops it early), or -errno. */
+static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask_proc)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts);
+	uint32_t done;
+	char *at;
+	int err;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct tk_record *r = &out->recs[first + i];
+
+		argv_prog.slots[i].pid = r->pid;
+		argv_prog.slots[i].start_ns = r->start_ns;
+		argv_prog.slots[i].status = TK_ARGV_ASK_PROC;
+	}
+	argv_prog.skel->bss->count = (uint32_t)n;
+	if (bpf_prog_test_run_opts(argv_prog.prog_fd, &opts) != 0)
+		return -errno;
+	done = argv_prog.skel->bss->next;
+	if (done > n || argv_prog.skel->bss->used > TK_ARGV_TEXT)
+		return -EIO;
+	err = text_reserve(out, argv_prog.skel->bss->used, &at);
+	if (err < 0)
+		return err;
+	for (uint32_t i = 0; i < done; i++) {
+		const struct tk_argv_slot *s = &argv_prog.slots[i];
+		struct tk_record *r = &out->recs[first + i];
+
+		switch (s->status) {
+		case TK_ARGV_OK:
+			if (s->off > TK_ARGV_TEXT || s->len > TK_ARGV_TEXT - s->off)
+				return -EIO;
+			r->cmdline_off = (uint32_t)out->text_len;
+			r->cmdline_len = s->len;
+			memcpy(out->text + out->text_len, argv_prog.text + s->off, s->len);
+			out->text_len += s->len;
+			break;
+		case TK_ARGV_EMPTY:
+			r->cmdline_off = 0;
+			r->cmdline_len = 0;
+			break;
+		case TK_ARGV_GONE:
+			r->cmdline_len = TK_CMDLINE_NONE;
+			break;
+		default:
+			ask_proc[first + i] = 1;
+			break;
+		}
+	}
+	return done;
+}
+
+/* Every record through the argv program, those it leaves marked in
+ * ask_proc; -errno (with why) when it cannot run at all. */
+static int argv_fill(struct tk_recbuf *out, uint8_t *ask_proc, char *why, size_t why_len)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&argv_prog.lock);
+	if (argv_prog.state == 0) {
+		err = argv_load();
+		argv_prog.state = err < 0 ? err : 1;
+		if (err < 0)
+			snprintf(argv_prog.why, sizeof argv_prog.why,
+			         "the argv program did not load (Linux >= 6.4 and root): %s",
+			         strerror(-err));
+	}
+	if (argv_prog.state < 0) {
+		err = argv_prog.state;
+		snprintf(why, why_len, "%s", argv_prog.why);
+	}
+	for (size_t first = 0; err == 0 && first < out->len;) {
+		size_t n = out->len - first;
+		long done = argv_run(out, first, n < TK_ARGV_SLOTS ? n : TK_ARGV_SLOTS, ask_proc);
+
+		if (done <= 0) {
+			err = done < 0 ? (int)done : -EIO;
+			snprintf(why, why_len, "the argv program's run: %s", strerror(-err));
+		} else {
+			first += (size_t)done;
+		}
+	}
+	pthread_mutex_unlock(&argv_prog.lock);
+	return err;
+}
+
+int tk_cmdline_bpf_state(char *why, size_t why_len)
+{
+	int state;
+
+	pthread_mutex_lock(&argv_prog.lock);
+	state = argv_prog.state;
+	snprintf(why, why_len, "%s", state < 0 ? argv_prog.why : "");
+	pthread_mutex_unlock(&argv_prog.lock);
+	return state;
+}
+
+void tk_cmdline_release(void)
+{
+	pthread_mutex_lock(&argv_prog.lock);
+	if (argv_prog.text != NULL)
+		munmap((void *)(uintptr_t)argv_prog.text, TK_ARGV_TEXT);
+	if (argv_prog.slots != NULL)
+		munmap(argv_prog.slots, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS);
+	takana_argv__destroy(argv_prog.skel);
+	argv_prog.text = NULL;
+	argv_prog.slots = NULL;
+	argv_prog.skel = NULL;
+	argv_prog.state = 0;
+	pthread_mutex_unlock(&argv_prog.lock);
+}
+#else
+static int argv_fill(struct tk_recbuf *out, uint8_t *ask_proc, char *why, size_t why_len)
+{
+	(void)out;
+	(void)ask_proc;
+	snprintf(why, why_len, "built without BPF");
+	return -ENOTSUP;
+}
+
+int tk_cmdline_bpf_state(char *why, size_t why_len)
+{
+	snprintf(why, why_len, "built without BPF");
+	return -ENOTSUP;
+}
+
+void tk_cmdline_release(void)
+{
+}
+#endif
+
+int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, int proc_fd, char *why,
+                    size_t why_len)
+{
+	struct tk_units units;
+	uint8_t *ask_proc = calloc(out->len ? out->len : 1, 1);
+	int from_bpf, err = 0;
+
+	if (ask_proc == NULL)
+		return -ENOMEM;
+	tk_units_init(&units);
+	/* bpf_task_from_pid takes global pids: only a BPF walk's (those tiers
+	 * refuse a foreign pid namespace). */
+	from_bpf = global_pids && argv_fill(out, ask_proc, why, why_len) == 0;
+	out->cmdline_from = from_bpf ? "bpf" : "proc";
+	for (size_t i = 0; i < out->len && err == 0; i++) {
+		if (!from_bpf || ask_proc[i])
+			err = proc_cmdline(proc_fd, &units, out, &out->recs[i]);
+	}
+	free(ask_proc);
+	if (err < 0)
+		snprintf(why, why_len, "reading cmdline: %s", strerror(-err));
+	return err;
+}
