@@ -105,7 +105,8 @@ local ok, err = pcall(function()
     print(("  %-60s %7.1fx   target >= 20x  %s"):format("psutil / " .. cases[i].name .. " (per process)", x,
       x >= 20 and "met" or "MISSED"))
   end
-  print(("  whole host, one call: psutil %.1f ms, takana %.1f ms (%s), %.1f ms (proc); cmdline as a field %.1f ms (%s), %.1f ms (proc)"):format(
+  print(("  whole host, one call: psutil %.1f ms, takana %.1f ms (%s), %.1f ms (proc); "
+    .. "cmdline as a field %.1f ms (%s), %.1f ms (proc)"):format(
     res[cases[1].name].min / 1e6, res[cases[2].name].min / 1e6, backend, res[cases[3].name].min / 1e6,
     res[cases[4].name].min / 1e6, backend, res[cases[5].name].min / 1e6))
 end)

@@ -154,7 +154,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: fixture [--name N] [--threads N] [--exited-threads N] "
 	                "[--burn-ms MS] [--touch-mb MB] [--zombie] [--nice N] [--setsid] "
-	                "[--spin] [--tree] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS] [--thread-storm N] [--cn-send PORTID exit|seq|cpu PID] "
+	                "[--spin] [--tree] [--argv-unterminated] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS] [--thread-storm N] [--cn-send PORTID exit|seq|cpu PID] "
 	                "[--chdir DIR] [--nofile SOFT] [--oom-adj N] [--open N] [-- ARGS (ignored)]\n");
 	exit(2);
 }
@@ -165,7 +165,7 @@ int main(int argc, char **argv)
 	long threads = 0, exited_threads = 0, touch_mb = 0, herd = 0, nice_v = 0, trickle = 0;
 	double churn_s = 0;
 	unsigned life = 60;
-	int zombie = 0, do_setsid = 0, set_nice = 0, spin = 0, tree = 0;
+	int zombie = 0, do_setsid = 0, set_nice = 0, spin = 0, tree = 0, unterminate = 0;
 	const char *chdir_to = NULL, *oom_adj = NULL;
 	long nofile = -1, open_n = 0;
 	pid_t zombie_pid = 0;
@@ -178,6 +178,7 @@ int main(int argc, char **argv)
 		if (strcmp(a, "--setsid") == 0) { do_setsid = 1; continue; }
 		if (strcmp(a, "--spin") == 0) { spin = 1; continue; }
 		if (strcmp(a, "--tree") == 0) { tree = 1; continue; }
+		if (strcmp(a, "--argv-unterminated") == 0) { unterminate = 1; continue; }
 		/* The rest are argv for the process-object specs (spaces, empty
 		 * strings): carried, not read. */
 		if (strcmp(a, "--") == 0)
@@ -209,6 +210,10 @@ int main(int argc, char **argv)
 		else usage();
 	}
 	die_with_parent(life);
+	/* The NUL ending the argument area becomes a space, as a title set
+	 * over argv can leave it: /proc then reads on into the environment. */
+	if (unterminate)
+		argv[argc - 1][strlen(argv[argc - 1])] = ' ';
 	if (do_setsid)
 		setsid();
 	if (set_nice)

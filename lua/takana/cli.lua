@@ -1,6 +1,7 @@
 --- The `takana` command: subcommands over the module.
 -- Exit codes: 0 success, 1 runtime failure, 2 bad usage.
 local takana = require "takana"
+local core = require "takana.core"
 local util = require "takana.util"
 
 local M = {}
@@ -196,9 +197,12 @@ local function row_context()
     return path and printable(path) or "?"
   end
   function ctx.cmd(p)
-    local proc = takana.process(p.pid)
-    local argv = proc and proc:cmdline()
-    if proc then proc:close() end
+    local argv = p.cmdline
+    if argv == nil then
+      local proc = takana.process(p.pid)
+      argv = proc and proc:cmdline()
+      if proc then proc:close() end
+    end
     if not argv or #argv == 0 then return "[" .. printable(p.comm) .. "]" end
     local words = {}
     for i, a in ipairs(argv) do words[i] = shell_word(a) end
@@ -301,7 +305,20 @@ function M.ps(args)
     members = {}
     for _, pid in ipairs(pids) do members[pid] = true end
   end
-  local snap, err = takana.snapshot { backend = backend }
+  -- The default record, plus cmdline for the cmd column: read in the
+  -- snapshot (after a BPF walk, by one BPF run for every process). A /proc
+  -- walk reads cgroup_id only when named.
+  local record
+  for _, f in ipairs(fields) do
+    if f == "cmd" then
+      local by_proc = backend == "proc" or backend == "cheapest"
+      record = {}
+      for _, name in ipairs(core.record_fields) do
+        if name ~= "cgroup_id" or not by_proc then record[#record + 1] = name end
+      end
+    end
+  end
+  local snap, err = takana.snapshot { backend = backend, fields = record }
   if not snap then fail(err) end
   local show = function(p) return (opts.k or not p.kthread) and (not members or members[p.pid]) end
   local ctx = row_context()
