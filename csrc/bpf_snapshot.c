@@ -880,10 +880,12 @@ int tk_bpf_kfunc_set_capacity(size_t capacity)
 	return 0;
 }
 
-/* Closes every program, map and link: nothing is pinned, so the kernel
- * frees them. Also run when the module is unloaded or the process exits. */
+/* Closes every program, map and link (the argv program's too): nothing is
+ * pinned, so the kernel frees them. Also run when the module is unloaded or
+ * the process exits. */
 __attribute__((destructor)) void tk_bpf_release(void)
 {
+	tk_cmdline_release();
 	for (int i = 0; i < TK_TIER_COUNT; i++) {
 		pthread_mutex_lock(&tiers[i].lock);
 		tiers[i].unload(&tiers[i]);

@@ -953,7 +953,8 @@ static int l_bpf_kfunc_capacity(lua_State *L)
 	return 1;
 }
 
-/* core.bpf_release(): unload both tiers now (they load again on use). */
+/* core.bpf_release(): unload both tiers and the argv program now (they load
+ * again on use). */
 static int l_bpf_release(lua_State *L)
 {
 	tk_check_nargs(L, 0);
