@@ -60,38 +60,54 @@ static int proc_same_process(int proc_fd, const struct tk_record *r, const struc
 	return tk_same_process(r, &now, u->ns_per_tick);
 }
 
-/* One record's arguments from /proc, appended to out->text. */
+int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r)
+{
+	size_t start = out->text_len, len = 0, want = PROC_READ_FIRST;
+	char *at;
+	ssize_t n;
+	int err;
+
+	r->cmdline_len = TK_CMDLINE_NONE;
+	for (;;) {
+		err = text_reserve(out, len + want, &at);
+		if (err < 0)
+			return err;
+		n = read(fd, out->text + start + len, want);
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		want *= 2;
+	}
+	r->cmdline_off = (uint32_t)start;
+	r->cmdline_len = (uint32_t)len;
+	out->text_len = start + len;
+	return 0;
+}
+
+/* One record's arguments from /proc, appended to out->text; nil (NONE)
+ * for a process gone, or hidden from us (hidepid). */
 static int proc_cmdline(int proc_fd, const struct tk_units *u, struct tk_recbuf *out,
                         struct tk_record *r)
 {
-	char path[32], *at;
-	size_t start = out->text_len, len = 0, want = PROC_READ_FIRST;
-	ssize_t n;
-	int fd, err = 0;
+	char path[32];
+	size_t start = out->text_len;
+	int fd, err;
 
 	r->cmdline_len = TK_CMDLINE_NONE;
 	snprintf(path, sizeof path, "%u/cmdline", r->pid);
 	fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return 0;      /* gone, or hidden from us (hidepid): nil */
-	for (;;) {
-		err = text_reserve(out, len + want, &at);
-		if (err < 0)
-			break;
-		n = read(fd, out->text + start + len, want);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-		want *= 2;
-	}
-	close(fd);
-	if (err < 0)
-		return err;
-	if (n < 0 || !proc_same_process(proc_fd, r, u))
 		return 0;
-	r->cmdline_off = (uint32_t)start;
-	r->cmdline_len = (uint32_t)len;
-	out->text_len = start + len;
+	err = tk_cmdline_read(fd, out, r);
+	close(fd);
+	if (err == -ENOMEM || err == -E2BIG)
+		return err;
+	if (err < 0 || !proc_same_process(proc_fd, r, u)) {
+		r->cmdline_len = TK_CMDLINE_NONE;
+		out->text_len = start;
+	}
 	return 0;
 }
 

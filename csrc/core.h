@@ -114,6 +114,7 @@ struct tk_proc_scanner {
 	int init_fd;                 /* /proc/1/stat for tk_proc_scan_init, -1 until used */
 	int init_cgroup_fd;          /* /proc/1/cgroup for tk_init_cgroup_id, the same */
 	struct tk_cgid_cache *cgids; /* set: fill cgroup_id from <pid>/cgroup */
+	int want_cmdline;            /* set: fill cmdline from <pid>/cmdline */
 };
 
 /* A scanner that holds nothing, to be opened on first use. */
@@ -220,6 +221,9 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
  * for what it leaves, from /proc through proc_fd. 0, or -errno with why. */
 int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, int proc_fd, char *why,
                     size_t why_len);
+/* Reads a <pid>/cmdline fd to its end into out->text, for r. 0, or -errno
+ * (-ESRCH: the process was reaped). */
+int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r);
 /* The argv program: 0 not tried, 1 loaded, -errno (and why) of its load. */
 int tk_cmdline_bpf_state(char *why, size_t why_len);
 void tk_cmdline_release(void);

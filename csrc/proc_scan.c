@@ -263,10 +263,41 @@ static void cache_give_back(struct tk_proc_scanner *s, struct scan *sc)
 
 /* Reads one pid, reusing its cached fd, and keeps the fd for the next scan
  * while the budget allows. Returns what stat_read returned. */
-static int scan_pid(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid,
-                    struct tk_record *rec)
+/* <pid>/cmdline, opened before the stat is read and read after it: a
+ * read that succeeds proves its process still held the pid after the stat
+ * was opened (or, cached, read), so both are one process's. */
+static int cmdline_open(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid)
 {
-	int fd = -1, r;
+	char path[32];
+	int fd;
+
+	snprintf(path, sizeof path, "%u/cmdline", pid);
+	fd = openat(s->proc_fd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+		cache_give_back(s, sc);
+		fd = openat(s->proc_fd, path, O_RDONLY | O_CLOEXEC);
+	}
+	return fd;
+}
+
+static int cmdline_finish(int fd, struct tk_recbuf *out, struct tk_record *rec)
+{
+	size_t mark = out->text_len;
+	int err = fd >= 0 ? tk_cmdline_read(fd, out, rec) : -ESRCH;
+
+	if (err == -ENOMEM || err == -E2BIG)
+		return err;
+	if (err < 0) {
+		rec->cmdline_len = TK_CMDLINE_NONE;   /* gone before its turn */
+		out->text_len = mark;
+	}
+	return 0;
+}
+
+static int scan_pid(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid,
+                    struct tk_record *rec, struct tk_recbuf *out)
+{
+	int fd = -1, cmdline_fd = -1, r;
 
 	/* Cached pids below this one are gone: /proc lists in pid order. */
 	while (sc->ci < s->cache_len && s->cache[sc->ci].pid < pid)
@@ -274,11 +305,17 @@ static int scan_pid(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid,
 	if (sc->ci < s->cache_len && s->cache[sc->ci].pid == pid)
 		fd = s->cache[sc->ci++].fd;
 
+	if (s->want_cmdline)
+		cmdline_fd = cmdline_open(s, sc, pid);
 	r = stat_read(s, pid, &fd, rec);
 	if (r == -EMFILE || r == -ENFILE) {
 		cache_give_back(s, sc);
 		r = stat_read(s, pid, &fd, rec);
 	}
+	if (r == 0 && s->want_cmdline)
+		r = cmdline_finish(cmdline_fd, out, rec);
+	if (cmdline_fd >= 0)
+		close(cmdline_fd);
 	if (fd >= 0) {
 		if (sc->use_cache && pid > sc->last_pid && sc->next_len < sc->budget &&
 		    next_push(s, &sc->next_len, pid, fd) == 0)
@@ -325,7 +362,7 @@ static int scan_dents(struct tk_proc_scanner *s, struct scan *sc, ssize_t n,
 		off += d->d_reclen;
 		if (d->d_type != DT_DIR || parse_pid(d->d_name, &pid) < 0)
 			continue;
-		err = scan_result(out, scan_pid(s, sc, pid, &rec), &rec);
+		err = scan_result(out, scan_pid(s, sc, pid, &rec, out), &rec);
 		if (err < 0)
 			return err;
 	}

@@ -304,12 +304,13 @@ size_t tk_children_descendants(const struct tk_children *c, size_t n, size_t roo
 static int scanner_ensure_open(struct tk_proc_scanner *sc)
 {
 	struct tk_cgid_cache *cgids = sc->cgids;
-	int err;
+	int want_cmdline = sc->want_cmdline, err;
 
 	if (sc->proc_fd >= 0)
 		return 0;
 	err = tk_proc_scanner_init(sc, "/proc");
 	sc->cgids = cgids;
+	sc->want_cmdline = want_cmdline;
 	return err;
 }
 
@@ -325,7 +326,11 @@ int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *
 		snprintf(why, why_len, "open /proc: %s", strerror(-err));
 		return err;
 	}
+	sc->want_cmdline = (req->fields & TK_F(CMDLINE)) != 0;
 	err = tk_proc_scan(sc, out, req->use_cache);
+	sc->want_cmdline = 0;
+	if (req->fields & TK_F(CMDLINE))
+		out->cmdline_from = "proc";
 	if (err == -EBADMSG)
 		snprintf(why, why_len, "parse /proc/%d/stat: %s", sc->bad_pid, strerror(-err));
 	else if (err < 0)
@@ -409,7 +414,8 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 	if (err == 0 && b->may_hide_init)
 		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_WALK,
 		                      want_cgroup && !unmounted ? mnt : NULL, out, why, why_len);
-	if (err == 0 && (req->fields & TK_F(CMDLINE))) {
+	/* The proc walk read cmdline as it went. */
+	if (err == 0 && (req->fields & TK_F(CMDLINE)) && b->tier >= 0) {
 		err = scanner_ensure_open(sc);
 		if (err < 0)
 			snprintf(why, why_len, "open /proc: %s", strerror(-err));
