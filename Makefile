@@ -102,12 +102,12 @@ deps:
 
 # The README's test command.
 test: deps
-	$(MAKE) WERROR=1 all spec/fixture
+	$(MAKE) WERROR=1 all spec/fixture spec/envtool.so
 	$(BUSTED) $(BUSTED_FLAGS)
 
 # The same suite as uid 65534 from a world-readable copy: proves the fallbacks.
 test-unpriv: deps
-	$(MAKE) WERROR=1 all spec/fixture
+	$(MAKE) WERROR=1 all spec/fixture spec/envtool.so
 	sh .ci/unpriv $(BUSTED) $(BUSTED_FLAGS)
 
 # The suite with the module built with ASan + UBSan; any report fails.
@@ -116,12 +116,12 @@ test-asan: deps
 
 # The suite with the collector running every 1,000 instructions.
 test-gc: deps
-	$(MAKE) WERROR=1 all spec/fixture
+	$(MAKE) WERROR=1 all spec/fixture spec/envtool.so
 	TAKANA_GC_STRESS=1 TAKANA_STRESS_SCALE=0.1 $(BUSTED) $(BUSTED_FLAGS)
 
 # The C-heavy specs under valgrind memcheck; errors or definite leaks fail.
 test-valgrind: deps
-	$(MAKE) WERROR=1 all spec/fixture
+	$(MAKE) WERROR=1 all spec/fixture spec/envtool.so
 	sh .ci/valgrind $(BUSTED) $(BUSTED_FLAGS)
 
 # The suite inside Debian's 6.1 and 6.12 kernels under qemu, on pure cgroup2
@@ -136,7 +136,7 @@ test-nobpf: deps
 # The leak specs at the full 100,000 iterations for every call (CI runs the
 # slow ones 10,000 times); prints descriptors and Lua memory per call.
 soak: deps
-	$(MAKE) WERROR=1 all spec/fixture
+	$(MAKE) WERROR=1 all spec/fixture spec/envtool.so
 	TAKANA_SOAK=1 $(BUSTED) $(BUSTED_FLAGS) --filter='100,000' spec/80-stress_spec.lua
 
 bench: deps all bench/takana_bench.so spec/fixture

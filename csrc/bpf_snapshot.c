@@ -90,6 +90,7 @@ struct tier {
 	 * kfunc once a snapshot asked for fewer than every field) */
 	bool selectable;
 	bool selectable_wanted;       /* kfunc: reload before the next run */
+	bool inherited;               /* loaded by the parent of a fork() */
 	uint64_t shortage_ns;
 	char why[WHY_LEN];
 	uint64_t load_ns;             /* the first load, verification included */
@@ -522,6 +523,11 @@ static int tier_ensure_loaded(struct tier *t)
 	uint64_t start;
 	int err;
 
+	if (t->inherited) {
+		t->unload(t);
+		t->state = 0;
+		t->inherited = false;
+	}
 	if (t->state < 0)
 		return t->state;
 	/* Only kfunc asks for a reload: to grow its array, or to test the
@@ -817,17 +823,36 @@ static struct tier tiers[TK_TIER_COUNT] = {
 	                   .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
 };
 
+/* A child of fork() shares its parent's programs and maps: the records
+ * array and the selection global would take both processes' runs at once.
+ * The child drops its copies and loads its own at its first snapshot; its
+ * locks start afresh (another thread of the parent may have held one). */
+static void tiers_after_fork(void)
+{
+	for (int i = 0; i < TK_TIER_COUNT; i++) {
+		pthread_mutex_init(&tiers[i].lock, NULL);
+		tiers[i].inherited = tiers[i].state > 0;
+	}
+}
+
+static void tiers_watch_forks(void)
+{
+	pthread_atfork(NULL, NULL, tiers_after_fork);
+}
+
 /* A snapshot backend's run for either tier: records in pid order, with the
  * fields asked for and TK_F_ALWAYS, the others zero. The tier loads on
  * first use, once per process. */
 static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
                    struct tk_recbuf *out, char *why, size_t why_len)
 {
+	static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 	struct tier *t = &tiers[b->tier];
 	uint32_t fields = (req->fields | TK_F_ALWAYS) & TK_F_WALK;
 	char reason[WHY_LEN + 64];
 	int err;
 
+	pthread_once(&fork_watch, tiers_watch_forks);
 	pthread_mutex_lock(&t->lock);
 	if (fields != TK_F_WALK && !t->selectable && t->selectable_err == 0)
 		t->selectable_wanted = true;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,7 @@ static int proc_cmdline(int proc_fd, const struct tk_units *u, struct tk_recbuf 
 static struct {
 	pthread_mutex_t lock;
 	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
+	bool inherited;               /* loaded by the parent of a fork() */
 	char why[160];
 	struct takana_argv *skel;
 	struct tk_argv_slot *slots;   /* mmaped */
@@ -216,13 +218,45 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 	return done;
 }
 
+static void argv_unload(void)
+{
+	if (argv_prog.text != NULL)
+		munmap((void *)(uintptr_t)argv_prog.text, TK_ARGV_TEXT);
+	if (argv_prog.slots != NULL)
+		munmap(argv_prog.slots, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS);
+	takana_argv__destroy(argv_prog.skel);
+	argv_prog.text = NULL;
+	argv_prog.slots = NULL;
+	argv_prog.skel = NULL;
+	argv_prog.state = 0;
+}
+
+/* As the snapshot tiers (bpf_snapshot.c): a child of fork() would share
+ * the slots and the text with its parent, so it loads its own. */
+static void argv_after_fork(void)
+{
+	pthread_mutex_init(&argv_prog.lock, NULL);
+	argv_prog.inherited = argv_prog.state > 0;
+}
+
+static void argv_watch_forks(void)
+{
+	pthread_atfork(NULL, NULL, argv_after_fork);
+}
+
 /* Every record through the argv program, those it leaves marked in
  * ask_proc; -errno (with why) when it cannot run at all. */
 static int argv_fill(struct tk_recbuf *out, uint8_t *ask_proc, char *why, size_t why_len)
 {
+	static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 	int err = 0;
 
+	pthread_once(&fork_watch, argv_watch_forks);
 	pthread_mutex_lock(&argv_prog.lock);
+	if (argv_prog.inherited) {
+		argv_unload();
+		argv_prog.inherited = false;
+	}
 	if (argv_prog.state == 0) {
 		err = argv_load();
 		argv_prog.state = err < 0 ? err : 1;
@@ -264,15 +298,8 @@ int tk_cmdline_bpf_state(char *why, size_t why_len)
 void tk_cmdline_release(void)
 {
 	pthread_mutex_lock(&argv_prog.lock);
-	if (argv_prog.text != NULL)
-		munmap((void *)(uintptr_t)argv_prog.text, TK_ARGV_TEXT);
-	if (argv_prog.slots != NULL)
-		munmap(argv_prog.slots, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS);
-	takana_argv__destroy(argv_prog.skel);
-	argv_prog.text = NULL;
-	argv_prog.slots = NULL;
-	argv_prog.skel = NULL;
-	argv_prog.state = 0;
+	argv_unload();
+	argv_prog.inherited = false;
 	pthread_mutex_unlock(&argv_prog.lock);
 }
 #else

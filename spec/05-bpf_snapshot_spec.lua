@@ -198,6 +198,44 @@ describe("BPF tiers and their owners", function()
     assert.falsy(pinned:find("takana") or pinned:find("snapshot_"))
   end)
 
+  -- A child of fork() would share the parent's record array and selection
+  -- global: runs in both at once would write each other's records.
+  it("are loaded afresh by a forked child, the parent's left as they are", function()
+    local names = {}
+    for _, name in ipairs(H.snapshot_backends()) do
+      if name ~= "proc" then names[#names + 1] = name end
+    end
+    if #names == 0 then return pending("no BPF tier here: " .. select(2, tier("iter"))) end
+    package.cpath = "./spec/?.so;" .. package.cpath
+    local envtool = require "envtool"
+    local loads = {}
+    for _, name in ipairs(names) do
+      assert(takana.snapshot { backend = name })
+      loads[name] = core.bpf_info(name).loads
+    end
+    local argv_before = core.argv_info().state
+    local pid = envtool.fork()
+    if pid == 0 then
+      -- the child: exit 0 when each tier loaded once more, and serves
+      local ok = pcall(function()
+        local me = tonumber(H.read("/proc/self/stat"):match("^%d+"))
+        for _, name in ipairs(names) do
+          local snap = assert(takana.snapshot { backend = name, fields = { "pid", "ppid", "cmdline" } })
+          assert(snap:get(me).ppid == H.pid)
+          assert(#snap:get(me).cmdline > 0)
+          assert(core.bpf_info(name).loads == loads[name] + 1)
+        end
+      end)
+      envtool.exit(ok and 0 or 1)
+    end
+    assert.equal(0, envtool.waitpid(pid))
+    for _, name in ipairs(names) do
+      assert.equal(loads[name], core.bpf_info(name).loads, name)
+      assert(takana.snapshot { backend = name })
+    end
+    assert.equal(argv_before, core.argv_info().state)
+  end)
+
   it("are unloaded by bpf_release and load again on the next snapshot", function()
     local name = H.snapshot_backends()[1]
     if name == "proc" then return pending("no BPF tier here: " .. select(2, tier("iter"))) end

@@ -1,7 +1,9 @@
-/* envtool: unsetenv for the spec helper. Under `make test-asan` lua5.4
+/* envtool: unsetenv, fork, _exit and waitpid for the specs. Under `make test-asan` lua5.4
  * runs with the sanitizer runtimes in LD_PRELOAD; the specs' children
  * (sh, curl, node_exporter, the fixture) must not inherit them. */
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <lua.h>
 #include <lauxlib.h>
@@ -12,6 +14,30 @@ static int l_unsetenv(lua_State *L)
 	return 1;
 }
 
+/* fork() for the specs of what a child inherits: the pid (0 in the child). */
+static int l_fork(lua_State *L)
+{
+	lua_pushinteger(L, fork());
+	return 1;
+}
+
+static int l_exit(lua_State *L)
+{
+	_exit((int)luaL_checkinteger(L, 1));
+}
+
+/* The exit code of a child, or -1. */
+static int l_waitpid(lua_State *L)
+{
+	int status;
+
+	if (waitpid((pid_t)luaL_checkinteger(L, 1), &status, 0) < 0 || !WIFEXITED(status))
+		lua_pushinteger(L, -1);
+	else
+		lua_pushinteger(L, WEXITSTATUS(status));
+	return 1;
+}
+
 __attribute__((visibility("default"))) int luaopen_envtool(lua_State *L);
 
 int luaopen_envtool(lua_State *L)
@@ -19,5 +45,11 @@ int luaopen_envtool(lua_State *L)
 	lua_newtable(L);
 	lua_pushcfunction(L, l_unsetenv);
 	lua_setfield(L, -2, "unsetenv");
+	lua_pushcfunction(L, l_fork);
+	lua_setfield(L, -2, "fork");
+	lua_pushcfunction(L, l_exit);
+	lua_setfield(L, -2, "exit");
+	lua_pushcfunction(L, l_waitpid);
+	lua_setfield(L, -2, "waitpid");
 	return 1;
 }
