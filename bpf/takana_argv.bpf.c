@@ -3,8 +3,8 @@
  * copied from its process's memory (bpf_copy_from_user_task, which may
  * fault pages in: the program is sleepable) in one BPF_PROG_TEST_RUN. Each
  * process is found again by pid and must have the record's start time, so a
- * reused pid never answers for it. Linux >= 6.4 (bpf_iter_num); the loader
- * sets BPF_F_SLEEPABLE. */
+ * reused pid never answers for it. Linux >= 6.10 (bpf_task_from_pid from a
+ * syscall program); the loader sets BPF_F_SLEEPABLE. */
 #include "vmlinux_min.h"
 #include <bpf/bpf_helpers.h>
 #include "takana_argv.h"

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /* The kfunc snapshot tier: one BPF_PROG_TEST_RUN walks every thread-group
- * leader with the open-coded task iterator (Linux >= 6.7) and writes the
- * records into an mmapable array that user space reads in place. */
+ * leader with the open-coded task iterator (6.7; Linux >= 6.10 lets a
+ * syscall program call bpf_task_acquire) and writes the records into an
+ * mmapable array that user space reads in place. */
 #include "vmlinux_min.h"
 
 /* Set at load: 1 while every snapshot has wanted every field. The verifier

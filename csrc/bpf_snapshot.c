@@ -182,7 +182,8 @@ void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
 		         "(kernel %s built without CONFIG_DEBUG_INFO_BTF)", uts.release);
 		return;
 	}
-	if (err == -EPERM || err == -EACCES) {
+	/* EACCES to root is the verifier's refusal, told below. */
+	if (err == -EPERM || (err == -EACCES && geteuid() != 0)) {
 		if (geteuid() == 0)
 			snprintf(why, why_len, "EPERM: the kernel refused BPF even to root "
 			         "(lockdown, seccomp or a user namespace?)");
@@ -510,7 +511,7 @@ static int kfunc_reload(struct tier *t)
 #define LOAD_SHORTAGE_RETRIES 16
 #define LOAD_SHORTAGE_PAUSE_NS 1000000000ull
 
-static bool load_failure_transient(int err)
+bool tk_bpf_load_transient(int err)
 {
 	return err == -EMFILE || err == -ENFILE || err == -ENOMEM || err == -EAGAIN ||
 	       err == -EINTR || err == -ENOBUFS;
@@ -552,7 +553,7 @@ static int tier_ensure_loaded(struct tier *t)
 		 * Anything else (no BTF, EPERM, a kernel too old, the
 		 * verifier's refusal) will not change while this process runs,
 		 * and is remembered. */
-		if (load_failure_transient(err)) {
+		if (tk_bpf_load_transient(err)) {
 			t->shortages++;
 			t->shortage_err = err;
 			t->shortage_ns = tk_clock_ns(CLOCK_MONOTONIC);
@@ -816,7 +817,7 @@ static int iter_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, char
 
 static struct tier tiers[TK_TIER_COUNT] = {
 	[TK_TIER_KFUNC] = { .load = kfunc_reload, .run = kfunc_run, .unload = kfunc_unload,
-	                    .needs = "bpf_iter_task_new", .since = "6.7",
+	                    .needs = "bpf_iter_task_new", .since = "6.10",
 	                    .lock = PTHREAD_MUTEX_INITIALIZER, .prog_fd = -1, .link_fd = -1 },
 	[TK_TIER_ITER] = { .load = iter_load, .run = iter_run, .unload = iter_unload,
 	                   .needs = "bpf_iter_task", .since = "5.8", .selectable = true,

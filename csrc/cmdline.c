@@ -17,14 +17,22 @@
 
 #ifndef TK_NO_BPF
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "../bpf/takana_argv.h"
 #include "skeletons.h"
 #endif
 
 /* cmdline can be as long as the exec limits allow (a quarter of the
- * stack rlimit); read on while the file gives more. */
-#define PROC_READ_FIRST 4096
+ * stack rlimit). The first read takes what nearly every process has: each
+ * read() copies from the process's memory afresh, so an exec between two
+ * would join two command lines. */
+#define PROC_READ_FIRST (128u << 10)
+
+bool tk_cmdline_missing(int errnum)
+{
+	return errnum == ENOENT || errnum == ESRCH || errnum == EACCES || errnum == EPERM;
+}
 
 static int text_reserve(struct tk_recbuf *rb, size_t n, char **at)
 {
@@ -40,25 +48,53 @@ static int text_reserve(struct tk_recbuf *rb, size_t n, char **at)
 	return 0;
 }
 
-/* The record's process is alive now, with the record's start time: pid
- * reuse needs its holder reaped, so whatever was opened by this pid since
- * the walk was that process's. */
-static int proc_same_process(int proc_fd, const struct tk_record *r, const struct tk_units *u)
+/* CLOCK_BOOTTIME's offset in our time namespace (unshare -T): /proc adds it
+ * to the start times it shows, BPF reads the kernel's own. The file shows
+ * the namespace our children get, ours unless we unshared without a fork. */
+static int64_t boottime_offset_ns(void)
 {
-	char path[32], buf[1024];
-	struct tk_record now;
+	char buf[256];
+	const char *line;
+	long long sec, nsec;
+	ssize_t n;
+	int fd = open("/proc/self/timens_offsets", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;      /* before Linux 5.6: no time namespaces */
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	line = strstr(buf, "boottime ");
+	if (line == NULL || sscanf(line + 9, "%lld %lld", &sec, &nsec) != 2)
+		return 0;
+	return (int64_t)sec * 1000000000 + nsec;
+}
+
+/* 1 when the record's process still holds its pid now (its start time, as
+ * /proc shows it, is the record's, shifted by offset_ns): pid reuse needs
+ * its holder reaped, so whatever was opened by this pid since the walk was
+ * that process's. 0 when another, or none, holds it; -errno when /proc
+ * cannot be read (out of descriptors). */
+static int proc_same_process(int proc_fd, const struct tk_record *r, int64_t offset_ns,
+                             const struct tk_units *u)
+{
+	char path[32], buf[4096];
+	struct tk_record now, then = *r;
 	ssize_t n;
 	int fd;
 
 	snprintf(path, sizeof path, "%u/stat", r->pid);
 	fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return 0;
+		return errno == ENOENT || errno == ESRCH ? 0 : -errno;
 	n = read(fd, buf, sizeof buf);
 	close(fd);
 	if (n <= 0 || (size_t)n == sizeof buf || tk_stat_parse(buf, (size_t)n, u, &now) < 0)
 		return 0;
-	return tk_same_process(r, &now, u->ns_per_tick);
+	then.start_ns = (uint64_t)((int64_t)then.start_ns + offset_ns);
+	return tk_same_process(&then, &now, u->ns_per_tick);
 }
 
 int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r)
@@ -88,28 +124,32 @@ int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r)
 }
 
 /* One record's arguments from /proc, appended to out->text; nil (NONE)
- * for a process gone, or hidden from us (hidepid). */
-static int proc_cmdline(int proc_fd, const struct tk_units *u, struct tk_recbuf *out,
-                        struct tk_record *r)
+ * for a process gone, or hidden from us (hidepid). -errno when /proc cannot
+ * be read: out of descriptors is not "gone". */
+static int proc_cmdline(int proc_fd, int64_t offset_ns, const struct tk_units *u,
+                        struct tk_recbuf *out, struct tk_record *r)
 {
 	char path[32];
 	size_t start = out->text_len;
-	int fd, err;
+	int fd, err, same;
 
 	r->cmdline_len = TK_CMDLINE_NONE;
 	snprintf(path, sizeof path, "%u/cmdline", r->pid);
 	fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return 0;
+		return tk_cmdline_missing(errno) ? 0 : -errno;
 	err = tk_cmdline_read(fd, out, r);
 	close(fd);
-	if (err == -ENOMEM || err == -E2BIG)
+	if (err < 0 && !tk_cmdline_missing(-err))
 		return err;
-	if (err < 0 || !proc_same_process(proc_fd, r, u)) {
+	/* init never changes hands; its record came from /proc (hidden from
+	 * BPF here), its start time already shifted. */
+	same = err < 0 ? 0 : r->pid == 1 ? 1 : proc_same_process(proc_fd, r, offset_ns, u);
+	if (same <= 0) {
 		r->cmdline_len = TK_CMDLINE_NONE;
 		out->text_len = start;
 	}
-	return 0;
+	return same < 0 ? same : 0;
 }
 
 #ifndef TK_NO_BPF
@@ -118,7 +158,7 @@ static struct {
 	pthread_mutex_t lock;
 	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
 	bool inherited;               /* loaded by the parent of a fork() */
-	char why[160];
+	char why[400];
 	struct takana_argv *skel;
 	struct tk_argv_slot *slots;   /* mmaped */
 	const char *text;             /* mmaped read-only */
@@ -177,7 +217,9 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 	for (size_t i = 0; i < n; i++) {
 		const struct tk_record *r = &out->recs[first + i];
 
-		argv_prog.slots[i].pid = r->pid;
+		/* A record from /proc (a hidden init) has a start time in
+		 * ticks, which the program's exact test would not match. */
+		argv_prog.slots[i].pid = r->pid == 1 && out->from_proc ? 0 : r->pid;
 		argv_prog.slots[i].start_ns = r->start_ns;
 		argv_prog.slots[i].status = TK_ARGV_ASK_PROC;
 	}
@@ -187,6 +229,7 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 	done = argv_prog.skel->bss->next;
 	if (done > n || argv_prog.skel->bss->used > TK_ARGV_TEXT)
 		return -EIO;
+	/* A run counts only what it finished: a failed run leaves all to /proc. */
 	err = text_reserve(out, argv_prog.skel->bss->used, &at);
 	if (err < 0)
 		return err;
@@ -202,10 +245,12 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 			r->cmdline_len = s->len;
 			memcpy(out->text + out->text_len, argv_prog.text + s->off, s->len);
 			out->text_len += s->len;
+			out->cmdline_by_bpf++;
 			break;
 		case TK_ARGV_EMPTY:
 			r->cmdline_off = 0;
 			r->cmdline_len = 0;
+			out->cmdline_by_bpf++;
 			break;
 		case TK_ARGV_GONE:
 			r->cmdline_len = TK_CMDLINE_NONE;
@@ -258,16 +303,21 @@ static int argv_fill(struct tk_recbuf *out, uint8_t *ask_proc, char *why, size_t
 		argv_prog.inherited = false;
 	}
 	if (argv_prog.state == 0) {
+		tk_bpf_load_begin();
 		err = argv_load();
-		argv_prog.state = err < 0 ? err : 1;
 		if (err < 0)
-			snprintf(argv_prog.why, sizeof argv_prog.why,
-			         "the argv program did not load (Linux >= 6.4 and root): %s",
-			         strerror(-err));
-	}
-	if (argv_prog.state < 0) {
+			/* bpf_iter_num_new is 6.4; a syscall program may call
+			 * bpf_task_from_pid since 6.10. */
+			tk_bpf_explain("bpf_iter_num_new", BTF_KIND_FUNC, "6.10", err, argv_prog.why,
+			               sizeof argv_prog.why);
+		tk_bpf_load_end();
+		/* A shortage passes: the next snapshot tries again. */
+		argv_prog.state = err == 0 ? 1 : tk_bpf_load_transient(err) ? 0 : err;
+		if (err < 0)
+			snprintf(why, why_len, "the argv program did not load: %s", argv_prog.why);
+	} else if (argv_prog.state < 0) {
 		err = argv_prog.state;
-		snprintf(why, why_len, "%s", argv_prog.why);
+		snprintf(why, why_len, "the argv program did not load: %s", argv_prog.why);
 	}
 	for (size_t first = 0; err == 0 && first < out->len;) {
 		size_t n = out->len - first;
@@ -322,12 +372,13 @@ void tk_cmdline_release(void)
 }
 #endif
 
-int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, int proc_fd, char *why,
-                    size_t why_len)
+int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, struct tk_proc_scanner *sc,
+                    char *why, size_t why_len)
 {
 	struct tk_units units;
 	uint8_t *ask_proc = calloc(out->len ? out->len : 1, 1);
-	int from_bpf, err = 0;
+	int64_t offset_ns = 0;
+	int from_bpf, offset_read = 0, err = 0;
 
 	if (ask_proc == NULL)
 		return -ENOMEM;
@@ -337,11 +388,23 @@ int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, int proc_fd, char *w
 	from_bpf = global_pids && argv_fill(out, ask_proc, why, why_len) == 0;
 	out->cmdline_from = from_bpf ? "bpf" : "proc";
 	for (size_t i = 0; i < out->len && err == 0; i++) {
-		if (!from_bpf || ask_proc[i])
-			err = proc_cmdline(proc_fd, &units, out, &out->recs[i]);
+		if (from_bpf && !ask_proc[i])
+			continue;
+		/* BPF start times are the kernel's: shift them as /proc does. */
+		if (global_pids && !offset_read) {
+			offset_ns = boottime_offset_ns();
+			offset_read = 1;
+		}
+		err = proc_cmdline(sc->proc_fd, offset_ns, &units, out, &out->recs[i]);
+		if (err == -EMFILE || err == -ENFILE) {
+			tk_proc_scanner_drop_cache(sc);
+			err = proc_cmdline(sc->proc_fd, offset_ns, &units, out, &out->recs[i]);
+		}
+		if (err == 0 && out->recs[i].cmdline_len != TK_CMDLINE_NONE)
+			out->cmdline_by_proc++;
 	}
 	free(ask_proc);
 	if (err < 0)
-		snprintf(why, why_len, "reading cmdline: %s", strerror(-err));
+		snprintf(why, why_len, "reading cmdline from /proc: %s", strerror(-err));
 	return err;
 }

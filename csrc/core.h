@@ -3,6 +3,7 @@
 #ifndef TAKANA_CORE_H
 #define TAKANA_CORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -38,6 +39,8 @@ struct tk_recbuf {
 	char *text;        /* the records' cmdline bytes (cmdline_off/_len) */
 	size_t text_len, text_cap;
 	const char *cmdline_from;  /* "bpf" or "proc": who read them; NULL: not asked */
+	size_t cmdline_by_bpf;     /* records whose cmdline the argv program read */
+	size_t cmdline_by_proc;    /* ... and /proc, after a BPF walk or by a /proc one */
 };
 
 struct tk_record *tk_recbuf_push(struct tk_recbuf *rb);   /* NULL on ENOMEM */
@@ -219,8 +222,10 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
  * before its turn) and out->cmdline_from: through the argv BPF program when
  * global_pids (the records came from a BPF walk) and it loads, else, and
  * for what it leaves, from /proc through proc_fd. 0, or -errno with why. */
-int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, int proc_fd, char *why,
-                    size_t why_len);
+int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, struct tk_proc_scanner *sc,
+                    char *why, size_t why_len);
+/* An error that leaves a cmdline nil: the process is gone, or hidden. */
+bool tk_cmdline_missing(int errnum);
 /* Reads a <pid>/cmdline fd to its end into out->text, for r. 0, or -errno
  * (-ESRCH: the process was reaped). */
 int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r);
@@ -267,6 +272,8 @@ void tk_bpf_release(void);
  * a failed one: needs is a kernel BTF type of kind needs_kind the program
  * cannot work without, there since Linux `since`. */
 void tk_bpf_load_begin(void);
+/* A load failed for want of descriptors or memory: worth another try. */
+bool tk_bpf_load_transient(int err);
 void tk_bpf_load_end(void);
 void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
                     int err, char *why, size_t why_len);

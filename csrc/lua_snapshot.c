@@ -680,6 +680,14 @@ static int snap_index(lua_State *L)
 			lua_pushstring(L, s->rb.cmdline_from);
 			return 1;
 		}
+		if (strcmp(key, "cmdline_by_bpf") == 0 || strcmp(key, "cmdline_by_proc") == 0) {
+			if (!(s->fields & TK_F(CMDLINE)))
+				lua_pushnil(L);
+			else
+				lua_pushinteger(L, (lua_Integer)(key[11] == 'b' ? s->rb.cmdline_by_bpf
+				                                                : s->rb.cmdline_by_proc));
+			return 1;
+		}
 	}
 	lua_pushvalue(L, 2);
 	lua_rawget(L, lua_upvalueindex(1));
@@ -807,7 +815,7 @@ static void gc_account(lua_State *L)
 
 static void gc_remember(const struct tk_recbuf *rb)
 {
-	atomic_store_explicit(&last_snapshot_kib, rb->cap * sizeof *rb->recs / 1024,
+	atomic_store_explicit(&last_snapshot_kib, (rb->cap * sizeof *rb->recs + rb->text_cap) / 1024,
 	                      memory_order_relaxed);
 }
 

@@ -277,19 +277,23 @@ static int cmdline_open(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid
 		cache_give_back(s, sc);
 		fd = openat(s->proc_fd, path, O_RDONLY | O_CLOEXEC);
 	}
-	return fd;
+	return fd < 0 ? -errno : fd;
 }
 
+/* fd: cmdline_open's answer. Out of descriptors or memory ends the scan,
+ * as for the stat; gone (or hidden) leaves the cmdline nil. */
 static int cmdline_finish(int fd, struct tk_recbuf *out, struct tk_record *rec)
 {
 	size_t mark = out->text_len;
-	int err = fd >= 0 ? tk_cmdline_read(fd, out, rec) : -ESRCH;
+	int err = fd >= 0 ? tk_cmdline_read(fd, out, rec) : fd;
 
-	if (err == -ENOMEM || err == -E2BIG)
+	if (err < 0 && !tk_cmdline_missing(-err))
 		return err;
 	if (err < 0) {
-		rec->cmdline_len = TK_CMDLINE_NONE;   /* gone before its turn */
+		rec->cmdline_len = TK_CMDLINE_NONE;
 		out->text_len = mark;
+	} else {
+		out->cmdline_by_proc++;
 	}
 	return 0;
 }
@@ -297,7 +301,7 @@ static int cmdline_finish(int fd, struct tk_recbuf *out, struct tk_record *rec)
 static int scan_pid(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid,
                     struct tk_record *rec, struct tk_recbuf *out)
 {
-	int fd = -1, cmdline_fd = -1, r;
+	int fd = -1, cmdline_fd = -ENOENT, r;
 
 	/* Cached pids below this one are gone: /proc lists in pid order. */
 	while (sc->ci < s->cache_len && s->cache[sc->ci].pid < pid)

@@ -356,11 +356,13 @@ static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scann
 	err = scanner_ensure_open(sc);
 	if (err == 0)
 		err = tk_proc_scan_init(sc, &rec);
+	/* As for every /proc record: a cgroup that cannot be read is nil,
+	 * the record stays. */
 	if (err == 0 && cgroup_mount != NULL) {
 		uint64_t id;
 
-		err = tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, cgroup_mount, &id);
-		rec.cgroup_id = id;
+		rec.cgroup_id = tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, cgroup_mount, &id) == 0
+		                ? id : 0;
 	}
 	if (err == -EACCES || err == -EPERM) {
 		out->denied++;
@@ -420,7 +422,7 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 		if (err < 0)
 			snprintf(why, why_len, "open /proc: %s", strerror(-err));
 		else
-			err = tk_cmdline_fill(out, b->tier >= 0, sc->proc_fd, why, why_len);
+			err = tk_cmdline_fill(out, b->tier >= 0, sc, why, why_len);
 	}
 	if (err < 0) {
 		tk_recbuf_free(out);

@@ -306,16 +306,14 @@ function M.ps(args)
     for _, pid in ipairs(pids) do members[pid] = true end
   end
   -- The default record, plus cmdline for the cmd column: read in the
-  -- snapshot (after a BPF walk, by one BPF run for every process). A /proc
-  -- walk reads cgroup_id only when named.
-  local record
-  for _, f in ipairs(fields) do
-    if f == "cmd" then
-      local by_proc = backend == "proc" or backend == "cheapest"
-      record = {}
-      for _, name in ipairs(core.record_fields) do
-        if name ~= "cgroup_id" or not by_proc then record[#record + 1] = name end
-      end
+  -- snapshot (after a BPF walk, by one BPF run for every process); cgroup_id
+  -- only for the cgroup column (a /proc walk reads it per process).
+  local record, want = nil, {}
+  for _, f in ipairs(fields) do want[f] = true end
+  if want.cmd then
+    record = {}
+    for _, name in ipairs(core.record_fields) do
+      if name ~= "cgroup_id" or want.cgroup then record[#record + 1] = name end
     end
   end
   local snap, err = takana.snapshot { backend = backend, fields = record }
