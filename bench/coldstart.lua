@@ -44,6 +44,8 @@ end
 
 local PS = { "ps", "-e", "-o", "pid,ppid,uid,stat,nlwp,rss,time,comm" }
 local FIRST_KFUNC = "local t = require 'takana'; assert(t.snapshot { backend = 'kfunc' })"
+local FIRST_CMDLINE = "local t = require 'takana'; " ..
+  "assert(assert(t.snapshot { backend = 'kfunc', fields = { 'pid', 'comm', 'cmdline' } }).cmdline_from == 'bpf')"
 
 local function row(title, cases, a, b, target, ok)
   local res = L.measure(cases, ROUNDS)
@@ -61,6 +63,7 @@ if takana.snapshot { backend = "kfunc" } then
       run = run({ "lua5.4", "-e", FIRST_KFUNC }, with { TAKANA_BPF_LOADER = "libbpf" }) },
     { name = "  lua5.4 + require 'takana' alone", run = run({ "lua5.4", "-e", "require 'takana'" }) },
     { name = "ps -e -o ...", run = run(PS) },
+    { name = "  first kfunc snapshot with cmdline (argv program)", run = run({ "lua5.4", "-e", FIRST_CMDLINE }) },
   }
   local res = row("first kfunc snapshot in a fresh process", cases,
     cases[1].name, cases[4].name, "(info; first snapshot <= 15 ms)", function() return true end)
@@ -77,6 +80,12 @@ row("takana ps at the natural count", {
   { name = "takana ps", run = run({ "lua5.4", "bin/takana", "ps" }) },
   { name = "ps -e -o pid,ppid,uid,stat,nlwp,rss,time,comm", run = run(PS) },
 }, "takana ps", "ps -e -o pid,ppid,uid,stat,nlwp,rss,time,comm", "<= 1.0", function(x) return x <= 1.0 end)
+print()
+
+row("takana ps with the command line, natural count", {
+  { name = "takana ps -o pid,cmd", run = run({ "lua5.4", "bin/takana", "ps", "-o", "pid,cmd" }) },
+  { name = "ps -e -o pid,args", run = run({ "ps", "-e", "-o", "pid,args" }) },
+}, "takana ps -o pid,cmd", "ps -e -o pid,args", "(info)", function() return true end)
 print()
 
 local anchor = takana.events { backend = "bpf" }
