@@ -1401,14 +1401,31 @@ static int bpf_join(struct tk_events *ev, struct tk_ev_shared *sh, char *why, si
 	return 0;
 }
 
+/* A child of fork() would share its parent's rings: each event is read by
+ * whichever process drains first, so both would lose events. The child's
+ * new streams load their own object; the streams it inherited keep theirs
+ * (a stream belongs to the process that opened it). */
+static void shared_after_fork(void)
+{
+	pthread_mutex_init(&shared_lock, NULL);
+	shared_list = NULL;
+}
+
+static void shared_watch_forks(void)
+{
+	pthread_atfork(NULL, NULL, shared_after_fork);
+}
+
 static int bpf_open(struct tk_events *ev, double interval, size_t buffer, char *why,
                     size_t why_len)
 {
+	static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 	struct tk_ev_shared *sh;
 	size_t ring = TK_EV_RING_DEFAULT;
 	int err;
 
 	(void)interval;
+	pthread_once(&fork_watch, shared_watch_forks);
 	err = bpf_stream_fds(ev, why, why_len);
 	if (err < 0)
 		return err;

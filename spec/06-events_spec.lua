@@ -338,3 +338,34 @@ describe("takana.events backend choice", function()
     end
   end)
 end)
+
+-- A child of fork() would share its parent's ring: whichever process drains
+-- it first takes every event. A child's new stream loads its own object.
+describe("bpf event streams after fork()", function()
+  it("a forked child's stream does not drain its parent's", function()
+    local ev, why = open("bpf", { "exec" })
+    if not ev then return pending(why) end
+    package.cpath = "./spec/?.so;" .. package.cpath
+    local envtool = require "envtool"
+    local pid = envtool.fork()
+    if pid == 0 then
+      local ok = pcall(function()
+        local me = tonumber(H.read("/proc/self/stat"):match("^%d+"))
+        local mine = assert(takana.events { "exec", backend = "bpf" })
+        local c = assert(takana.spawn { "/bin/true" })
+        c:wait(10)
+        c:close()
+        local seen = collect(mine, function(e) return e.ppid == me end, function(g) return #g > 0 end)
+        assert(#seen == 1)
+        mine:close()
+      end)
+      envtool.exit(ok and 0 or 1)
+    end
+    assert.equal(0, envtool.waitpid(pid))
+    local got = collect(ev, function(e) return e.type == "exec" and e.ppid == pid end,
+      function(g) return #g > 0 end)
+    ev:close()
+    assert.equal(1, #got)
+    assert.equal("/bin/true", got[1].filename)
+  end)
+end)
