@@ -46,6 +46,11 @@ void tk_bpf_release(void)
 {
 }
 
+void tk_bpf_fork(enum tk_fork_phase phase)
+{
+	(void)phase;
+}
+
 
 #else
 
@@ -165,6 +170,16 @@ static int libbpf_capture(enum libbpf_print_level level, const char *fmt, va_lis
 	return 0;
 }
 
+/* Whether a kernel release ("6.8.0-45-generic") is older than "major.minor". */
+static bool release_before(const char *release, const char *since)
+{
+	unsigned rmaj = 0, rmin = 0, smaj = 0, smin = 0;
+
+	if (sscanf(release, "%u.%u", &rmaj, &rmin) != 2 || sscanf(since, "%u.%u", &smaj, &smin) != 2)
+		return false;
+	return rmaj < smaj || (rmaj == smaj && rmin < smin);
+}
+
 /* Turns a failed load into what a person can act on. Order matters: the
  * missing prerequisite is the reason, not the errno it happened to cause.
  * needs: a kernel BTF type the program cannot work without, and since. */
@@ -199,6 +214,14 @@ void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
 	if (has == 0) {
 		snprintf(why, why_len, "kernel %s too old: no %s (needs Linux >= %s)",
 		         uts.release, needs, since);
+		return;
+	}
+	/* The function is there, yet a refusal on a kernel older than since
+	 * is the age still: program types gain kfuncs after the kfuncs
+	 * themselves (a syscall program may call generic ones since 6.10). */
+	if ((err == -EACCES || err == -EINVAL) && release_before(uts.release, since)) {
+		snprintf(why, why_len, "kernel %s too old: needs Linux >= %s (the verifier refused "
+		         "the program%s%s)", uts.release, since, libbpf_last[0] ? ": " : "", libbpf_last);
 		return;
 	}
 	snprintf(why, why_len, "BPF load failed on kernel %s: %s%s%s", uts.release,
@@ -826,19 +849,27 @@ static struct tier tiers[TK_TIER_COUNT] = {
 
 /* A child of fork() shares its parent's programs and maps: the records
  * array and the selection global would take both processes' runs at once.
- * The child drops its copies and loads its own at its first snapshot; its
- * locks start afresh (another thread of the parent may have held one). */
-static void tiers_after_fork(void)
+ * The child drops its copies and loads its own at its first snapshot. The
+ * locks are taken in the order the code nests them: a tier's (or the argv
+ * program's, or the streams') before the load lock. */
+void tk_bpf_fork(enum tk_fork_phase phase)
 {
-	for (int i = 0; i < TK_TIER_COUNT; i++) {
-		pthread_mutex_init(&tiers[i].lock, NULL);
-		tiers[i].inherited = tiers[i].state > 0;
+	if (phase == TK_FORK_PREPARE) {
+		for (int i = 0; i < TK_TIER_COUNT; i++)
+			pthread_mutex_lock(&tiers[i].lock);
+		tk_cmdline_fork(phase);
+		tk_events_fork(phase);
+		pthread_mutex_lock(&load_lock);
+		return;
 	}
-}
-
-static void tiers_watch_forks(void)
-{
-	pthread_atfork(NULL, NULL, tiers_after_fork);
+	pthread_mutex_unlock(&load_lock);
+	tk_events_fork(phase);
+	tk_cmdline_fork(phase);
+	for (int i = TK_TIER_COUNT - 1; i >= 0; i--) {
+		if (phase == TK_FORK_CHILD)
+			tiers[i].inherited = tiers[i].state > 0;
+		pthread_mutex_unlock(&tiers[i].lock);
+	}
 }
 
 /* A snapshot backend's run for either tier: records in pid order, with the
@@ -847,13 +878,11 @@ static void tiers_watch_forks(void)
 static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
                    struct tk_recbuf *out, char *why, size_t why_len)
 {
-	static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 	struct tier *t = &tiers[b->tier];
 	uint32_t fields = (req->fields | TK_F_ALWAYS) & TK_F_WALK;
 	char reason[WHY_LEN + 64];
 	int err;
 
-	pthread_once(&fork_watch, tiers_watch_forks);
 	pthread_mutex_lock(&t->lock);
 	if (fields != TK_F_WALK && !t->selectable && t->selectable_err == 0)
 		t->selectable_wanted = true;

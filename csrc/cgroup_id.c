@@ -28,6 +28,14 @@
 /* ---- the mount ------------------------------------------------------------ */
 
 static pthread_mutex_t mount_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void tk_cgroup_mount_fork(enum tk_fork_phase phase)
+{
+	if (phase == TK_FORK_PREPARE)
+		pthread_mutex_lock(&mount_lock);
+	else
+		pthread_mutex_unlock(&mount_lock);
+}
 static char mount_cached[TK_CG_PATH_MAX];
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */

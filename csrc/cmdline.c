@@ -51,7 +51,7 @@ static int text_reserve(struct tk_recbuf *rb, size_t n, char **at)
 /* CLOCK_BOOTTIME's offset in our time namespace (unshare -T): /proc adds it
  * to the start times it shows, BPF reads the kernel's own. The file shows
  * the namespace our children get, ours unless we unshared without a fork. */
-static int64_t boottime_offset_ns(void)
+static int boottime_offset_ns(int64_t *offset)
 {
 	char buf[256];
 	const char *line;
@@ -59,17 +59,18 @@ static int64_t boottime_offset_ns(void)
 	ssize_t n;
 	int fd = open("/proc/self/timens_offsets", O_RDONLY | O_CLOEXEC);
 
+	*offset = 0;
 	if (fd < 0)
-		return 0;      /* before Linux 5.6: no time namespaces */
+		return errno == ENOENT ? 0 : -errno;   /* ENOENT: before Linux 5.6 */
 	n = read(fd, buf, sizeof buf - 1);
 	close(fd);
-	if (n <= 0)
-		return 0;
+	if (n < 0)
+		return -errno;
 	buf[n] = '\0';
 	line = strstr(buf, "boottime ");
-	if (line == NULL || sscanf(line + 9, "%lld %lld", &sec, &nsec) != 2)
-		return 0;
-	return (int64_t)sec * 1000000000 + nsec;
+	if (line != NULL && sscanf(line + 9, "%lld %lld", &sec, &nsec) == 2)
+		*offset = (int64_t)sec * 1000000000 + nsec;
+	return 0;
 }
 
 /* 1 when the record's process still holds its pid now (its start time, as
@@ -88,7 +89,7 @@ static int proc_same_process(int proc_fd, const struct tk_record *r, int64_t off
 	snprintf(path, sizeof path, "%u/stat", r->pid);
 	fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return errno == ENOENT || errno == ESRCH ? 0 : -errno;
+		return tk_cmdline_missing(errno) ? 0 : -errno;
 	n = read(fd, buf, sizeof buf);
 	close(fd);
 	if (n <= 0 || (size_t)n == sizeof buf || tk_stat_parse(buf, (size_t)n, u, &now) < 0)
@@ -112,9 +113,10 @@ int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r)
 		n = read(fd, out->text + start + len, want);
 		if (n < 0)
 			return -errno;
-		if (n == 0)
-			break;
 		len += (size_t)n;
+		/* Short is the end: both of the kernel's readers stop there. */
+		if ((size_t)n < want)
+			break;
 		want *= 2;
 	}
 	r->cmdline_off = (uint32_t)start;
@@ -158,6 +160,7 @@ static struct {
 	pthread_mutex_t lock;
 	int state;                    /* 0 not tried, 1 loaded, <0 -errno of the load */
 	bool inherited;               /* loaded by the parent of a fork() */
+	unsigned loads;
 	char why[400];
 	struct takana_argv *skel;
 	struct tk_argv_slot *slots;   /* mmaped */
@@ -201,6 +204,7 @@ static int argv_load(void)
 	}
 	argv_prog.skel = skel;
 	argv_prog.prog_fd = bpf_program__fd(skel->progs.read_argv);
+	argv_prog.loads++;
 	return 0;
 }
 
@@ -230,21 +234,26 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 	if (done > n || argv_prog.skel->bss->used > TK_ARGV_TEXT)
 		return -EIO;
 	/* A run counts only what it finished: a failed run leaves all to /proc. */
+	for (uint32_t i = 0; i < done; i++) {
+		const struct tk_argv_slot *sl = &argv_prog.slots[i];
+
+		if (sl->status == TK_ARGV_OK &&
+		    (sl->off > TK_ARGV_TEXT || sl->len > TK_ARGV_TEXT - sl->off))
+			return -EIO;
+	}
 	err = text_reserve(out, argv_prog.skel->bss->used, &at);
 	if (err < 0)
 		return err;
 	for (uint32_t i = 0; i < done; i++) {
-		const struct tk_argv_slot *s = &argv_prog.slots[i];
+		const struct tk_argv_slot *sl = &argv_prog.slots[i];
 		struct tk_record *r = &out->recs[first + i];
 
-		switch (s->status) {
+		switch (sl->status) {
 		case TK_ARGV_OK:
-			if (s->off > TK_ARGV_TEXT || s->len > TK_ARGV_TEXT - s->off)
-				return -EIO;
 			r->cmdline_off = (uint32_t)out->text_len;
-			r->cmdline_len = s->len;
-			memcpy(out->text + out->text_len, argv_prog.text + s->off, s->len);
-			out->text_len += s->len;
+			r->cmdline_len = sl->len;
+			memcpy(out->text + out->text_len, argv_prog.text + sl->off, sl->len);
+			out->text_len += sl->len;
 			out->cmdline_by_bpf++;
 			break;
 		case TK_ARGV_EMPTY:
@@ -276,27 +285,25 @@ static void argv_unload(void)
 	argv_prog.state = 0;
 }
 
-/* As the snapshot tiers (bpf_snapshot.c): a child of fork() would share
- * the slots and the text with its parent, so it loads its own. */
-static void argv_after_fork(void)
+/* As the snapshot tiers (tk_bpf_fork): a child of fork() would share the
+ * slots and the text with its parent, so it loads its own. */
+void tk_cmdline_fork(enum tk_fork_phase phase)
 {
-	pthread_mutex_init(&argv_prog.lock, NULL);
-	argv_prog.inherited = argv_prog.state > 0;
-}
-
-static void argv_watch_forks(void)
-{
-	pthread_atfork(NULL, NULL, argv_after_fork);
+	if (phase == TK_FORK_PREPARE) {
+		pthread_mutex_lock(&argv_prog.lock);
+		return;
+	}
+	if (phase == TK_FORK_CHILD)
+		argv_prog.inherited = argv_prog.state > 0;
+	pthread_mutex_unlock(&argv_prog.lock);
 }
 
 /* Every record through the argv program, those it leaves marked in
  * ask_proc; -errno (with why) when it cannot run at all. */
 static int argv_fill(struct tk_recbuf *out, uint8_t *ask_proc, char *why, size_t why_len)
 {
-	static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 	int err = 0;
 
-	pthread_once(&fork_watch, argv_watch_forks);
 	pthread_mutex_lock(&argv_prog.lock);
 	if (argv_prog.inherited) {
 		argv_unload();
@@ -323,23 +330,25 @@ static int argv_fill(struct tk_recbuf *out, uint8_t *ask_proc, char *why, size_t
 		size_t n = out->len - first;
 		long done = argv_run(out, first, n < TK_ARGV_SLOTS ? n : TK_ARGV_SLOTS, ask_proc);
 
+		/* A run that fails leaves its records, and the rest, to /proc;
+		 * what earlier runs read stays. */
 		if (done <= 0) {
-			err = done < 0 ? (int)done : -EIO;
-			snprintf(why, why_len, "the argv program's run: %s", strerror(-err));
-		} else {
-			first += (size_t)done;
+			memset(ask_proc + first, 1, out->len - first);
+			break;
 		}
+		first += (size_t)done;
 	}
 	pthread_mutex_unlock(&argv_prog.lock);
 	return err;
 }
 
-int tk_cmdline_bpf_state(char *why, size_t why_len)
+int tk_cmdline_bpf_state(unsigned *loads, char *why, size_t why_len)
 {
 	int state;
 
 	pthread_mutex_lock(&argv_prog.lock);
 	state = argv_prog.state;
+	*loads = argv_prog.loads;
 	snprintf(why, why_len, "%s", state < 0 ? argv_prog.why : "");
 	pthread_mutex_unlock(&argv_prog.lock);
 	return state;
@@ -361,8 +370,9 @@ static int argv_fill(struct tk_recbuf *out, uint8_t *ask_proc, char *why, size_t
 	return -ENOTSUP;
 }
 
-int tk_cmdline_bpf_state(char *why, size_t why_len)
+int tk_cmdline_bpf_state(unsigned *loads, char *why, size_t why_len)
 {
+	*loads = 0;
 	snprintf(why, why_len, "built without BPF");
 	return -ENOTSUP;
 }
@@ -392,7 +402,13 @@ int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, struct tk_proc_scann
 			continue;
 		/* BPF start times are the kernel's: shift them as /proc does. */
 		if (global_pids && !offset_read) {
-			offset_ns = boottime_offset_ns();
+			err = boottime_offset_ns(&offset_ns);
+			if (err == -EMFILE || err == -ENFILE) {
+				tk_proc_scanner_drop_cache(sc);
+				err = boottime_offset_ns(&offset_ns);
+			}
+			if (err < 0)
+				break;
 			offset_read = 1;
 		}
 		err = proc_cmdline(sc->proc_fd, offset_ns, &units, out, &out->recs[i]);

@@ -118,6 +118,7 @@ struct tk_proc_scanner {
 	int init_cgroup_fd;          /* /proc/1/cgroup for tk_init_cgroup_id, the same */
 	struct tk_cgid_cache *cgids; /* set: fill cgroup_id from <pid>/cgroup */
 	int want_cmdline;            /* set: fill cmdline from <pid>/cmdline */
+	unsigned fork_generation;    /* of the process that opened proc_fd */
 };
 
 /* A scanner that holds nothing, to be opened on first use. */
@@ -229,8 +230,9 @@ bool tk_cmdline_missing(int errnum);
 /* Reads a <pid>/cmdline fd to its end into out->text, for r. 0, or -errno
  * (-ESRCH: the process was reaped). */
 int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r);
-/* The argv program: 0 not tried, 1 loaded, -errno (and why) of its load. */
-int tk_cmdline_bpf_state(char *why, size_t why_len);
+/* The argv program: 0 not tried, 1 loaded, -errno (and why) of its load;
+ * loads: how many times it loaded in this process. */
+int tk_cmdline_bpf_state(unsigned *loads, char *why, size_t why_len);
 void tk_cmdline_release(void);
 /* The same process: the same pid and a start time within one clock tick. */
 int tk_same_process(const struct tk_record *a, const struct tk_record *b, uint64_t tick);
@@ -271,6 +273,16 @@ void tk_bpf_release(void);
  * with libbpf's messages captured, and tk_bpf_explain writes the reason of
  * a failed one: needs is a kernel BTF type of kind needs_kind the program
  * cannot work without, there since Linux `since`. */
+/* fork() safety (fork.c): tk_fork_watch registers, once per process, the
+ * handlers that call each concern's tk_*_fork; tk_fork_generation() moves
+ * on in every child. */
+enum tk_fork_phase { TK_FORK_PREPARE, TK_FORK_PARENT, TK_FORK_CHILD };
+void tk_fork_watch(void);
+unsigned tk_fork_generation(void);
+void tk_bpf_fork(enum tk_fork_phase phase);           /* tiers, argv, events, load lock */
+void tk_cmdline_fork(enum tk_fork_phase phase);
+void tk_events_fork(enum tk_fork_phase phase);
+void tk_cgroup_mount_fork(enum tk_fork_phase phase);
 void tk_bpf_load_begin(void);
 /* A load failed for want of descriptors or memory: worth another try. */
 bool tk_bpf_load_transient(int err);

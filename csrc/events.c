@@ -976,6 +976,7 @@ struct tk_ev_shared {
 	size_t nstreams, streams_cap;
 	struct tk_events *filling;     /* the stream whose fill consumes */
 	int stopped;                   /* the callback stopped: no stream has room */
+	int forked;                    /* inherited through fork(): the parent's ring */
 };
 
 /* Guards the list, every object, and the inboxes of their streams. */
@@ -1403,29 +1404,30 @@ static int bpf_join(struct tk_events *ev, struct tk_ev_shared *sh, char *why, si
 
 /* A child of fork() would share its parent's rings: each event is read by
  * whichever process drains first, so both would lose events. The child's
- * new streams load their own object; the streams it inherited keep theirs
- * (a stream belongs to the process that opened it). */
-static void shared_after_fork(void)
+ * new streams load their own object; the streams it inherited refuse to
+ * read (EXDEV): a stream belongs to the process that opened it. */
+void tk_events_fork(enum tk_fork_phase phase)
 {
-	pthread_mutex_init(&shared_lock, NULL);
-	shared_list = NULL;
-}
-
-static void shared_watch_forks(void)
-{
-	pthread_atfork(NULL, NULL, shared_after_fork);
+	if (phase == TK_FORK_PREPARE) {
+		pthread_mutex_lock(&shared_lock);
+		return;
+	}
+	if (phase == TK_FORK_CHILD) {
+		for (struct tk_ev_shared *sh = shared_list; sh != NULL; sh = sh->next)
+			sh->forked = 1;
+		shared_list = NULL;
+	}
+	pthread_mutex_unlock(&shared_lock);
 }
 
 static int bpf_open(struct tk_events *ev, double interval, size_t buffer, char *why,
                     size_t why_len)
 {
-	static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 	struct tk_ev_shared *sh;
 	size_t ring = TK_EV_RING_DEFAULT;
 	int err;
 
 	(void)interval;
-	pthread_once(&fork_watch, shared_watch_forks);
 	err = bpf_stream_fds(ev, why, why_len);
 	if (err < 0)
 		return err;
@@ -1483,6 +1485,8 @@ static int bpf_fill(struct tk_events *ev, size_t max)
 	int n, err;
 
 	(void)max;
+	if (sh->forked)
+		return -EXDEV;      /* the parent's ring: open a stream here */
 	if (read(ev->bpf.wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
 		return -errno;
 	pthread_mutex_lock(&shared_lock);

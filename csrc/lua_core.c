@@ -130,6 +130,7 @@ __attribute__((visibility("default"))) int luaopen_takana_core(lua_State *L);
 
 int luaopen_takana_core(lua_State *L)
 {
+	tk_fork_watch();
 	lua_newtable(L);
 	lua_pushliteral(L, TK_VERSION);
 	lua_setfield(L, -2, "_VERSION");

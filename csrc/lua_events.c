@@ -229,6 +229,13 @@ static int events_read(lua_State *L)
 		char ctx[48];
 
 		snprintf(ctx, sizeof ctx, "events: read (%s)", e->ev.ops->name);
+		if (err == -EXDEV) {
+			lua_pushnil(L);
+			lua_pushfstring(L, "%s: the stream was opened before a fork(), by the parent; "
+			                "open another in this process", ctx);
+			lua_pushinteger(L, EXDEV);
+			return 3;
+		}
 		return tk_push_error(L, ctx, err);
 	}
 	lua_pushvalue(L, 1);

@@ -927,15 +927,18 @@ static int l_bpf_info(lua_State *L)
 	return 1;
 }
 
-/* core.argv_info() -> {state = "not tried" | "loaded" | "failed", error = msg}:
- * the program that reads a BPF snapshot's cmdline field. */
+/* core.argv_info() -> {state = "not tried" | "loaded" | "failed", error = msg,
+ * loads = n}: the program that reads a BPF snapshot's cmdline field. */
 static int l_argv_info(lua_State *L)
 {
-	char why[256];
-	int state = tk_cmdline_bpf_state(why, sizeof why);
+	char why[512];
+	unsigned loads;
+	int state = tk_cmdline_bpf_state(&loads, why, sizeof why);
 
 	tk_check_nargs(L, 0);
-	lua_createtable(L, 0, 2);
+	lua_createtable(L, 0, 3);
+	lua_pushinteger(L, loads);
+	lua_setfield(L, -2, "loads");
 	lua_pushstring(L, state == 0 ? "not tried" : state > 0 ? "loaded" : "failed");
 	lua_setfield(L, -2, "state");
 	if (state < 0) {

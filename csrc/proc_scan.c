@@ -70,6 +70,7 @@ int tk_proc_scanner_init(struct tk_proc_scanner *s, const char *proc_path)
 	}
 	s->dents_cap = DENTS_BUF;
 	s->cache_limit = cache_limit_from_rlimit();
+	s->fork_generation = tk_fork_generation();
 	tk_units_init(&s->units);
 	return 0;
 }
@@ -381,6 +382,18 @@ int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache
 
 	if (s->proc_fd < 0)
 		return -EBADF;
+	/* A child of fork() shares the directory's offset with its parent:
+	 * two scans at once would each miss pids. (The cached stat fds are
+	 * read with pread, which has no offset.) */
+	if (s->fork_generation != tk_fork_generation()) {
+		int fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (fd < 0)
+			return -errno;
+		close(s->proc_fd);
+		s->proc_fd = fd;
+		s->fork_generation = tk_fork_generation();
+	}
 	if (!use_cache)
 		tk_proc_scanner_drop_cache(s);
 	if (lseek(s->proc_fd, 0, SEEK_SET) < 0)

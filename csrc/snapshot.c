@@ -428,6 +428,15 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 		tk_recbuf_free(out);
 		return err;
 	}
+	/* Each cmdline read reserved room for a long one. */
+	if (out->text_cap > out->text_len + 4096) {
+		char *text = realloc(out->text, out->text_len ? out->text_len : 1);
+
+		if (text != NULL) {
+			out->text = text;
+			out->text_cap = out->text_len ? out->text_len : 1;
+		}
+	}
 	/* No cgroup2 hierarchy mounted: every process is still in the default
 	 * hierarchy's root, which BPF reads as id 1, but no path leads to it.
 	 * The ids read 0 (nil), as /proc's do. */

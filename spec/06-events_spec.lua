@@ -349,8 +349,12 @@ describe("bpf event streams after fork()", function()
     local envtool = require "envtool"
     local pid = envtool.fork()
     if pid == 0 then
+      envtool.alarm(60)
       local ok = pcall(function()
         local me = tonumber(H.read("/proc/self/stat"):match("^%d+"))
+        -- the inherited stream is the parent's: it refuses to read
+        local none, msg, code = ev:read()
+        assert(none == nil and code == 18 and msg:find("fork", 1, true), msg)
         local mine = assert(takana.events { "exec", backend = "bpf" })
         local c = assert(takana.spawn { "/bin/true" })
         c:wait(10)

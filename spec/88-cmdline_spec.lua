@@ -66,10 +66,10 @@ describe("snapshot cmdline field", function()
       end
       assert.equal(read, snap.cmdline_by_bpf + snap.cmdline_by_proc)
       if snap.cmdline_from == "bpf" then
-        -- the program read nearly all; /proc the long one, the title, and
-        -- a hidden init
-        assert.is_true(snap.cmdline_by_proc >= 2 and snap.cmdline_by_proc <= 8, snap.cmdline_by_proc)
-        assert.is_true(snap.cmdline_by_bpf >= read - 8)
+        -- /proc read at least the long one and the title; the program the
+        -- rest but what a host has of those (JVMs, browsers)
+        assert.is_true(snap.cmdline_by_proc >= 2, snap.cmdline_by_proc)
+        assert.is_true(snap.cmdline_by_bpf >= 3, snap.cmdline_by_bpf)
       else
         assert.equal(0, snap.cmdline_by_bpf)
       end
@@ -80,11 +80,20 @@ describe("snapshot cmdline field", function()
     it(name .. " never turns a shortage of descriptors into a nil cmdline", function()
       local me = assert(takana.process(H.pid))
       local soft, hard = H.nofile()
-      -- not one descriptor free: what /proc reads must come from its caches
-      assert(me:setlimit("nofile", H.count_fds(), hard))
+      local held = {}
+      assert(me:setlimit("nofile", H.count_fds() + 16, hard))
+      -- every descriptor taken: what /proc reads must come from its caches
+      for _ = 1, 64 do
+        local f = io.open("/dev/null")
+        if not f then break end
+        held[#held + 1] = f
+      end
+      local spare = io.open("/dev/null")
       local ok, snap, err = pcall(takana.snapshot, { backend = name, fields = { "pid", "cmdline" } })
+      for _, f in ipairs(held) do f:close() end
       assert(me:setlimit("nofile", soft, hard))
       me:close()
+      assert.is_nil(spare)
       assert.is_true(ok, snap)
       if snap then
         for _, f in ipairs { fx, fx_long, fx_odd } do

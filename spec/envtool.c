@@ -1,4 +1,4 @@
-/* envtool: unsetenv, fork, _exit and waitpid for the specs. Under `make test-asan` lua5.4
+/* envtool: unsetenv, fork, alarm, _exit and waitpid for the specs. Under `make test-asan` lua5.4
  * runs with the sanitizer runtimes in LD_PRELOAD; the specs' children
  * (sh, curl, node_exporter, the fixture) must not inherit them. */
 #include <stdlib.h>
@@ -19,6 +19,13 @@ static int l_fork(lua_State *L)
 {
 	lua_pushinteger(L, fork());
 	return 1;
+}
+
+/* alarm(seconds): a forked child that hangs dies instead of the suite. */
+static int l_alarm(lua_State *L)
+{
+	alarm((unsigned)luaL_checkinteger(L, 1));
+	return 0;
 }
 
 static int l_exit(lua_State *L)
@@ -49,6 +56,8 @@ int luaopen_envtool(lua_State *L)
 	lua_setfield(L, -2, "fork");
 	lua_pushcfunction(L, l_exit);
 	lua_setfield(L, -2, "exit");
+	lua_pushcfunction(L, l_alarm);
+	lua_setfield(L, -2, "alarm");
 	lua_pushcfunction(L, l_waitpid);
 	lua_setfield(L, -2, "waitpid");
 	return 1;

@@ -196,13 +196,10 @@ local function row_context()
     if proc then proc:close() end
     return path and printable(path) or "?"
   end
+  -- The snapshot read cmdline (nil: the process is gone; reading the pid
+  -- now could show another process's).
   function ctx.cmd(p)
     local argv = p.cmdline
-    if argv == nil then
-      local proc = takana.process(p.pid)
-      argv = proc and proc:cmdline()
-      if proc then proc:close() end
-    end
     if not argv or #argv == 0 then return "[" .. printable(p.comm) .. "]" end
     local words = {}
     for i, a in ipairs(argv) do words[i] = shell_word(a) end
