@@ -168,9 +168,23 @@ static struct {
 	int prog_fd;
 } argv_prog = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+static void argv_unload(void)
+{
+	if (argv_prog.text != NULL)
+		munmap((void *)(uintptr_t)argv_prog.text, TK_ARGV_TEXT);
+	if (argv_prog.slots != NULL)
+		munmap(argv_prog.slots, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS);
+	takana_argv__destroy(argv_prog.skel);
+	argv_prog.text = NULL;
+	argv_prog.slots = NULL;
+	argv_prog.skel = NULL;
+	argv_prog.state = 0;
+}
+
 static int argv_load(void)
 {
 	struct takana_argv *skel;
+	void *slots, *text;
 	int err;
 
 	skel = takana_argv__open();
@@ -183,26 +197,18 @@ static int argv_load(void)
 		takana_argv__destroy(skel);
 		return err < 0 ? err : -EINVAL;
 	}
-	/* The skeleton maps .bss; the arrays are mapped here. */
-	argv_prog.slots = mmap(NULL, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS,
-	                       PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(skel->maps.slots), 0);
-	if (argv_prog.slots == MAP_FAILED) {
-		err = -errno;
-		argv_prog.slots = NULL;
-		takana_argv__destroy(skel);
-		return err;
-	}
-	argv_prog.text = mmap(NULL, TK_ARGV_TEXT, PROT_READ, MAP_SHARED,
-	                      bpf_map__fd(skel->maps.text), 0);
-	if (argv_prog.text == MAP_FAILED) {
-		err = -errno;
-		argv_prog.text = NULL;
-		munmap(argv_prog.slots, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS);
-		argv_prog.slots = NULL;
-		takana_argv__destroy(skel);
-		return err;
-	}
 	argv_prog.skel = skel;
+	/* The skeleton maps .bss; the arrays are mapped here. */
+	slots = mmap(NULL, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS, PROT_READ | PROT_WRITE,
+	             MAP_SHARED, bpf_map__fd(skel->maps.slots), 0);
+	argv_prog.slots = slots == MAP_FAILED ? NULL : slots;
+	text = mmap(NULL, TK_ARGV_TEXT, PROT_READ, MAP_SHARED, bpf_map__fd(skel->maps.text), 0);
+	argv_prog.text = text == MAP_FAILED ? NULL : text;
+	if (slots == MAP_FAILED || text == MAP_FAILED) {
+		err = -errno;
+		argv_unload();
+		return err;
+	}
 	argv_prog.prog_fd = bpf_program__fd(skel->progs.read_argv);
 	argv_prog.loads++;
 	return 0;
@@ -233,7 +239,8 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 	done = argv_prog.skel->bss->next;
 	if (done > n || argv_prog.skel->bss->used > TK_ARGV_TEXT)
 		return -EIO;
-	/* A run counts only what it finished: a failed run leaves all to /proc. */
+	/* Checked before any record is touched: a run that fails leaves them
+	 * all to /proc. */
 	for (uint32_t i = 0; i < done; i++) {
 		const struct tk_argv_slot *sl = &argv_prog.slots[i];
 
@@ -270,19 +277,6 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 		}
 	}
 	return done;
-}
-
-static void argv_unload(void)
-{
-	if (argv_prog.text != NULL)
-		munmap((void *)(uintptr_t)argv_prog.text, TK_ARGV_TEXT);
-	if (argv_prog.slots != NULL)
-		munmap(argv_prog.slots, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS);
-	takana_argv__destroy(argv_prog.skel);
-	argv_prog.text = NULL;
-	argv_prog.slots = NULL;
-	argv_prog.skel = NULL;
-	argv_prog.state = 0;
 }
 
 /* As the snapshot tiers (tk_bpf_fork): a child of fork() would share the
