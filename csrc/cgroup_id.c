@@ -28,6 +28,7 @@
 /* ---- the mount ------------------------------------------------------------ */
 
 static pthread_mutex_t mount_lock = PTHREAD_MUTEX_INITIALIZER;
+static char mount_cached[TK_CG_PATH_MAX];
 
 void tk_cgroup_mount_fork(enum tk_fork_phase phase)
 {
@@ -36,7 +37,6 @@ void tk_cgroup_mount_fork(enum tk_fork_phase phase)
 	else
 		pthread_mutex_unlock(&mount_lock);
 }
-static char mount_cached[TK_CG_PATH_MAX];
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */
 static void unescape(char *s)

@@ -376,8 +376,7 @@ void tk_cmdline_release(void)
 }
 #endif
 
-int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, struct tk_proc_scanner *sc,
-                    char *why, size_t why_len)
+int tk_cmdline_fill(struct tk_recbuf *out, struct tk_proc_scanner *sc, char *why, size_t why_len)
 {
 	struct tk_units units;
 	uint8_t *ask_proc = calloc(out->len ? out->len : 1, 1);
@@ -387,15 +386,13 @@ int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, struct tk_proc_scann
 	if (ask_proc == NULL)
 		return -ENOMEM;
 	tk_units_init(&units);
-	/* bpf_task_from_pid takes global pids: only a BPF walk's (those tiers
-	 * refuse a foreign pid namespace). */
-	from_bpf = global_pids && argv_fill(out, ask_proc, why, why_len) == 0;
+	from_bpf = argv_fill(out, ask_proc, why, why_len) == 0;
 	out->cmdline_from = from_bpf ? "bpf" : "proc";
 	for (size_t i = 0; i < out->len && err == 0; i++) {
 		if (from_bpf && !ask_proc[i])
 			continue;
 		/* BPF start times are the kernel's: shift them as /proc does. */
-		if (global_pids && !offset_read) {
+		if (!offset_read) {
 			err = boottime_offset_ns(&offset_ns);
 			if (err == -EMFILE || err == -ENFILE) {
 				tk_proc_scanner_drop_cache(sc);

@@ -219,12 +219,13 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 
 /* ---- the cmdline field (cmdline.c) ---------------------------------------- */
 
-/* Fills every record's cmdline_off/_len (TK_CMDLINE_NONE for a process gone
- * before its turn) and out->cmdline_from: through the argv BPF program when
- * global_pids (the records came from a BPF walk) and it loads, else, and
- * for what it leaves, from /proc through proc_fd. 0, or -errno with why. */
-int tk_cmdline_fill(struct tk_recbuf *out, int global_pids, struct tk_proc_scanner *sc,
-                    char *why, size_t why_len);
+/* After a BPF walk (whose pids are global: the tiers refuse a foreign pid
+ * namespace), fills every record's cmdline_off/_len (TK_CMDLINE_NONE for a
+ * process gone before its turn), the counts and out->cmdline_from: through
+ * the argv BPF program where it loads, else, and for what it leaves, from
+ * /proc through sc. 0, or -errno with why. The proc walk reads cmdline
+ * itself (tk_proc_scanner.want_cmdline). */
+int tk_cmdline_fill(struct tk_recbuf *out, struct tk_proc_scanner *sc, char *why, size_t why_len);
 /* An error that leaves a cmdline nil: the process is gone, or hidden. */
 bool tk_cmdline_missing(int errnum);
 /* Reads a <pid>/cmdline fd to its end into out->text, for r. 0, or -errno

@@ -262,8 +262,6 @@ static void cache_give_back(struct tk_proc_scanner *s, struct scan *sc)
 	s->cache_limit /= 2;
 }
 
-/* Reads one pid, reusing its cached fd, and keeps the fd for the next scan
- * while the budget allows. Returns what stat_read returned. */
 /* <pid>/cmdline, opened before the stat is read and read after it: a
  * read that succeeds proves its process still held the pid after the stat
  * was opened (or, cached, read), so both are one process's. */
@@ -299,6 +297,9 @@ static int cmdline_finish(int fd, struct tk_recbuf *out, struct tk_record *rec)
 	return 0;
 }
 
+/* Reads one pid, reusing its cached fd, and keeps the fd for the next scan
+ * while the budget allows; with want_cmdline, its arguments into out's
+ * text. Returns what stat_read returned. */
 static int scan_pid(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid,
                     struct tk_record *rec, struct tk_recbuf *out)
 {

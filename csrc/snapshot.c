@@ -356,13 +356,13 @@ static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scann
 	err = scanner_ensure_open(sc);
 	if (err == 0)
 		err = tk_proc_scan_init(sc, &rec);
-	/* As for every /proc record: a cgroup that cannot be read is nil,
-	 * the record stays. */
+	/* As for every /proc record, a cgroup that cannot be read is nil (id
+	 * 0) and the record stays. */
 	if (err == 0 && cgroup_mount != NULL) {
 		uint64_t id;
 
-		rec.cgroup_id = tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, cgroup_mount, &id) == 0
-		                ? id : 0;
+		(void)tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, cgroup_mount, &id);
+		rec.cgroup_id = id;
 	}
 	if (err == -EACCES || err == -EPERM) {
 		out->denied++;
@@ -416,13 +416,13 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 	if (err == 0 && b->may_hide_init)
 		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_WALK,
 		                      want_cgroup && !unmounted ? mnt : NULL, out, why, why_len);
-	/* The proc walk read cmdline as it went. */
+	/* After a BPF walk; the proc walk read cmdline as it went. */
 	if (err == 0 && (req->fields & TK_F(CMDLINE)) && b->tier >= 0) {
 		err = scanner_ensure_open(sc);
 		if (err < 0)
 			snprintf(why, why_len, "open /proc: %s", strerror(-err));
 		else
-			err = tk_cmdline_fill(out, b->tier >= 0, sc, why, why_len);
+			err = tk_cmdline_fill(out, sc, why, why_len);
 	}
 	if (err < 0) {
 		tk_recbuf_free(out);
