@@ -245,17 +245,10 @@ static size_t estimate_processes(void)
 {
 	char buf[128];
 	long total = 0;
-	ssize_t n;
-	int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 	char *slash;
 
-	if (fd < 0)
+	if (tk_read_small(AT_FDCWD, "/proc/loadavg", buf, sizeof buf) <= 0)
 		return 4096;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 4096;
-	buf[n] = '\0';
 	slash = strchr(buf, '/');
 	if (slash != NULL)
 		total = strtol(slash + 1, NULL, 10);

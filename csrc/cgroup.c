@@ -674,17 +674,11 @@ int tk_pidfd_pid(int pidfd, int *pid)
 	const char *p;
 	ssize_t n;
 	long v;
-	int fd;
 
 	snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
+	n = tk_read_small(AT_FDCWD, path, buf, sizeof buf);
 	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
+		return (int)n;
 	p = strstr(buf, "\nPid:\t");
 	if (p == NULL)
 		return -EBADF;

@@ -56,17 +56,11 @@ static int boottime_offset_ns(int64_t *offset)
 	char buf[256];
 	const char *line;
 	long long sec, nsec;
-	ssize_t n;
-	int fd = open("/proc/self/timens_offsets", O_RDONLY | O_CLOEXEC);
+	ssize_t n = tk_read_small(AT_FDCWD, "/proc/self/timens_offsets", buf, sizeof buf);
 
 	*offset = 0;
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;   /* ENOENT: before Linux 5.6 */
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
 	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
+		return n == -ENOENT ? 0 : (int)n;   /* ENOENT: before Linux 5.6 */
 	line = strstr(buf, "boottime ");
 	if (line != NULL && sscanf(line + 9, "%lld %lld", &sec, &nsec) == 2)
 		*offset = (int64_t)sec * 1000000000 + nsec;

@@ -22,6 +22,7 @@
 
 #include "process.h"
 #include "signals.h"
+#include "util.h"
 
 #define TK_SIG_MAX 64
 
@@ -61,18 +62,10 @@ static int task_blocked(int taskdir, const char *tid, tk_sigbits *out)
 {
 	char path[64], buf[2048];
 	const char *line;
-	ssize_t n;
-	int fd;
 
 	snprintf(path, sizeof path, "%s/status", tid);
-	fd = openat(taskdir, path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (tk_read_small(taskdir, path, buf, sizeof buf) <= 0)
 		return -1;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	line = strstr(buf, "\nSigBlk:");
 	if (line == NULL)
 		return -1;

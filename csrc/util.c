@@ -1,6 +1,25 @@
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+ssize_t tk_read_small(int dirfd, const char *path, char *buf, size_t cap)
+{
+	ssize_t n;
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, cap - 1);
+	if (n < 0)
+		n = -errno;
+	close(fd);
+	if (n >= 0)
+		buf[n] = '\0';
+	return n;
+}
 
 void *tk_grow(void *v, size_t *cap, size_t need, size_t elem, size_t first)
 {

@@ -1,10 +1,11 @@
-/* Small pieces every core file needs once: growing an array and reading a
- * decimal, each written here so there is one overflow check of each kind. */
+/* Small pieces every core file needs once: growing an array, reading a
+ * decimal and reading a small file, each written here once. */
 #ifndef TAKANA_UTIL_H
 #define TAKANA_UTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Returns v regrown to hold at least `need` elements of `elem` bytes
  * (doubling from `first`) and updates *cap, or NULL with v and *cap left as
@@ -14,5 +15,9 @@ void *tk_grow(void *v, size_t *cap, size_t need, size_t elem, size_t first);
 /* Reads the decimal digits at [p, end) into *out; returns the first byte
  * after them, or NULL when there is no digit or the value exceeds `max`. */
 const char *tk_parse_u64(const char *p, const char *end, uint64_t max, uint64_t *out);
+
+/* Reads a small file (path relative to dirfd, or AT_FDCWD) with one read
+ * into buf, NUL-terminated (at most cap - 1 bytes): its length, or -errno. */
+ssize_t tk_read_small(int dirfd, const char *path, char *buf, size_t cap);
 
 #endif
