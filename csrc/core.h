@@ -269,11 +269,7 @@ void tk_bpf_info(enum tk_bpf_tier tier, struct tk_bpf_tier_info *info);
 int tk_bpf_kfunc_set_capacity(size_t capacity);
 /* Unloads both tiers; the next snapshot loads again. */
 void tk_bpf_release(void);
-#ifndef TK_NO_BPF
-/* For other BPF objects (events): a load between these two is serialised
- * with libbpf's messages captured, and tk_bpf_explain writes the reason of
- * a failed one: needs is a kernel BTF type of kind needs_kind the program
- * cannot work without, there since Linux `since`. */
+
 /* fork() safety (fork.c): tk_fork_watch registers, once per process, the
  * handlers that call each concern's tk_*_fork; tk_fork_generation() moves
  * on in every child. */
@@ -284,10 +280,16 @@ void tk_bpf_fork(enum tk_fork_phase phase);           /* tiers, argv, events, lo
 void tk_cmdline_fork(enum tk_fork_phase phase);
 void tk_events_fork(enum tk_fork_phase phase);
 void tk_cgroup_mount_fork(enum tk_fork_phase phase);
+
+#ifndef TK_NO_BPF
+/* For other BPF objects (events): a load between these two is serialised
+ * with libbpf's messages captured, and tk_bpf_explain writes the reason of
+ * a failed one: needs is a kernel BTF type of kind needs_kind the program
+ * cannot work without, there since Linux `since`. */
 void tk_bpf_load_begin(void);
+void tk_bpf_load_end(void);
 /* A load failed for want of descriptors or memory: worth another try. */
 bool tk_bpf_load_transient(int err);
-void tk_bpf_load_end(void);
 void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
                     int err, char *why, size_t why_len);
 /* Whether to try an object's light skeleton first (TAKANA_BPF_LOADER), and
