@@ -158,8 +158,8 @@ run: deps all
 # each that long from the committed seed corpus (fuzz/corpus/<name>).
 FUZZ_SECONDS ?= 60
 FUZZ_NAMES := stat kv cn order procinfo
-FUZZ_SRC := csrc/util.c csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/cgroup.c csrc/cgroup_id.c csrc/events.c \
-	csrc/procinfo.c csrc/process.c csrc/cgroup_path.c csrc/signals.c
+# The whole core, built without BPF (no libbpf in the harnesses).
+FUZZ_SRC := $(CORE_SRC)
 fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DTK_NO_BPF \
 		-Icsrc -o $@ $< $(FUZZ_SRC)
