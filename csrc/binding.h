@@ -41,6 +41,9 @@ static inline lua_Integer tk_u64_int(uint64_t v)
 int tk_push_error(lua_State *L, const char *ctx, int err);
 /* Raises "bad argument #i (no more than n arguments expected)" on extras. */
 void tk_check_nargs(lua_State *L, int max);
+/* /proc/<pid>/cmdline's bytes as the array of arguments process:cmdline()
+ * and the snapshot's cmdline field give (lua_procinfo.c). */
+void tk_push_argv(lua_State *L, const char *buf, size_t len);
 /* A signal by number (0..NSIG-1) or name ("TERM", "SIGTERM", "term"):
  * tk_signal_parse returns it, or -1 with *why set (a static string);
  * tk_signal_check raises a bad-argument error instead. */

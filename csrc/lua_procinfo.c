@@ -170,21 +170,11 @@ static int l_process(lua_State *L)
 	return 1;
 }
 
-/*** The command line: every argument, empty ones included.
- * A process that rewrote its arguments (setproctitle) shows what it wrote.
- * @function process:cmdline
- * @treturn[1] {string,...} (empty for a kernel thread)
- * @treturn[2] nil, message, errno */
-static int proc_cmdline(lua_State *L)
+void tk_push_argv(lua_State *L, const char *buf, size_t len)
 {
-	struct lproc *p = proc_check(L, 1);
-	const char *buf;
-	size_t len, start = 0;
+	size_t start = 0;
 	lua_Integer n = 0;
 
-	tk_check_nargs(L, 1);
-	if (read_or_push(L, p, "cmdline", &buf, &len))
-		return 3;
 	lua_createtable(L, 8, 0);
 	/* A NUL ends each argument; an unterminated last one (setproctitle) is
 	 * kept too. "" alone is the one-byte file "\0". */
@@ -198,6 +188,23 @@ static int proc_cmdline(lua_State *L)
 			}
 		}
 	}
+}
+
+/*** The command line: every argument, empty ones included.
+ * A process that rewrote its arguments (setproctitle) shows what it wrote.
+ * @function process:cmdline
+ * @treturn[1] {string,...} (empty for a kernel thread)
+ * @treturn[2] nil, message, errno */
+static int proc_cmdline(lua_State *L)
+{
+	struct lproc *p = proc_check(L, 1);
+	const char *buf;
+	size_t len;
+
+	tk_check_nargs(L, 1);
+	if (read_or_push(L, p, "cmdline", &buf, &len))
+		return 3;
+	tk_push_argv(L, buf, len);
 	return 1;
 }
 

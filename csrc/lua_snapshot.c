@@ -46,25 +46,6 @@ static uint64_t member_u64(const struct tk_record *r, const struct tk_field_desc
 	return v;
 }
 
-/* Arguments as process:cmdline() splits /proc/<pid>/cmdline: a NUL ends
- * each one (empty ones kept). */
-static void argv_table_push(lua_State *L, const char *buf, size_t len)
-{
-	size_t start = 0;
-	lua_Integer n = 0;
-
-	lua_createtable(L, 4, 0);
-	if (len == 0)
-		return;
-	for (size_t i = 0, end = buf[len - 1] == '\0' ? len - 1 : len; i <= end; i++) {
-		if (i == end || buf[i] == '\0') {
-			lua_pushlstring(L, buf + start, i - start);
-			lua_rawseti(L, -2, ++n);
-			start = i + 1;
-		}
-	}
-}
-
 /* The record's cmdline as a table, or nil. Its bytes are copied first, to
  * the C stack when short, else to a Lua string: the table's allocations
  * can run a finalizer that frees text. */
@@ -76,14 +57,14 @@ static void cmdline_push(lua_State *L, const struct tk_record *r, const char *te
 		lua_pushnil(L);
 	} else if (r->cmdline_len <= sizeof small) {
 		memcpy(small, text + r->cmdline_off, r->cmdline_len);
-		argv_table_push(L, small, r->cmdline_len);
+		tk_push_argv(L, small, r->cmdline_len);
 	} else {
 		size_t len;
 		const char *copy;
 
 		lua_pushlstring(L, text + r->cmdline_off, r->cmdline_len);
 		copy = lua_tolstring(L, -1, &len);
-		argv_table_push(L, copy, len);
+		tk_push_argv(L, copy, len);
 		lua_remove(L, -2);
 	}
 }

@@ -49,16 +49,11 @@ __attribute__((visibility("default"))) int luaopen_envtool(lua_State *L);
 
 int luaopen_envtool(lua_State *L)
 {
-	lua_newtable(L);
-	lua_pushcfunction(L, l_unsetenv);
-	lua_setfield(L, -2, "unsetenv");
-	lua_pushcfunction(L, l_fork);
-	lua_setfield(L, -2, "fork");
-	lua_pushcfunction(L, l_exit);
-	lua_setfield(L, -2, "exit");
-	lua_pushcfunction(L, l_alarm);
-	lua_setfield(L, -2, "alarm");
-	lua_pushcfunction(L, l_waitpid);
-	lua_setfield(L, -2, "waitpid");
+	static const luaL_Reg funcs[] = {
+		{ "unsetenv", l_unsetenv }, { "fork", l_fork }, { "exit", l_exit },
+		{ "alarm", l_alarm }, { "waitpid", l_waitpid }, { NULL, NULL },
+	};
+
+	luaL_newlib(L, funcs);
 	return 1;
 }
