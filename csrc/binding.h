@@ -29,6 +29,7 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_SIGNALS_MT "takana.Signals"
 #define TK_TIMER_MT "takana.Timer"
 #define TK_PIPE_MT "takana.Pipe"
+#define TK_DIR_MT "takana.Dir"
 
 /* A kernel counter as a Lua integer, saturating rather than wrapping. */
 static inline lua_Integer tk_u64_int(uint64_t v)
@@ -89,7 +90,12 @@ void tk_events_open_lib(lua_State *L);
 /* The directory fd of the cgroup handle at idx (lua_cgroup.c); raises when
  * it is none or closed. */
 int tk_cgroup_dirfd(lua_State *L, int idx);
-void tk_file_open(lua_State *L);
+void tk_dir_open_lib(lua_State *L);
+/* lua_unix.c, for lua_dir.c: a socket bound at name beneath dirfd (a
+ * datagram socket when dgram, else listening); pushes it or nil, msg, errno.
+ * by_start_time: senders told by start time even where SCM_PIDFD exists. */
+int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name, int dgram,
+                 mode_t mode, uid_t uid, gid_t gid, int by_start_time);
 void tk_unix_open(lua_State *L);
 void tk_signals_open_lib(lua_State *L);
 void tk_timer_open_lib(lua_State *L);

@@ -143,7 +143,7 @@ int luaopen_takana_core(lua_State *L)
 	tk_cgroup_path_open(L);
 	tk_cgroup_open(L);
 	tk_events_open_lib(L);
-	tk_file_open(L);
+	tk_dir_open_lib(L);
 	tk_signals_open_lib(L);
 	tk_timer_open_lib(L);
 	tk_self_open(L);

@@ -1033,8 +1033,43 @@ static int l_spawn(lua_State *L)
 	return 1;
 }
 
+/* core.ids(user, group) -> uid, gid: the ids spawn{user=, group=} would
+ * set (a user's own group when group is nil); nil for what is not given.
+ * Raises, as spawn does, for a name with no entry. */
+static int l_ids(lua_State *L)
+{
+	int has_user = !lua_isnoneornil(L, 1), has_group = !lua_isnoneornil(L, 2);
+	uid_t uid = 0;
+	gid_t gid = 0, pw_gid = 0;
+
+	tk_check_nargs(L, 2);
+	if (has_group)
+		gid = group_resolve(L, 2, "group");
+	if (has_user) {
+		int found = user_resolve(L, 1, &uid, &pw_gid);
+		lua_pop(L, 1);
+		if (!found && !has_group)
+			spawn_error(L, "user %d has no passwd entry: give group too", (int)uid);
+		if (!has_group) {
+			gid = pw_gid;
+			has_group = 1;
+		}
+	}
+	if (has_user)
+		lua_pushinteger(L, uid);
+	else
+		lua_pushnil(L);
+	if (has_group)
+		lua_pushinteger(L, gid);
+	else
+		lua_pushnil(L);
+	return 2;
+}
+
 void tk_spawn_open(lua_State *L)
 {
 	lua_pushcfunction(L, l_spawn);
 	lua_setfield(L, -2, "spawn");
+	lua_pushcfunction(L, l_ids);
+	lua_setfield(L, -2, "ids");
 }

@@ -14,9 +14,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "binding.h"
+#include "process.h"
+#include "safe_dir.h"
 
 enum ux_kind { UX_DGRAM, UX_LISTEN, UX_STREAM, UX_EPOLL };
 
@@ -26,6 +29,7 @@ static const char *const kind_names[] = { "datagram socket", "listening socket",
 struct lunix {
 	struct tk_handle h; /* first: the handle base */
 	enum ux_kind kind;
+	int sender_pidfds; /* datagrams carry SCM_PIDFD */
 };
 
 #define MAX_READ (1 << 20)
@@ -42,6 +46,7 @@ static struct lunix *ux_new(lua_State *L, int fd, enum ux_kind kind)
 	tk_handle_init(&u->h, kind_names[kind], "r", NULL);
 	u->h.fd = fd;
 	u->kind = kind;
+	u->sender_pidfds = 0;
 	luaL_setmetatable(L, TK_UNIX_MT);
 	return u;
 }
@@ -71,80 +76,50 @@ static socklen_t ux_addr(lua_State *L, int idx, struct sockaddr_un *sa)
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
 }
 
-static mode_t ux_mode(lua_State *L, int idx, mode_t dflt)
-{
-	lua_Integer m = luaL_optinteger(L, idx, dflt);
-	if (m < 0 || m > 0777)
-		luaL_argerror(L, idx, "a permission mode 0..0777 expected");
-	return (mode_t)m;
-}
+#ifndef SO_PASSPIDFD
+#define SO_PASSPIDFD 76
+#endif
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04
+#endif
 
-/* Binds with a umask that leaves nothing wider than `mode`, so the socket
- * is never reachable with looser permissions, even for a moment. */
-static int bind_mode(int fd, const struct sockaddr_un *sa, socklen_t len, mode_t mode)
+/* A socket bound at name beneath the checked directory dirfd (lua_dir.c's
+ * dir:bind): a datagram socket whose every message names its sender, or a
+ * listening stream socket. Pushes it, or nil, msg, errno. A datagram
+ * socket asks for the sender's pidfd (SCM_PIDFD, 6.5+); before that, for
+ * the time each message was queued, against which recv checks that the
+ * pid it names still is the sender (by_start_time: that way on any
+ * kernel, for the specs of older ones). */
+int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name, int dgram,
+                 mode_t mode, uid_t uid, gid_t gid, int by_start_time)
 {
-	mode_t old = umask((mode_t)(~mode & 0777));
-	int r = bind(fd, (const struct sockaddr *)sa, len);
-	int e = errno;
-	umask(old);
-	if (r < 0)
-		return -e;
-	if (chmod(sa->sun_path, mode) < 0)
-		return -errno;
-	return 0;
-}
+	int one = 1, fd, r = 0, pidfds = 0;
+	struct lunix *u;
 
-/* A socket of kind UX_DGRAM or UX_LISTEN bound at the path of argument 1
- * with the mode of argument 2; pushes it, or nil, msg, errno. */
-static int ux_bound(lua_State *L, enum ux_kind kind, mode_t default_mode)
-{
-	struct sockaddr_un sa;
-	socklen_t len = ux_addr(L, 1, &sa);
-	mode_t mode = ux_mode(L, 2, default_mode);
-	int dgram = kind == UX_DGRAM, one = 1, fd, r;
-
-	tk_check_nargs(L, 2);
 	fd = socket(AF_UNIX, (dgram ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return tk_push_error(L, dgram ? "notify socket" : "control socket", -errno);
-	if (dgram && setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0) {
-		r = -errno;
-		close(fd);
-		return tk_push_error(L, "notify socket: SO_PASSCRED", r);
+	if (dgram) {
+		if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0)
+			r = -errno;
+		else if (!by_start_time &&
+		         setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one) == 0)
+			pidfds = 1;
+		else if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) < 0)
+			r = -errno;
 	}
-	r = bind_mode(fd, &sa, len, mode);
+	if (r == 0)
+		r = tk_dir_bind(dirfd, dir_path, name, fd, mode, uid, gid);
 	if (r == 0 && !dgram && listen(fd, 64) < 0)
 		r = -errno;
 	if (r < 0) {
 		close(fd);
-		return tk_push_error(L, lua_pushfstring(L, "%s %s", dgram ? "bind" : "listen",
-		                                        sa.sun_path), r);
+		return tk_push_error(L, lua_pushfstring(L, "%s %s/%s", dgram ? "bind" : "listen",
+		                                        dir_path ? dir_path : ".", name), r);
 	}
-	ux_new(L, fd, kind);
+	u = ux_new(L, fd, dgram ? UX_DGRAM : UX_LISTEN);
+	u->sender_pidfds = pidfds;
 	return 1;
-}
-
-/*** A datagram socket bound at path, with SO_PASSCRED: each datagram
- * carries its sender's pid, uid and gid (sd_notify's NOTIFY_SOCKET).
- * @function unix_dgram
- * @string path where to bind (must not exist)
- * @int[opt=0666] mode permissions of the socket file
- * @treturn[1] socket
- * @treturn[2] nil, message, errno */
-static int l_unix_dgram(lua_State *L)
-{
-	return ux_bound(L, UX_DGRAM, 0666);
-}
-
-/*** A listening stream socket at path (mode 0600 by default).
- * @function unix_listen
- * @string path
- * @int[opt=0600] mode
- * @treturn[1] socket
- * @treturn[2] nil, message, errno */
-static int l_unix_listen(lua_State *L)
-{
-	return ux_bound(L, UX_LISTEN, 0600);
 }
 
 /*** Connects a stream socket to path; the result is non-blocking.
@@ -284,16 +259,28 @@ static int ux_epoll_wait(lua_State *L)
 	return 1;
 }
 
-/* The credentials of one SCM_CREDENTIALS message, or zeros. */
-static void push_creds(lua_State *L, struct msghdr *mh)
-{
-	struct ucred uc = { 0, (uid_t)-1, (gid_t)-1 };
+/* What one message's control data says of its sender. */
+struct sender {
+	struct ucred uc;
+	int pidfd;            /* SCM_PIDFD, or -1 */
+	struct timespec sent; /* SCM_TIMESTAMPNS (CLOCK_REALTIME), or zero */
+};
 
+static void sender_read(struct msghdr *mh, struct sender *s)
+{
+	s->uc = (struct ucred){ 0, (uid_t)-1, (gid_t)-1 };
+	s->pidfd = -1;
+	s->sent = (struct timespec){ 0, 0 };
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
-		    c->cmsg_len >= CMSG_LEN(sizeof uc))
-			memcpy(&uc, CMSG_DATA(c), sizeof uc);
-		else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+		if (c->cmsg_level != SOL_SOCKET)
+			continue;
+		if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof s->uc))
+			memcpy(&s->uc, CMSG_DATA(c), sizeof s->uc);
+		else if (c->cmsg_type == SCM_PIDFD && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+			memcpy(&s->pidfd, CMSG_DATA(c), sizeof(int));
+		else if (c->cmsg_type == SCM_TIMESTAMPNS && c->cmsg_len >= CMSG_LEN(sizeof s->sent))
+			memcpy(&s->sent, CMSG_DATA(c), sizeof s->sent);
+		else if (c->cmsg_type == SCM_RIGHTS) {
 			/* Descriptors nobody asked for would leak: close them. */
 			size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 			for (size_t i = 0; i < n; i++) {
@@ -303,32 +290,42 @@ static void push_creds(lua_State *L, struct msghdr *mh)
 			}
 		}
 	}
-	lua_pushinteger(L, uc.pid);
-	lua_pushinteger(L, (lua_Integer)(int)uc.uid);
-	lua_pushinteger(L, (lua_Integer)(int)uc.gid);
 }
 
-/*** Reads one datagram with its sender's credentials.
+/*** Reads one datagram with its sender's credentials, and the sender itself
+ * as a pidfd: the kernel's (SCM_PIDFD, 6.5+), or else one opened on the pid
+ * and kept only when that process started before the message was queued
+ * (so not a later process that was given a dead sender's pid; /proc's start
+ * times are in clock ticks, so one started within a tick after the message
+ * is not told apart).
  * @function socket:recv
  * @treturn[1] string data
  * @treturn[1] int sender pid
  * @treturn[1] int uid
  * @treturn[1] int gid
+ * @treturn[1] pidfd|nil the sender, nil when it is gone or cannot be told
+ * @treturn[1] string how the sender is told: "scm_pidfd" or "start time"
  * @treturn[2] nil, message, errno (EAGAIN: nothing pending) */
 static int ux_recv(lua_State *L)
 {
 	struct lunix *u = ux_check(L, 1);
 	char buf[4096];
 	union {
-		char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(16 * sizeof(int))];
+		char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int)) +
+		       CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(16 * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { buf, sizeof buf };
 	struct msghdr mh;
+	struct sender s;
+	const char *how = u->sender_pidfds ? "scm_pidfd" : "start time";
 	ssize_t n;
 
 	tk_check_nargs(L, 1);
 	ux_require(L, u, UX_DGRAM, "recv");
+	/* The sender's object first: a memory error once it holds a
+	 * descriptor would leak it. */
+	tk_pidfd_new(L); /* 2 */
 	memset(&mh, 0, sizeof mh);
 	mh.msg_iov = &iov;
 	mh.msg_iovlen = 1;
@@ -339,9 +336,25 @@ static int ux_recv(lua_State *L)
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return tk_push_error(L, "recv", -errno);
+	sender_read(&mh, &s);
+	if (s.pidfd >= 0 && s.uc.pid <= 0) {
+		close(s.pidfd); /* a sender in no pid namespace of ours */
+		s.pidfd = -1;
+	}
+	if (!u->sender_pidfds && s.uc.pid > 0 && s.sent.tv_sec > 0)
+		s.pidfd = tk_pidfd_of_sender(s.uc.pid, &s.sent);
+	if (s.pidfd >= 0)
+		tk_pidfd_fill(L, 2, s.pidfd, s.uc.pid, how);
 	lua_pushlstring(L, buf, (size_t)n);
-	push_creds(L, &mh);
-	return 4;
+	lua_pushinteger(L, s.uc.pid);
+	lua_pushinteger(L, (lua_Integer)(int)s.uc.uid);
+	lua_pushinteger(L, (lua_Integer)(int)s.uc.gid);
+	if (s.pidfd >= 0)
+		lua_pushvalue(L, 2);
+	else
+		lua_pushnil(L);
+	lua_pushstring(L, how);
+	return 6;
 }
 
 /*** Accepts a connection and reads its peer's credentials (SO_PEERCRED).
@@ -452,8 +465,6 @@ void tk_unix_open(lua_State *L)
 		{ NULL, NULL },
 	};
 	static const luaL_Reg funcs[] = {
-		{ "unix_dgram", l_unix_dgram },
-		{ "unix_listen", l_unix_listen },
 		{ "unix_connect", l_unix_connect },
 		{ "pipe", l_pipe },
 		{ "epoll", l_epoll },

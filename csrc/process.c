@@ -26,8 +26,10 @@
 #include <linux/sched.h>
 
 #include "cgroup.h"
+#include "core.h"
 #include "process.h"
 #include "signals.h"
+#include "util.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -75,6 +77,45 @@ int tk_pidfd_alive(int pidfd)
 	if (r < 0)
 		return -errno;
 	return r == 0;
+}
+
+int tk_pidfd_of_sender(pid_t pid, const struct timespec *sent_realtime)
+{
+	struct timespec real, boot;
+	struct tk_units units;
+	struct tk_record rec;
+	char path[32], buf[1024];
+	uint64_t sent_ns, real_ns, boot_ns;
+	ssize_t n;
+	int fd = tk_pidfd_open(pid), r;
+
+	if (fd < 0)
+		return fd;
+	/* The queueing time on the boot clock /proc's start times use: now's
+	 * boottime less how long ago the message was stamped. */
+	clock_gettime(CLOCK_REALTIME, &real);
+	clock_gettime(CLOCK_BOOTTIME, &boot);
+	real_ns = (uint64_t)real.tv_sec * 1000000000u + (uint64_t)real.tv_nsec;
+	boot_ns = (uint64_t)boot.tv_sec * 1000000000u + (uint64_t)boot.tv_nsec;
+	sent_ns = (uint64_t)sent_realtime->tv_sec * 1000000000u + (uint64_t)sent_realtime->tv_nsec;
+	sent_ns = real_ns > sent_ns ? boot_ns - (real_ns - sent_ns) : boot_ns;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	n = tk_read_small(AT_FDCWD, path, buf, sizeof buf);
+	r = n < 0 ? (int)n : 0;
+	if (r == 0) {
+		tk_units_init(&units);
+		r = tk_stat_parse(buf, (size_t)n, &units, &rec);
+	}
+	/* Alive after the read: the stat read was the pidfd's process. */
+	if (r == 0 && tk_pidfd_alive(fd) != 1)
+		r = -ESRCH;
+	if (r == 0 && rec.start_ns > sent_ns)
+		r = -ESRCH; /* started after the message: not its sender */
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
 }
 
 /* The raw syscall: its fifth argument, which glibc's waitid() does not

@@ -27,6 +27,11 @@ struct tk_exit {
 int tk_pidfd_open(pid_t pid);                    /* fd or -errno */
 int tk_pidfd_signal(int pidfd, int sig);         /* 0 or -errno */
 int tk_pidfd_alive(int pidfd);                   /* 1, 0 or -errno */
+/* A pidfd on pid, only when that process started no later than
+ * sent_realtime (a datagram's SCM_TIMESTAMPNS): the sender of that
+ * message, not a later process given its pid. fd, or -ESRCH / -errno. */
+struct timespec;
+int tk_pidfd_of_sender(pid_t pid, const struct timespec *sent_realtime);
 /* Reaps a child through its pidfd. timeout_ms < 0 waits forever;
  * -ETIMEDOUT when it ran out, -ECHILD for a process that is not our child. */
 int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out);

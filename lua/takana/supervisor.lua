@@ -184,6 +184,11 @@ end
 
 -- ---- helpers ----
 
+-- Control bytes shown escaped ("\x1b"), as `takana ctl logs` shows them.
+local function printable(text)
+  return (text:gsub("%c", function(c) return ("\\x%02x"):format(c:byte()) end))
+end
+
 local function signum(fname, n, sig)
   local ok, s = pcall(core.signum, sig) -- the C parser every signal name goes through
   if ok and s >= 1 then return s end
@@ -202,15 +207,22 @@ local sup_options = { cgroup = "string|userdata", log = "string|function|boolean
 
 local required = { required = true }
 
-local function mkdir_p(path)
-  local lfs = require "lfs"
-  local acc = path:sub(1, 1) == "/" and "" or "."
-  for part in path:gmatch("[^/]+") do
-    acc = acc .. "/" .. part
-    local ok, err = lfs.mkdir(acc)
-    if not ok and not lfs.attributes(acc, "mode") then return nil, err end
-  end
-  return true
+local OCTAL_0600, OCTAL_0640, OCTAL_0700, OCTAL_0711, OCTAL_0750 = 384, 416, 448, 457, 488
+
+-- A unix socket address holds 107 bytes of path: a runtime directory
+-- leaves room for "/_NNNN.notify" beneath it.
+local SUN_PATH_MAX, RUNTIME_PATH_MAX = 107, 94
+
+-- The runtime directory when none is given: /run/takana/<cgroup> for root,
+-- $XDG_RUNTIME_DIR/takana/<cgroup> otherwise; never a guessable name in a
+-- directory others can write, such as /tmp.
+local function default_runtime(cg)
+  local name = (cg.relpath or ""):gsub("[^%w_.@-]", "_")
+  if core.geteuid() == 0 then return "/run/takana/" .. name end
+  local xdg = os.getenv("XDG_RUNTIME_DIR")
+  if xdg and xdg:sub(1, 1) == "/" then return xdg .. "/takana/" .. name end
+  return nil, "supervisor: no runtime directory: not root and XDG_RUNTIME_DIR is unset; " ..
+    "give runtime = a directory of this user's own"
 end
 
 -- Supervisors open in this process: what one reaps must be no other's.
@@ -267,8 +279,12 @@ end
 --   reaped on SIGCHLD (caught unless `signals = false`), when a run ends
 --   and on `close`; the last such supervisor's `close` (of any Lua state)
 --   clears the flag unless it was set before;
---   `runtime`: a directory for notify sockets (default: next to `control`,
---   else /tmp/takana-sup-PID); `on_exit`: `function(svc, record)` after
+--   `runtime`: a directory for notify sockets (default: the directory of
+--   `control`, else /run/takana/<cgroup> for root and
+--   $XDG_RUNTIME_DIR/takana/<cgroup> otherwise); made if missing, mode 0711,
+--   and refused (nil, message, errno) when another user owns it or any
+--   directory above it, when one is a link others could change, or when
+--   it is longer than 94 bytes; `on_exit`: `function(svc, record)` after
 --   each exit record.
 -- @treturn[1] supervisor
 -- @treturn[2] nil, message, errno
@@ -286,29 +302,58 @@ function M.new(opts, ...)
   local cg, err, errno = own_cgroup(opts.cgroup)
   if not cg then return nil, err, errno end
   self.cg = cg
+  self.own_cg = type(opts.cgroup) == "string" -- a handle given stays its caller's to close
   local ep
   ep, err, errno = core.epoll()
   if not ep then return nil, "supervisor: " .. err, errno end
   self.ep = ep
-  local rt = opts.runtime
-  if not rt then
-    rt = opts.control and opts.control:match("^(.*)/[^/]+$") or ("/tmp/takana-sup-" .. (cg.relpath or ""):gsub("[^%w]", "_"))
+  -- The runtime directory (notify sockets; the control socket by
+  -- default): made 0711 and checked as this user's own from / down, so no
+  -- other user can plant or swap a name in it; services reach their own
+  -- socket only (each is owned by its service's user, mode 0600).
+  local ctl_dir, ctl_name
+  if opts.control then
+    ctl_dir, ctl_name = opts.control:match("^(.*)/([^/]+)$")
+    if not ctl_name then ctl_dir, ctl_name = ".", opts.control end
+    if ctl_dir == "" then ctl_dir = "/" end
+    if #opts.control > SUN_PATH_MAX then
+      return self:_abandon(("supervisor: control socket %s: longer than the %d bytes a unix socket address holds")
+        :format(opts.control, SUN_PATH_MAX), E.ENAMETOOLONG)
+    end
   end
-  local ok
-  ok, err = mkdir_p(rt)
-  if not ok then return self:_abandon("supervisor: runtime directory " .. rt .. ": " .. tostring(err), ENOENT) end
-  self.runtime = rt
+  local rt = opts.runtime or ctl_dir
+  if not rt then
+    rt, err = default_runtime(cg)
+    if not rt then return self:_abandon(err, ENOENT) end
+  end
+  local dir
+  dir, err, errno = core.dir_open(rt, { create = true, private = true, mode = OCTAL_0711 })
+  if not dir then return self:_abandon("supervisor: runtime " .. err, errno) end
+  self.rtdir = dir
+  self.runtime = dir:path()
+  if #self.runtime > RUNTIME_PATH_MAX then
+    return self:_abandon(("supervisor: runtime directory %s: longer than %d bytes, so a socket beneath it would not " ..
+      "fit a unix socket address (%d bytes)"):format(self.runtime, RUNTIME_PATH_MAX, SUN_PATH_MAX), E.ENAMETOOLONG)
+  end
+  self.logdirs = {}
   if type(self.log) == "string" then
-    ok, err = mkdir_p(self.log)
-    if not ok then return self:_abandon("supervisor: log directory " .. self.log .. ": " .. tostring(err), ENOENT) end
+    dir, err, errno = self:_logdir(self.log)
+    if not dir then return self:_abandon("supervisor: log " .. err, errno) end
   end
   if opts.control then
-    os.remove(opts.control)
+    dir = self.rtdir
+    if ctl_dir ~= rt then
+      dir, err, errno = core.dir_open(ctl_dir, { create = true, private = true, mode = OCTAL_0700 })
+      if not dir then return self:_abandon("supervisor: control socket " .. err, errno) end
+      self.ctl_dir = dir
+    end
     local ls
-    ls, err, errno = core.unix_listen(opts.control, 384)
+    ls, err, errno = dir:bind(ctl_name, "listen", { mode = OCTAL_0600 })
     if not ls then return self:_abandon("supervisor: control socket: " .. err, errno) end
     self.control = ls
     self.control_path = opts.control
+    self.control_name = ctl_name
+    self.control_dir = dir
     self:_watch(ls, function() self:_accept() end)
   end
   if opts.subreaper then
@@ -431,6 +476,20 @@ function supervisor:service(t, ...)
   for _, k in ipairs { "user", "group", "groups", "umask", "rlimits", "no_new_privs", "pdeathsig" } do
     svc.spawn_extra[k] = t[k]
   end
+  -- The owner of the service's notify socket: its own user, so that it
+  -- and root alone can reach it.
+  if t.user ~= nil or t.group ~= nil then
+    local ok, uid, gid = pcall(core.ids, t.user, t.group)
+    if not ok then argerror("service", 1, tostring(uid):gsub("^.-%((.*)%)$", "%1")) end
+    svc.uid, svc.gid = uid, gid
+  end
+  -- Its name beneath the runtime directory; a short one where the service's
+  -- own would not fit a socket address ('_' starts no service name).
+  self.notify_seq = (self.notify_seq or 0) + 1
+  svc.notify_name = name .. ".notify"
+  if #self.runtime + 1 + #svc.notify_name > SUN_PATH_MAX then
+    svc.notify_name = ("_%d.notify"):format(self.notify_seq)
+  end
   self.services[name] = svc
   self.order[#self.order + 1] = name
   return svc
@@ -475,8 +534,8 @@ end
 -- and an exit is handled at once instead of at the next cgroup.events
 -- notification (rate-limited by the kernel to one per 10 ms).
 local function populated(cg)
-  local st = cg:stat()
-  if st and st.events and not st.events.populated then return false end
+  local st = cg:state()
+  if st and not st.populated then return false end
   local p = cg:procs()
   if p == nil then return true end
   if #p > 0 then return true end
@@ -489,9 +548,12 @@ local function oom_count(cg)
   return s and tonumber(s:match("oom_kill (%d+)")) or nil
 end
 
+-- (cpu.stat alone: stat() would keep a descriptor a file, and a
+-- supervisor holds a handle a service)
 local function cpu_ns(cg)
-  local st = cg:stat()
-  return st and st.cpu and st.cpu.usage_ns or nil
+  local s = cg:get("cpu.stat")
+  local us = s and tonumber(s:match("usage_usec (%d+)"))
+  return us and us * 1000 or nil
 end
 
 -- ---- logs ----
@@ -513,23 +575,43 @@ function supervisor:_log_line(svc, stream, line)
   end
 end
 
+-- The log directory at path, opened once and checked (not a directory
+-- another user could plant links in): a dir handle, or nil, message, errno.
+function supervisor:_logdir(path)
+  local d = self.logdirs[path]
+  if d then return d end
+  local err, errno
+  d, err, errno = core.dir_open(path, { create = true, mode = OCTAL_0750 })
+  if not d then return nil, err, errno end
+  self.logdirs[path] = d
+  return d
+end
+
+-- Appends to <dir>/<service>.log, opened beneath the checked directory
+-- (never through a link, only a regular file of this user's), rotated by
+-- renames within that directory.
 function supervisor:_log_file(svc, dir, text)
-  local path = dir .. "/" .. svc.name .. ".log"
+  local name = svc.name .. ".log"
   if not svc.logf then
-    svc.logf = io.open(path, "a")
-    if not svc.logf then svc.log_error = "cannot open " .. path return end
-    svc.logf:setvbuf("full", 65536)
-    svc.log_bytes = svc.logf:seek("end") or 0
+    local d, err = self:_logdir(dir)
+    local f
+    if d then f, err = d:append(name, OCTAL_0640) end
+    if not f then svc.log_error = tostring(err) return end
+    svc.log_error = nil
+    svc.logf, svc.logd = f, d
+    f:setvbuf("full", 65536)
+    svc.log_bytes = f:seek("end") or 0
   end
   svc.logf:write(text, "\n")
   svc.log_bytes = svc.log_bytes + #text + 1
   if svc.log_bytes >= self.log_size then
     svc.logf:close()
     svc.logf = nil
+    local d = svc.logd
     for i = self.log_files - 1, 1, -1 do
-      os.rename(i == 1 and path or (path .. "." .. (i - 1)), path .. "." .. i)
+      d:rename(i == 1 and name or (name .. "." .. (i - 1)), name .. "." .. i)
     end
-    os.remove(path)
+    d:unlink(name)
   end
 end
 
@@ -596,16 +678,17 @@ end
 
 function supervisor:_notify(svc)
   while svc.notify do
-    local data, pid, uid, errno = svc.notify:recv()
-    if not data then
-      if uid == EAGAIN or errno == EAGAIN then return end
-      return
-    end
+    local data, pid, _, _, sender = svc.notify:recv()
+    if not data then return end -- EAGAIN: drained (other errors: next wake-up)
     -- Only processes of this service's cgroup (or below it) may speak for
-    -- it, as systemd decides: a sender already gone cannot be checked and
-    -- is not believed (systemd-notify waits on its barrier until we have
-    -- read the message, so it is still there).
-    local ok = in_service(svc, pid)
+    -- it, as systemd decides. The sender is held by a pidfd (the kernel's,
+    -- or one checked to have started before the message was queued), and
+    -- still alive after the cgroup check: the pid checked was the sender's,
+    -- not a later process's. A sender already gone cannot be checked and is
+    -- not believed (systemd-notify waits on its barrier until we have read
+    -- the message, so it is still there).
+    local ok = sender ~= nil and in_service(svc, pid) and sender:alive()
+    if sender then sender:close() end
     if not ok then
       svc.notify_rejected = (svc.notify_rejected or 0) + 1
     else
@@ -798,16 +881,20 @@ function supervisor:_spawn_spec(svc, cg)
   spec.env = env
   local ch = {}
   if svc.ready_mode == "notify" or svc.watchdog then
-    local path = self.runtime .. "/" .. svc.name .. ".notify"
-    os.remove(path)
     local nerr, nerrno
-    ch.notify, nerr, nerrno = core.unix_dgram(path, 438)
-    if not ch.notify then return nil, "notify socket: " .. tostring(nerr) .. " (" .. tostring(nerrno) .. ")" end
-    env.NOTIFY_SOCKET = path
+    ch.notify, nerr, nerrno = self.rtdir:bind(svc.notify_name, "dgram",
+      { mode = OCTAL_0600, uid = svc.uid, gid = svc.gid })
+    if not ch.notify then return nil, "notify socket: " .. tostring(nerr), nerrno end
+    env.NOTIFY_SOCKET = self.runtime .. "/" .. svc.notify_name
     if svc.watchdog then env.WATCHDOG_USEC = ("%d"):format(math.floor(svc.watchdog * 1e6)) end
   end
   if type(svc.ready_mode) == "table" then
-    ch.readyr, ch.readyw = core.pipe()
+    local r, w, perrno = core.pipe()
+    if not r then
+      if ch.notify then ch.notify:close() end
+      return nil, "readiness pipe: " .. tostring(w), perrno
+    end
+    ch.readyr, ch.readyw = r, w
     spec.fds = { [svc.ready_mode.fd] = ch.readyw }
   end
   return spec, ch
@@ -851,8 +938,10 @@ function supervisor:_start(svc)
   local t = now()
   local limited = start_limited(svc, t)
   if limited then return self:_fail(svc, limited) end
-  local cg, err = self:_svc_cgroup(svc)
-  if not cg then return self:_fail(svc, "cgroup: " .. tostring(err)) end
+  local cg, err, errno = self:_svc_cgroup(svc)
+  -- A failure to set up a run (EMFILE, ENOMEM...) is retried after the
+  -- backoff, as a failed spawn is; the start limit still bounds it.
+  if not cg then return self:_schedule(svc, { error = "cgroup: " .. tostring(err), errno = errno, runtime = 0 }) end
   if populated(cg) then
     if self.adopt then return self:_adopt(svc) end
     -- Leftovers of an earlier supervisor: stop them, then start fresh.
@@ -864,8 +953,8 @@ function supervisor:_start(svc)
     if why then return self:_fail(svc, why) end
   end
   svc.starts[#svc.starts + 1] = t
-  local spec, ch = self:_spawn_spec(svc, cg)
-  if not spec then return self:_fail(svc, ch) end
+  local spec, ch, serrno = self:_spawn_spec(svc, cg)
+  if not spec then return self:_schedule(svc, { error = ch, errno = serrno, runtime = 0 }) end
   local ok, child, serr, serrno = pcall(takana.spawn, spec)
   if ch.readyw then ch.readyw:close() end
   if not (ok and child) then
@@ -1343,13 +1432,23 @@ function supervisor:close()
       if svc[k] then svc[k]:close() svc[k] = nil end
     end
     if svc.logf then svc.logf:close() svc.logf = nil end
+    svc.logd = nil
+    if (svc.ready_mode == "notify" or svc.watchdog) and self.rtdir then self.rtdir:unlink(svc.notify_name) end
+    if svc.cg then
+      svc.cg:close()
+      svc.cg, svc.cg_watched = nil, false
+    end
   end
   for _, c in pairs(self.conns) do c.sock:close() end
   self.conns = {}
   if self.control then
     self.control:close()
-    os.remove(self.control_path)
+    self.control_dir:unlink(self.control_name)
   end
+  for _, d in pairs(self.logdirs or {}) do d:close() end
+  self.logdirs = {}
+  if self.ctl_dir then self.ctl_dir:close() end
+  if self.rtdir then self.rtdir:close() end
   if self.sigfd then self.sigfd:close() end
   if self.subreaper then
     self:_reap(false)
@@ -1357,7 +1456,8 @@ function supervisor:close()
     self.subreaper = nil
   end
   live[self] = nil
-  self.ep:close()
+  if self.own_cg then self.cg:close() end
+  if self.ep then self.ep:close() end
 end
 
 -- At the first step: cgroups under the supervisor's that belong to no
@@ -1595,7 +1695,11 @@ end
 -- @treturn string
 function M.format_status(services)
   local out = {}
-  for _, s in ipairs(services or {}) do
+  for _, raw in ipairs(services or {}) do
+    -- What a service sent (STATUS=) or caused (reasons) reaches an admin's
+    -- terminal: control bytes shown escaped, never interpreted.
+    local s = {}
+    for k, v in pairs(raw) do s[k] = type(v) == "string" and printable(v) or v end
     local dot = s.state == "running" and "*" or (s.state == "failed" and "x" or "o")
     out[#out + 1] = ("%s %s - %s%s"):format(dot, s.name, s.state, s.reason and (": " .. s.reason) or "")
     out[#out + 1] = ("    pid: %s  uptime: %s  restarts: %d  ready: %s%s"):format(

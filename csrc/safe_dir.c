@@ -1,0 +1,432 @@
+/* Files and sockets beneath a checked directory descriptor (safe_dir.h).
+ * The defects this closes were one mistake in three places (a root
+ * supervisor chmod()ing a socket by path, appending to a log through a
+ * planted symlink, and trusting a runtime directory another user made
+ * first): a privileged process used a name someone else could change. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "safe_dir.h"
+
+#define TMP_RANDOM 12
+#define TMP_TRIES 100
+
+int tk_name_check(const char *name, size_t len)
+{
+	if (len == 0 || len > NAME_MAX || memchr(name, '\0', len) || memchr(name, '/', len))
+		return -EINVAL;
+	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+		return -EINVAL;
+	return 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void why_set(char *why, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!why)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, TK_WHY_LEN, fmt, ap);
+	va_end(ap);
+}
+
+/* Whether a directory's entries are safe to use: writable by no group or
+ * other user, unless sticky and owned by root or this uid (then others can
+ * only touch their own names, which every open beneath it checks), as
+ * logrotate decides. With owned, its owner must be root or this uid as
+ * well: a path handed to others names only what they cannot change.
+ * 0, or -EPERM / -ENOTDIR with why. */
+static int dir_trusted(int fd, const char *what, int owned, char *why)
+{
+	struct stat st;
+	uid_t me = geteuid();
+	int ours;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	ours = st.st_uid == 0 || st.st_uid == me;
+	if (!S_ISDIR(st.st_mode)) {
+		why_set(why, "%s is not a directory (mode %lo)", what, (unsigned long)st.st_mode);
+		return -ENOTDIR;
+	}
+	if (owned && !ours) {
+		why_set(why, "%s is owned by uid %lu, not by root or uid %lu: its owner could plant "
+		        "links or swap names in it", what, (unsigned long)st.st_uid, (unsigned long)me);
+		return -EPERM;
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !((st.st_mode & S_ISVTX) && ours)) {
+		why_set(why, "%s is writable by group or others (mode %04lo, owner uid %lu), so another "
+		        "user could plant links or swap names in it: remove that permission (chmod go-w), "
+		        "or make it sticky (chmod +t) and owned by root or uid %lu", what,
+		        (unsigned long)(st.st_mode & 07777), (unsigned long)st.st_uid, (unsigned long)me);
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* The path with every existing link resolved and what does not exist yet
+ * appended as given (realpath(3) wants all of it to exist). */
+static int resolve(const char *path, char *out)
+{
+	char head[PATH_MAX], tail[PATH_MAX] = "";
+	size_t hl = strlen(path), tl = 0;
+
+	if (hl == 0 || hl >= sizeof head)
+		return hl ? -ENAMETOOLONG : -ENOENT;
+	memcpy(head, path, hl + 1);
+	for (;;) {
+		char *slash;
+		if (realpath(head, out)) {
+			size_t ol = strlen(out);
+			if (ol + 1 + tl >= PATH_MAX)
+				return -ENAMETOOLONG;
+			if (tl) {
+				if (ol > 1)
+					out[ol++] = '/';
+				memcpy(out + ol, tail, tl + 1);
+			}
+			return 0;
+		}
+		if (errno != ENOENT)
+			return -errno;
+		while (hl > 1 && head[hl - 1] == '/')
+			head[--hl] = '\0';
+		slash = strrchr(head, '/');
+		if (!slash || slash[1] == '\0')
+			return -ENOENT;
+		{
+			size_t cl = strlen(slash + 1);
+			if (strcmp(slash + 1, "..") == 0)
+				return -EINVAL; /* a missing directory's parent is not known */
+			if (cl + 1 + tl >= PATH_MAX)
+				return -ENAMETOOLONG;
+			memmove(tail + cl + (tl ? 1 : 0), tail, tl + 1);
+			memcpy(tail, slash + 1, cl);
+			if (tl)
+				tail[cl] = '/';
+			tl += cl + (tl ? 1 : 0);
+		}
+		if (slash == head)
+			slash[1] = '\0', hl = 1;
+		else
+			*slash = '\0', hl = (size_t)(slash - head);
+	}
+}
+
+/* One component beneath fd: opened (made first when create), never
+ * through a link when nofollow. The new fd, or -errno with why. */
+static int step_into(int fd, const char *comp, int create, mode_t mode, int nofollow, char *why)
+{
+	int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0);
+
+	for (int tries = 0; tries < 3; tries++) {
+		int nfd = openat(fd, comp, flags);
+		if (nfd >= 0)
+			return nfd;
+		if (errno == ELOOP || (errno == ENOTDIR && nofollow)) {
+			struct stat st;
+			int link = fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+			why_set(why, "%s is %s", comp, link ? "a symbolic link" : "not a directory");
+			return link ? -ELOOP : -ENOTDIR;
+		}
+		if (errno != ENOENT || !create)
+			return -errno;
+		if (mkdirat(fd, comp, mode) < 0 && errno != EEXIST)
+			return -errno;
+	}
+	return -ENOENT;
+}
+
+int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *why)
+{
+	char buf[PATH_MAX], *save = NULL, *comp, *next;
+	int create = flags & TK_DIR_CREATE, private = flags & TK_DIR_PRIVATE;
+	int fd, err;
+
+	if (why)
+		why[0] = '\0';
+	if (!private) {
+		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 && !(errno == ENOENT && create))
+			return -errno;
+		if (fd < 0) {
+			/* mkdir -p: each missing component beneath the last that exists. */
+			if (strlen(path) >= sizeof buf)
+				return -ENAMETOOLONG;
+			strcpy(buf, path);
+			fd = open(buf[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (fd < 0)
+				return -errno;
+			for (comp = strtok_r(buf, "/", &save); comp; comp = next) {
+				int nfd;
+				next = strtok_r(NULL, "/", &save);
+				nfd = step_into(fd, comp, 1, next ? 0755 : mode, 0, why);
+				close(fd);
+				if (nfd < 0)
+					return nfd;
+				fd = nfd;
+			}
+		}
+		err = dir_trusted(fd, path, 0, why);
+		if (err < 0) {
+			close(fd);
+			return err;
+		}
+		return fd;
+	}
+	err = resolve(path, buf);
+	if (err < 0)
+		return err;
+	if (resolved)
+		strcpy(resolved, buf);
+	fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	err = dir_trusted(fd, "/", 1, why);
+	{
+		char walked[PATH_MAX] = "";
+		size_t wl = 0;
+		for (comp = strtok_r(buf, "/", &save); comp && err == 0; comp = next) {
+			int nfd;
+			next = strtok_r(NULL, "/", &save);
+			nfd = step_into(fd, comp, create, next ? 0755 : mode, 1, why);
+			close(fd);
+			if (nfd < 0)
+				return nfd;
+			fd = nfd;
+			wl += (size_t)snprintf(walked + wl, sizeof walked - wl, "/%s", comp);
+			err = dir_trusted(fd, walked, 1, why);
+		}
+		if (err == 0) {
+			struct stat st;
+			if (fstat(fd, &st) < 0)
+				err = -errno;
+			else if (st.st_uid != geteuid()) {
+				why_set(why, "%s is owned by uid %lu, not by this uid %lu", walked,
+				        (unsigned long)st.st_uid, (unsigned long)geteuid());
+				err = -EPERM;
+			} else if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
+				err = -errno;
+		}
+	}
+	if (err < 0) {
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+int tk_dir_open_file(int dirfd, const char *name, int append, mode_t mode, char *why)
+{
+	int base = O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (append ? O_APPEND : 0);
+	struct stat st;
+	int fd, err = 0;
+
+	if (why)
+		why[0] = '\0';
+	if (tk_name_check(name, strlen(name)) < 0)
+		return -EINVAL;
+	fd = openat(dirfd, name, base | O_CREAT | O_EXCL, mode);
+	if (fd >= 0) {
+		/* Made here: its mode is ours to set, whatever the umask took. */
+		if (fchmod(fd, mode) < 0)
+			err = -errno;
+	} else if (errno == EEXIST) {
+		/* O_NONBLOCK: a FIFO planted here fails (ENXIO) instead of
+		 * blocking the loop until someone opens its other end. */
+		fd = openat(dirfd, name, base);
+	}
+	if (fd < 0) {
+		err = -errno;
+		if (err == -ELOOP)
+			why_set(why, "%s is a symbolic link", name);
+		else if (err == -ENXIO)
+			why_set(why, "%s is a FIFO or socket", name);
+		return err;
+	}
+	if (err == 0 && fstat(fd, &st) < 0)
+		err = -errno;
+	if (err == 0 && !S_ISREG(st.st_mode)) {
+		why_set(why, "%s is not a regular file (mode %lo)", name, (unsigned long)st.st_mode);
+		err = -EPERM;
+	} else if (err == 0 && st.st_uid != geteuid()) {
+		why_set(why, "%s is owned by uid %lu, not by this uid %lu", name, (unsigned long)st.st_uid,
+		        (unsigned long)geteuid());
+		err = -EPERM;
+	} else if (err == 0 && st.st_nlink != 1) {
+		why_set(why, "%s has %lu links: a hard link would send the writes to another file",
+		        name, (unsigned long)st.st_nlink);
+		err = -EPERM;
+	}
+	if (err == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0)
+		err = -errno;
+	if (err < 0) {
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+int tk_dir_bind(int dirfd, const char *dir_path, const char *name, int sockfd, mode_t mode,
+                uid_t uid, gid_t gid)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	size_t len = strlen(name);
+	int n, r;
+
+	if (tk_name_check(name, len) < 0)
+		return -EINVAL;
+	/* A stale node of an earlier run: the directory is ours alone, so
+	 * whatever is there is ours to replace (unlinkat follows nothing). */
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
+	    unlinkat(dirfd, name, 0) < 0)
+		return -errno;
+	/* Linux gives a new socket node the socket inode's mode less the
+	 * umask: never wider than `mode`, even for the moment before the
+	 * fchmodat below, and no process-wide umask window. */
+	if (fchmod(sockfd, mode) < 0)
+		return -errno;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	/* Through the directory's descriptor: the path above it is not walked
+	 * again (and a long one fits, which sun_path's 108 bytes would not). */
+	n = snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dirfd, name);
+	if (n < 0 || (size_t)n >= sizeof sa.sun_path)
+		return -ENAMETOOLONG;
+	r = bind(sockfd, (struct sockaddr *)&sa, sizeof sa);
+	if (r < 0 && errno == ENOENT && dir_path && access("/proc/self/fd", F_OK) < 0) {
+		/* No /proc: the checked directory by name (nobody else can
+		 * change it, so its name still means it). */
+		n = snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s", dir_path, name);
+		if (n < 0 || (size_t)n >= sizeof sa.sun_path)
+			return -ENAMETOOLONG;
+		r = bind(sockfd, (struct sockaddr *)&sa, sizeof sa);
+	}
+	if (r < 0)
+		return -errno;
+	/* The directory is ours alone: the node just bound is still this one. */
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	if ((st.st_mode & 07777) != mode && fchmodat(dirfd, name, mode, 0) < 0)
+		return -errno;
+	if (uid != (uid_t)-1 && fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	return 0;
+}
+
+int tk_dir_rename(int dirfd, const char *from, const char *to)
+{
+	if (tk_name_check(from, strlen(from)) < 0 || tk_name_check(to, strlen(to)) < 0)
+		return -EINVAL;
+	return renameat(dirfd, from, dirfd, to) < 0 ? -errno : 0;
+}
+
+int tk_dir_unlink(int dirfd, const char *name)
+{
+	if (tk_name_check(name, strlen(name)) < 0)
+		return -EINVAL;
+	return unlinkat(dirfd, name, 0) < 0 ? -errno : 0;
+}
+
+/* "." name "." and TMP_RANDOM letters from getrandom: not predictable, so
+ * not plantable; a dot name, so a collector reading *.prom skips it. */
+static int tmp_name(char *out, size_t out_len, const char *name)
+{
+	static const char alphabet[] =
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+	unsigned char rnd[TMP_RANDOM];
+	size_t len = strlen(name);
+
+	if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+		return errno ? -errno : -EIO;
+	if (len + TMP_RANDOM + 3 > out_len)
+		return -ENAMETOOLONG;
+	out[0] = '.';
+	memcpy(out + 1, name, len);
+	out[len + 1] = '.';
+	for (size_t i = 0; i < TMP_RANDOM; i++)
+		out[len + 2 + i] = alphabet[rnd[i] % (sizeof alphabet - 1)];
+	out[len + 2 + TMP_RANDOM] = '\0';
+	return 0;
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, data, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		data += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int tk_dir_replace(int dirfd, const char *name, const char *data, size_t len, mode_t mode,
+                   const char **step)
+{
+	char tmp[NAME_MAX + 1];
+	int fd = -1, err = 0;
+
+	*step = "name";
+	if (tk_name_check(name, strlen(name)) < 0)
+		return -EINVAL;
+	*step = "create";
+	for (int tries = 0; fd < 0 && tries < TMP_TRIES; tries++) {
+		err = tmp_name(tmp, sizeof tmp, name);
+		if (err < 0)
+			break;
+		/* O_EXCL: never an existing file or link, O_NOFOLLOW besides. */
+		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+		err = fd < 0 ? -errno : 0;
+		if (err != -EEXIST)
+			break;
+	}
+	if (fd < 0)
+		return err;
+	*step = "write";
+	err = write_all(fd, data, len);
+	if (err == 0 && fchmod(fd, mode) < 0)
+		err = -errno;
+	/* Data on disk before the name points at it: after a crash a reader
+	 * sees the old file or the new one, never an empty one. */
+	if (err == 0) {
+		*step = "fsync";
+		err = fsync(fd) < 0 ? -errno : 0;
+	}
+	if (close(fd) < 0 && err == 0) {
+		*step = "close";
+		err = -errno;
+	}
+	if (err == 0) {
+		*step = "rename";
+		err = renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
+	}
+	if (err < 0)
+		unlinkat(dirfd, tmp, 0);
+	if (err == 0) {
+		/* The rename is durable once the directory is synced; a
+		 * filesystem that cannot sync directories says EINVAL. */
+		*step = "fsync of the directory";
+		err = fsync(dirfd) < 0 && errno != EINVAL ? -errno : 0;
+	}
+	return err;
+}
