@@ -111,6 +111,10 @@ int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *re
 /* takana.process (lua_procinfo.c), and snap:process for lua_snapshot.c. */
 void tk_procinfo_open(lua_State *L);
 int tk_snapshot_process(lua_State *L);
+/* The start time of pid's record in the snapshot at idx (raising for a
+ * non-snapshot), whatever its field selection: 1, or 0 when pid is not in
+ * it (lua_snapshot.c). */
+int tk_snapshot_start_ns(lua_State *L, int idx, uint32_t pid, uint64_t *start_ns);
 /* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
 void tk_cgroup_path_open(lua_State *L);
 

@@ -662,7 +662,8 @@ static const struct tk_wire_record *ordered(const struct tk_wire_record *w,
 
 /* Wire records to snapshot records, in pid order (a pid seen twice, which
  * a resumed iter/task read could give, is kept once): the comm measured,
- * the CPU time split as /proc does. */
+ * the CPU time split as /proc does, the start time moved to our time
+ * namespace's clock (out->boot_offset_ns). */
 static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t *order,
                        uint32_t fields, struct tk_recbuf *out)
 {
@@ -688,6 +689,7 @@ static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t 
 		}
 		r = &out->recs[out->len++];
 		*r = src->rec;
+		r->start_ns += (uint64_t)out->boot_offset_ns;
 		if ((fields & TK_F(COMM)) && r->comm_len == TK_WIRE_COMM_NUL)
 			r->comm_len = comm16_len(r->comm);
 		if (fields & (TK_F(UTIME) | TK_F(STIME)))
@@ -874,8 +876,17 @@ static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *re
 	struct tier *t = &tiers[b->tier];
 	uint32_t fields = (req->fields | TK_F_ALWAYS) & TK_F_WALK;
 	char reason[WHY_LEN + 64];
+	struct tk_timens offsets;
 	int err;
 
+	/* The programs read the kernel's start_boottime; /proc and
+	 * clock_gettime() add our time namespace's offset. */
+	err = tk_timens_offsets(&offsets, reason, sizeof reason);
+	if (err < 0) {
+		snprintf(why, why_len, "%s backend unavailable: %s", b->name, reason);
+		return err;
+	}
+	out->boot_offset_ns = offsets.boottime_ns;
 	pthread_mutex_lock(&t->lock);
 	if (fields != TK_F_WALK && !t->selectable && t->selectable_err == 0)
 		t->selectable_wanted = true;

@@ -48,35 +48,15 @@ static int text_reserve(struct tk_recbuf *rb, size_t n, char **at)
 	return 0;
 }
 
-/* CLOCK_BOOTTIME's offset in our time namespace (unshare -T): /proc adds it
- * to the start times it shows, BPF reads the kernel's own. The file shows
- * the namespace our children get, ours unless we unshared without a fork. */
-static int boottime_offset_ns(int64_t *offset)
-{
-	char buf[256];
-	const char *line;
-	long long sec, nsec;
-	ssize_t n = tk_read_small(AT_FDCWD, "/proc/self/timens_offsets", buf, sizeof buf);
-
-	*offset = 0;
-	if (n < 0)
-		return n == -ENOENT ? 0 : (int)n;   /* ENOENT: before Linux 5.6 */
-	line = strstr(buf, "boottime ");
-	if (line != NULL && sscanf(line + 9, "%lld %lld", &sec, &nsec) == 2)
-		*offset = (int64_t)sec * 1000000000 + nsec;
-	return 0;
-}
-
 /* 1 when the record's process still holds its pid now (its start time, as
- * /proc shows it, is the record's, shifted by offset_ns): pid reuse needs
- * its holder reaped, so whatever was opened by this pid since the walk was
- * that process's. 0 when another, or none, holds it; -errno when /proc
- * cannot be read (out of descriptors). */
-static int proc_same_process(int proc_fd, const struct tk_record *r, int64_t offset_ns,
-                             const struct tk_units *u)
+ * /proc shows it, is the record's): pid reuse needs its holder reaped, so
+ * whatever was opened by this pid since the walk was that process's. 0 when
+ * another, or none, holds it; -errno when /proc cannot be read (out of
+ * descriptors). */
+static int proc_same_process(int proc_fd, const struct tk_record *r, const struct tk_units *u)
 {
 	char path[32], buf[4096];
-	struct tk_record now, then = *r;
+	struct tk_record now;
 	ssize_t n;
 	int fd;
 
@@ -88,8 +68,7 @@ static int proc_same_process(int proc_fd, const struct tk_record *r, int64_t off
 	close(fd);
 	if (n <= 0 || (size_t)n == sizeof buf || tk_stat_parse(buf, (size_t)n, u, &now) < 0)
 		return 0;
-	then.start_ns = (uint64_t)((int64_t)then.start_ns + offset_ns);
-	return tk_same_process(&then, &now, u->ns_per_tick);
+	return tk_same_process(r, &now, u->ns_per_tick);
 }
 
 int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r)
@@ -122,8 +101,8 @@ int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r)
 /* One record's arguments from /proc, appended to out->text; nil (NONE)
  * for a process gone, or hidden from us (hidepid). -errno when /proc cannot
  * be read: out of descriptors is not "gone". */
-static int proc_cmdline(int proc_fd, int64_t offset_ns, const struct tk_units *u,
-                        struct tk_recbuf *out, struct tk_record *r)
+static int proc_cmdline(int proc_fd, const struct tk_units *u, struct tk_recbuf *out,
+                        struct tk_record *r)
 {
 	char path[32];
 	size_t start = out->text_len;
@@ -138,9 +117,9 @@ static int proc_cmdline(int proc_fd, int64_t offset_ns, const struct tk_units *u
 	close(fd);
 	if (err < 0 && !tk_cmdline_missing(-err))
 		return err;
-	/* init never changes hands; its record came from /proc (hidden from
-	 * BPF here), its start time already shifted. */
-	same = err < 0 ? 0 : r->pid == 1 ? 1 : proc_same_process(proc_fd, r, offset_ns, u);
+	/* init never changes hands (and its record may be /proc's, in ticks,
+	 * where BPF does not see it). */
+	same = err < 0 ? 0 : r->pid == 1 ? 1 : proc_same_process(proc_fd, r, u);
 	if (same <= 0) {
 		r->cmdline_len = TK_CMDLINE_NONE;
 		out->text_len = start;
@@ -224,7 +203,8 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 		/* A record from /proc (a hidden init) has a start time in
 		 * ticks, which the program's exact test would not match. */
 		argv_prog.slots[i].pid = r->pid == 1 && out->from_proc ? 0 : r->pid;
-		argv_prog.slots[i].start_ns = r->start_ns;
+		/* The program compares with the kernel's clock. */
+		argv_prog.slots[i].start_ns = r->start_ns - (uint64_t)out->boot_offset_ns;
 		argv_prog.slots[i].status = TK_ARGV_ASK_PROC;
 	}
 	argv_prog.skel->bss->count = (uint32_t)n;
@@ -374,8 +354,7 @@ int tk_cmdline_fill(struct tk_recbuf *out, struct tk_proc_scanner *sc, char *why
 {
 	struct tk_units units;
 	uint8_t *ask_proc = calloc(out->len ? out->len : 1, 1);
-	int64_t offset_ns = 0;
-	int from_bpf, offset_read = 0, err = 0;
+	int from_bpf, err = 0;
 
 	if (ask_proc == NULL)
 		return -ENOMEM;
@@ -385,21 +364,10 @@ int tk_cmdline_fill(struct tk_recbuf *out, struct tk_proc_scanner *sc, char *why
 	for (size_t i = 0; i < out->len && err == 0; i++) {
 		if (from_bpf && !ask_proc[i])
 			continue;
-		/* BPF start times are the kernel's: shift them as /proc does. */
-		if (!offset_read) {
-			err = boottime_offset_ns(&offset_ns);
-			if (err == -EMFILE || err == -ENFILE) {
-				tk_proc_scanner_drop_cache(sc);
-				err = boottime_offset_ns(&offset_ns);
-			}
-			if (err < 0)
-				break;
-			offset_read = 1;
-		}
-		err = proc_cmdline(sc->proc_fd, offset_ns, &units, out, &out->recs[i]);
+		err = proc_cmdline(sc->proc_fd, &units, out, &out->recs[i]);
 		if (err == -EMFILE || err == -ENFILE) {
 			tk_proc_scanner_drop_cache(sc);
-			err = proc_cmdline(sc->proc_fd, offset_ns, &units, out, &out->recs[i]);
+			err = proc_cmdline(sc->proc_fd, &units, out, &out->recs[i]);
 		}
 		if (err == 0 && out->recs[i].cmdline_len != TK_CMDLINE_NONE)
 			out->cmdline_by_proc++;

@@ -41,6 +41,9 @@ struct tk_recbuf {
 	const char *cmdline_from;  /* "bpf" or "proc": who read them; NULL: not asked */
 	size_t cmdline_by_bpf;     /* records whose cmdline the argv program read */
 	size_t cmdline_by_proc;    /* ... and /proc, after a BPF walk or by a /proc one */
+	/* What a BPF walk added to the kernel's start times: our time
+	 * namespace's boottime offset, as /proc adds it (0 for /proc's). */
+	int64_t boot_offset_ns;
 };
 
 struct tk_record *tk_recbuf_push(struct tk_recbuf *rb);   /* NULL on ENOMEM */
@@ -365,6 +368,7 @@ struct tk_ev_cn {
 	uint32_t *pid;               /* exec streams: pid -> ppid from forks seen, */
 	uint32_t *ppid;              /* seeded from /proc at open (open addressing) */
 	size_t pcap, plen;
+	int64_t mono_offset_ns;      /* our time namespace's CLOCK_MONOTONIC offset */
 };
 
 struct tk_ev_poll {

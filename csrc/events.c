@@ -435,6 +435,15 @@ static int cn_track_seq(struct tk_events *ev, const struct tk_cn_message *m, uin
 	return 1;
 }
 
+/* What turns the connector's stamps, the kernel's own CLOCK_MONOTONIC, into
+ * our CLOCK_BOOTTIME: both of our clocks carry our time namespace's
+ * offsets, so the monotonic one is added back. */
+static uint64_t cn_mono_to_boot(const struct tk_events *ev)
+{
+	return tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC) +
+	       (uint64_t)ev->cn.mono_offset_ns;
+}
+
 static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t mono_to_boot)
 {
 	struct tk_cn_message m;
@@ -648,7 +657,7 @@ static int cn_await_one(struct tk_events *ev, uint32_t ack, struct tk_cn_message
 		}
 		return 1;
 	}
-	err = cn_handle(ev, buf, (size_t)n, tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC));
+	err = cn_handle(ev, buf, (size_t)n, cn_mono_to_boot(ev));
 	return err < 0 ? err : 0;
 }
 
@@ -685,15 +694,19 @@ static int cn_open(struct tk_events *ev, double interval, size_t buffer, char *w
 	/* The kernel's ack carries ours plus one: that is how it is told apart
 	 * from acks to other listeners. */
 	uint32_t ack = ((uint32_t)getpid() << 12) ^ (uint32_t)tk_clock_ns(CLOCK_MONOTONIC);
+	struct tk_timens offsets;
 	int err;
 
 	(void)interval;
 	err = cn_check_namespaces(why, why_len);
+	if (err == 0)
+		err = tk_timens_offsets(&offsets, why, why_len);
 	if (err < 0)
 		return err;
 	err = cn_socket(ev, buffer, why, why_len);
 	if (err < 0)
 		return err;
+	ev->cn.mono_offset_ns = offsets.monotonic_ns;
 	/* Charged in part: the socket buffer is rarely full. */
 	ev->held_bytes = (buffer ? buffer : TK_EVENTS_CN_BUFFER_DEFAULT) / 4;
 	ev->held_fds = 1;
@@ -722,7 +735,7 @@ static void cn_close(struct tk_events *ev)
 
 static int cn_fill(struct tk_events *ev, size_t max)
 {
-	uint64_t mono_to_boot = tk_clock_ns(CLOCK_BOOTTIME) - tk_clock_ns(CLOCK_MONOTONIC);
+	uint64_t mono_to_boot = cn_mono_to_boot(ev);
 	char buf[4096] __attribute__((aligned(8)));
 	size_t got = 0;
 
@@ -977,6 +990,8 @@ struct tk_ev_shared {
 	struct tk_events *filling;     /* the stream whose fill consumes */
 	int stopped;                   /* the callback stopped: no stream has room */
 	int forked;                    /* inherited through fork(): the parent's ring */
+	/* added to the programs' boottime stamps: our time namespace's */
+	int64_t boot_offset_ns;
 };
 
 /* Guards the list, every object, and the inboxes of their streams. */
@@ -1030,6 +1045,11 @@ static int ring_event(void *ctx, void *data, size_t size)
 		e.argv_len = 0;
 		e.flags &= ~TK_EVF_ARGV;
 	}
+	/* The programs read the kernel's clock; clock_gettime() and /proc add
+	 * our time namespace's offset. start_ns 0 is "unknown". */
+	e.time_ns += (uint64_t)sh->boot_offset_ns;
+	if (e.start_ns != 0)
+		e.start_ns += (uint64_t)sh->boot_offset_ns;
 	if (e.type == TK_EV_EXIT && exit_seen_before(sh->exit_seen, &e)) {
 		sh->filling->duplicates++;
 		return 0;
@@ -1239,15 +1259,19 @@ static int shared_load_libbpf(struct tk_ev_shared *sh, uint32_t pidns)
 static int shared_load(size_t ring, struct tk_ev_shared **out, char *why, size_t why_len)
 {
 	struct tk_ev_shared *sh;
+	struct tk_timens offsets;
 	uint32_t pidns = 0;
 	int err;
 
 	err = reader_pidns(&pidns, why, why_len);
+	if (err == 0)
+		err = tk_timens_offsets(&offsets, why, why_len);
 	if (err < 0)
 		return err;
 	sh = calloc(1, sizeof *sh);
 	if (sh == NULL)
 		return -ENOMEM;
+	sh->boot_offset_ns = offsets.boottime_ns;
 	sh->ring_bytes = ring;
 	sh->ring_fd = -1;
 	for (int t = 0; t < TK_EV_TYPES; t++)

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "core.h"
+#include "util.h"
 
 static atomic_uint fork_generation;
 
@@ -31,7 +32,13 @@ static void fork_child(void)
 
 static void fork_register(void)
 {
+	struct tk_timens offsets;
+
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	/* Learnt now, our time namespace's offsets stay known after an
+	 * unshare(CLONE_NEWTIME), which hides them until the next exec. A
+	 * failure is reported by the first use that needs them. */
+	(void)tk_timens_offsets(&offsets, NULL, 0);
 }
 
 void tk_fork_watch(void)

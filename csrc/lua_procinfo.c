@@ -824,7 +824,8 @@ int tk_snapshot_process(lua_State *L)
 	struct tk_units units;
 	struct tk_record rec;
 	struct lproc *p;
-	lua_Integer pid, start_ns;
+	lua_Integer pid;
+	uint64_t start_ns;
 	const char *buf;
 	size_t len;
 	int r;
@@ -833,19 +834,14 @@ int tk_snapshot_process(lua_State *L)
 	pid = luaL_checkinteger(L, 2);
 	tk_check_nargs(L, 2);
 	luaL_argcheck(L, pid > 0 && pid <= INT32_MAX, 2, "pid out of range");
-	lua_getfield(L, 1, "get");
-	lua_pushvalue(L, 1);
-	lua_pushinteger(L, pid);
-	lua_call(L, 2, 1);
-	if (!lua_istable(L, -1)) {
+	/* From the record itself: a snapshot of selected fields reads start_ns
+	 * nil, yet always has it. */
+	if (!tk_snapshot_start_ns(L, 1, (uint32_t)pid, &start_ns)) {
 		lua_pushnil(L);
 		lua_pushfstring(L, "process %d: not in the snapshot", (int)pid);
 		lua_pushinteger(L, ESRCH);
 		return 3;
 	}
-	lua_getfield(L, -1, "start_ns");
-	start_ns = lua_tointeger(L, -1);
-	lua_pop(L, 2);
 	r = proc_push_open(L, (pid_t)pid, -1, &p);
 	if (r < 0)
 		return open_error(L, pid, r);
@@ -857,11 +853,11 @@ int tk_snapshot_process(lua_State *L)
 	if (r < 0)
 		return proc_error(L, p, "stat", r);
 	/* /proc truncates the start to clock ticks; BPF records keep ns. */
-	if ((uint64_t)start_ns / units.ns_per_tick != rec.start_ns / units.ns_per_tick) {
+	if (start_ns / units.ns_per_tick != rec.start_ns / units.ns_per_tick) {
 		lua_pushnil(L);
 		lua_pushfstring(L, "process %d: not the process in the snapshot (it started at "
 		                "%I ns, the snapshot's at %I ns: the pid was reused)", (int)pid,
-		                (lua_Integer)rec.start_ns, start_ns);
+		                (lua_Integer)rec.start_ns, (lua_Integer)start_ns);
 		lua_pushinteger(L, ESRCH);
 		return 3;
 	}

@@ -149,6 +149,16 @@ static struct lsnap *snap_check(lua_State *L, int idx)
 	return snap_alive(L, luaL_checkudata(L, idx, TK_SNAPSHOT_MT));
 }
 
+int tk_snapshot_start_ns(lua_State *L, int idx, uint32_t pid, uint64_t *start_ns)
+{
+	const struct tk_record *r = tk_recbuf_find(&snap_check(L, idx)->rb, pid);
+
+	if (r == NULL)
+		return 0;
+	*start_ns = r->start_ns;
+	return 1;
+}
+
 static uint32_t pid_check(lua_State *L, int idx)
 {
 	lua_Integer pid = luaL_checkinteger(L, idx);

@@ -327,6 +327,7 @@ int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *
 		return err;
 	}
 	sc->want_cmdline = (req->fields & TK_F(CMDLINE)) != 0;
+	out->boot_offset_ns = 0;
 	err = tk_proc_scan(sc, out, req->use_cache);
 	sc->want_cmdline = 0;
 	if (req->fields & TK_F(CMDLINE))

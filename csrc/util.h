@@ -1,5 +1,6 @@
 /* Small pieces every core file needs once: growing an array, reading a
- * decimal and reading a small file, each written here once. */
+ * decimal, reading a small file and our time namespace's clock offsets,
+ * each written here once. */
 #ifndef TAKANA_UTIL_H
 #define TAKANA_UTIL_H
 
@@ -19,5 +20,18 @@ const char *tk_parse_u64(const char *p, const char *end, uint64_t max, uint64_t 
 /* Reads a small file (path relative to dirfd, or AT_FDCWD) with one read
  * into buf, NUL-terminated (at most cap - 1 bytes): its length, or -errno. */
 ssize_t tk_read_small(int dirfd, const char *path, char *buf, size_t cap);
+
+/* The clock offsets of the calling process's time namespace (unshare -T):
+ * its CLOCK_MONOTONIC and CLOCK_BOOTTIME, and the times /proc shows, are
+ * the kernel's own clocks plus these, while what BPF programs and the proc
+ * connector hand up is the kernel's own. Both 0 without time namespaces
+ * (no CONFIG_TIME_NS, before Linux 5.6, or /proc not mounted). Read once
+ * per process (again in a child of fork()); thread-safe. -errno, with why,
+ * when they cannot be known. */
+struct tk_timens {
+	int64_t monotonic_ns;
+	int64_t boottime_ns;
+};
+int tk_timens_offsets(struct tk_timens *out, char *why, size_t why_len);
 
 #endif

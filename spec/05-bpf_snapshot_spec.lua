@@ -361,3 +361,166 @@ describe("takana.snapshot{backend=...} when a tier cannot run", function()
     if have[1] ~= "proc" then assert.truthy(probe.snapshot[have[1]].load_ns > 0) end
   end)
 end)
+
+-- A time namespace with clock offsets (unshare -T, as container runtimes
+-- set them): /proc, clock_gettime() and takana.boottime_ns() carry them,
+-- the kernel's own clocks, which BPF programs and the proc connector read,
+-- do not. Every backend must give the namespace's clock.
+describe("in a time namespace with clock offsets", function()
+  local CHILD = [[
+package.path = './lua/?.lua;./lua/?/init.lua;' .. package.path
+package.cpath = './?.so;' .. package.cpath
+local t, core = require 'takana', require 'takana.core'
+local me = io.open('/proc/self/stat'):read('n')
+for _, b in ipairs(core.snapshot_backends) do
+  local s, why = t.snapshot { backend = b, fields = { 'start_ns', 'cmdline' } }
+  if s then
+    local r = s:get(me)
+    local p, err = s:process(me)
+    print('snap', b, r.start_ns, p and 'ok' or err, r.cmdline and r.cmdline[1] or '-')
+  else
+    print('snap', b, 'unavailable', why)
+  end
+end
+for _, b in ipairs { 'bpf', 'connector' } do
+  local ev, why = t.events { backend = b, 'fork', 'exit' }
+  if ev then
+    local t0 = t.boottime_ns()
+    local c = assert(t.spawn { 'true' })
+    c:wait()
+    local got = {}
+    for _ = 1, 50 do
+      if got.exit then break end
+      t.poll({ ev }, 0.1)
+      for e in ev:read() do
+        if e.pid == c.pid then got[e.type] = e end
+      end
+    end
+    local t1 = t.boottime_ns()
+    for _, ty in ipairs { 'fork', 'exit' } do
+      local e = got[ty] or {}
+      print('event', b, ty, t0, e.time_ns or '-', t1, e.start_ns or '-')
+    end
+    ev:close()
+  else
+    print('event', b, 'unavailable', why)
+  end
+end
+]]
+  local OFFSETS = "--boottime 1000000 --monotonic 500000"
+
+  it("gives snapshot start_ns and event time_ns on the namespace's clock", function()
+    local code, out = H.run("unshare -T " .. OFFSETS .. " -f true")
+    if code ~= 0 then return pending("unshare -T is not permitted here: " .. out) end
+    if H.no_spawn then return pending(H.no_spawn) end
+    code, out = H.run("unshare -T " .. OFFSETS .. " -f " .. H.lua .. " -e " .. H.shell_quote(CHILD))
+    assert.equal(0, code, out)
+    local snaps, events = {}, {}
+    for line in out:gmatch("[^\n]+") do
+      local f = {}
+      for v in line:gmatch("[^\t]+") do f[#f + 1] = v end
+      if f[1] == "snap" then snaps[f[2]] = f end
+      if f[1] == "event" then events[f[2] .. " " .. (f[3] == "unavailable" and "" or f[3])] = f end
+    end
+    -- Every backend that works here works there, on one clock: the BPF
+    -- tiers' ns within a /proc tick of /proc's, snap:process(self) the
+    -- same process, the argv program given the kernel's start time.
+    local proc = assert(snaps.proc, out)
+    local proc_start = math.tointeger(proc[3])
+    assert.truthy(proc_start >= 1000000 * 1000000000, out)
+    for _, b in ipairs(H.snapshot_backends()) do
+      local f = assert(snaps[b], out)
+      assert.equal("ok", f[4], out)
+      assert.equal("lua5.4", f[5], out)
+      assert.truthy(math.abs(math.tointeger(f[3]) - proc_start) < TICK_NS, out)
+    end
+    -- Each event between the two clock readings around it; the exit's
+    -- start is the child's, at or before its fork.
+    local backends = {}
+    local ev = takana.events { backend = "bpf", "exit" }
+    if ev then ev:close() backends[#backends + 1] = "bpf" end
+    ev = takana.events { backend = "connector", "exit" }
+    if ev then ev:close() backends[#backends + 1] = "connector" end
+    for _, b in ipairs(backends) do
+      for _, ty in ipairs { "fork", "exit" } do
+        local f = assert(events[b .. " " .. ty], out)
+        local t0, time, t1 = math.tointeger(f[4]), math.tointeger(f[5]), math.tointeger(f[6])
+        assert.truthy(time and t0 <= time and time <= t1, out)
+      end
+      if b == "bpf" then
+        local start = math.tointeger(events["bpf exit"][7])
+        assert.truthy(start and math.tointeger(events["bpf exit"][4]) <= start and
+                      start <= math.tointeger(events["bpf fork"][5]), out)
+      end
+    end
+  end)
+
+  -- unshare(CLONE_NEWTIME) moves only the caller's children, and
+  -- /proc/self/timens_offsets then shows theirs: a process that loaded
+  -- takana before keeps its own clock, its forked child reads the new one,
+  -- and one that loads takana only afterwards is told why BPF cannot say.
+  local UNSHARER = [[
+package.path = './lua/?.lua;./lua/?/init.lua;' .. package.path
+package.cpath = './spec/?.so;./?.so;' .. package.cpath
+local envtool = require 'envtool'
+local t = early and require 'takana'
+assert(envtool.unshare_time())
+local f = assert(io.open('/proc/self/timens_offsets', 'w'))
+assert(f:write('boottime 1000000 0\n'))
+assert(f:close())
+t = t or require 'takana'
+local function report(who)
+  local me = io.open('/proc/self/stat'):read('n')
+  local s, why = t.snapshot { backend = backend }
+  if not s then
+    print(who, 'unavailable', why, t.snapshot().backend)
+    return
+  end
+  local p, err = s:process(me)
+  print(who, s:get(me).start_ns, t.snapshot { backend = 'proc' }:get(me).start_ns, p and 'ok' or err)
+end
+report('self')
+io.stdout:flush()
+local pid = envtool.fork()
+if pid == 0 then
+  envtool.alarm(60)
+  report('child')
+  io.stdout:flush()
+  envtool.exit(0)
+end
+assert(envtool.waitpid(pid) == 0)
+]]
+
+  it("keeps its own clock after unsharing one for its children, and a forked child takes theirs", function()
+    local code, out = H.run("unshare -T --boottime 1000000 -f true")
+    if code ~= 0 then return pending("unshare -T is not permitted here: " .. out) end
+    local backend = H.snapshot_backends()[1]
+    if backend == "proc" then return pending("no BPF tier here: " .. select(2, H.bpf_tier("iter"))) end
+    for _, early in ipairs { true, false } do
+      local cmd = ("%s -e %s -e %s"):format(H.lua, H.shell_quote(("early = %s backend = %q"):format(early, backend)),
+                                            H.shell_quote(UNSHARER))
+      code, out = H.run(cmd)
+      assert.equal(0, code, out)
+      local rows = {}
+      for line in out:gmatch("[^\n]+") do
+        local f = {}
+        for v in line:gmatch("[^\t]+") do f[#f + 1] = v end
+        rows[f[1]] = f
+      end
+      local self, child = assert(rows.self, out), assert(rows.child, out)
+      if early then
+        assert.equal("ok", self[4], out)
+        assert.truthy(math.abs(math.tointeger(self[2]) - math.tointeger(self[3])) < TICK_NS, out)
+        assert.truthy(math.tointeger(self[2]) < 1000000 * 1000000000, out)
+      else
+        assert.same({ "self", "unavailable", "snapshot: " .. backend .. " backend unavailable: our time " ..
+                      "namespace's clock offsets: this process unshared its time namespace " ..
+                      "(CLONE_NEWTIME) without an exec since, so only its children's can be read; " ..
+                      "load takana before unsharing, or exec", "proc" }, self)
+      end
+      assert.equal("ok", child[4], out)
+      assert.truthy(math.abs(math.tointeger(child[2]) - math.tointeger(child[3])) < TICK_NS, out)
+      assert.truthy(math.tointeger(child[2]) >= 1000000 * 1000000000, out)
+    end
+  end)
+end)

@@ -382,6 +382,14 @@ describe("takana.process", function()
     local q = assert(snap:process(fx.pid))
     assert.equal(fx.pid, q.pid)
     q:close()
+    -- A field selection without start_ns still records it (it reads nil).
+    for _, backend in ipairs(H.snapshot_backends()) do
+      local sel = assert(takana.snapshot { backend = backend, fields = { "comm" } })
+      assert.is_nil(sel:get(fx.pid).start_ns)
+      q = assert(sel:process(fx.pid))
+      assert.equal(fx.pid, q.pid)
+      q:close()
+    end
     -- A record of the same pid that started 100 ticks earlier: a reused pid.
     local stat = H.read("/proc/" .. fx.pid .. "/stat")
     local head, rest = stat:match("^(.*%) )(.*)$")
