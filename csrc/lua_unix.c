@@ -337,8 +337,10 @@ static int ux_recv(lua_State *L)
 	if (n < 0)
 		return tk_push_error(L, "recv", -errno);
 	sender_read(&mh, &s);
-	if (s.pidfd >= 0 && s.uc.pid <= 0) {
-		close(s.pidfd); /* a sender in no pid namespace of ours */
+	/* A sender in no pid namespace of ours, or gone already (newer
+	 * kernels give pidfds of exited processes): none to speak of. */
+	if (s.pidfd >= 0 && (s.uc.pid <= 0 || tk_pidfd_alive(s.pidfd) != 1)) {
+		close(s.pidfd);
 		s.pidfd = -1;
 	}
 	if (!u->sender_pidfds && s.uc.pid > 0 && s.sent.tv_sec > 0)

@@ -76,73 +76,159 @@ static int dir_trusted(int fd, const char *what, int owned, char *why)
 	return 0;
 }
 
-/* The path with every existing link resolved and what does not exist yet
- * appended as given (realpath(3) wants all of it to exist). */
-static int resolve(const char *path, char *out)
-{
-	char head[PATH_MAX], tail[PATH_MAX] = "";
-	size_t hl = strlen(path), tl = 0;
+#define LINKS_MAX 40 /* as the kernel's own path walk */
 
-	if (hl == 0 || hl >= sizeof head)
-		return hl ? -ENAMETOOLONG : -ENOENT;
-	memcpy(head, path, hl + 1);
-	for (;;) {
-		char *slash;
-		if (realpath(head, out)) {
-			size_t ol = strlen(out);
-			if (ol + 1 + tl >= PATH_MAX)
-				return -ENAMETOOLONG;
-			if (tl) {
-				if (ol > 1)
-					out[ol++] = '/';
-				memcpy(out + ol, tail, tl + 1);
-			}
-			return 0;
-		}
-		if (errno != ENOENT)
+/* Walks path from / (or the working directory's real path) one component
+ * at a time, never following a link the kernel would: a link is followed
+ * here only when root or this uid owns it (in a directory already found
+ * trusted), so no other user's link redirects the walk; every directory
+ * passed must be trusted (dir_trusted, owned). What is missing is made
+ * when create (the last with mode). The fd of the last directory, its
+ * path in resolved (PATH_MAX), or -errno with why. */
+static int walk_private(const char *path, int create, mode_t mode, char *resolved, char *why)
+{
+	char rest[PATH_MAX], target[PATH_MAX];
+	size_t rl, links = 0;
+	int fd, err;
+
+	if (path[0] != '/') {
+		if (!getcwd(resolved, PATH_MAX))
 			return -errno;
-		while (hl > 1 && head[hl - 1] == '/')
-			head[--hl] = '\0';
-		slash = strrchr(head, '/');
-		if (!slash || slash[1] == '\0')
-			return -ENOENT;
-		{
-			size_t cl = strlen(slash + 1);
-			if (strcmp(slash + 1, "..") == 0)
-				return -EINVAL; /* a missing directory's parent is not known */
-			if (cl + 1 + tl >= PATH_MAX)
-				return -ENAMETOOLONG;
-			memmove(tail + cl + (tl ? 1 : 0), tail, tl + 1);
-			memcpy(tail, slash + 1, cl);
-			if (tl)
-				tail[cl] = '/';
-			tl += cl + (tl ? 1 : 0);
-		}
-		if (slash == head)
-			slash[1] = '\0', hl = 1;
-		else
-			*slash = '\0', hl = (size_t)(slash - head);
+		size_t cwl = strlen(resolved), pl = strlen(path);
+		if (cwl + 1 + pl >= sizeof rest)
+			return -ENAMETOOLONG;
+		memcpy(rest, resolved, cwl);
+		rest[cwl] = '/';
+		memcpy(rest + cwl + 1, path, pl + 1);
+	} else if (strlen(path) >= sizeof rest) {
+		return -ENAMETOOLONG;
+	} else {
+		strcpy(rest, path);
 	}
+	resolved[0] = '\0';
+	fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	err = dir_trusted(fd, "/", 1, why);
+	for (char *p = rest; err == 0;) {
+		struct stat st;
+		char *comp, *end;
+		size_t cl;
+		int nfd;
+
+		while (*p == '/')
+			p++;
+		if (*p == '\0')
+			break;
+		comp = p;
+		end = strchr(p, '/');
+		cl = end ? (size_t)(end - p) : strlen(p);
+		p = end ? end + 1 : p + cl;
+		if (end)
+			*end = '\0';
+		if (strcmp(comp, ".") == 0)
+			continue;
+		if (strcmp(comp, "..") == 0) {
+			/* Up: the parent was trusted on the way down. */
+			char *slash = strrchr(resolved, '/');
+			nfd = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (nfd < 0) {
+				err = -errno;
+				break;
+			}
+			close(fd);
+			fd = nfd;
+			if (slash)
+				*slash = '\0';
+			continue;
+		}
+		if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno != ENOENT || !create) {
+				err = -errno;
+				break;
+			}
+			if (mkdirat(fd, comp, *p ? 0755 : mode) < 0 && errno != EEXIST) {
+				err = -errno;
+				break;
+			}
+			if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+				err = -errno;
+				break;
+			}
+		}
+		if (S_ISLNK(st.st_mode)) {
+			ssize_t n;
+			size_t left = strlen(p);
+			if (st.st_uid != 0 && st.st_uid != geteuid()) {
+				why_set(why, "%s/%s is a symbolic link owned by uid %lu: another user's link "
+				        "is not followed", resolved, comp, (unsigned long)st.st_uid);
+				err = -ELOOP;
+				break;
+			}
+			n = readlinkat(fd, comp, target, sizeof target - 1);
+			if (n < 0) {
+				err = -errno;
+				break;
+			}
+			if (++links > LINKS_MAX || (size_t)n + 1 + left >= sizeof target) {
+				err = links > LINKS_MAX ? -ELOOP : -ENAMETOOLONG;
+				break;
+			}
+			target[n] = '\0';
+			/* What is left of the path goes after the link's target. */
+			rl = (size_t)n;
+			if (left) {
+				target[rl++] = '/';
+				memcpy(target + rl, p, left + 1);
+			}
+			strcpy(rest, target);
+			p = rest;
+			if (rest[0] == '/') {
+				nfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+				if (nfd < 0) {
+					err = -errno;
+					break;
+				}
+				close(fd);
+				fd = nfd;
+				resolved[0] = '\0';
+			}
+			continue;
+		}
+		nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (nfd < 0) {
+			err = -errno;
+			if (err == -ENOTDIR)
+				why_set(why, "%s/%s is not a directory", resolved, comp);
+			break;
+		}
+		close(fd);
+		fd = nfd;
+		rl = strlen(resolved);
+		if (rl + 1 + cl >= PATH_MAX) {
+			err = -ENAMETOOLONG;
+			break;
+		}
+		resolved[rl] = '/';
+		memcpy(resolved + rl + 1, comp, cl + 1);
+		err = dir_trusted(fd, resolved, 1, why);
+	}
+	if (err == 0 && resolved[0] == '\0')
+		strcpy(resolved, "/");
+	if (err < 0) {
+		close(fd);
+		return err;
+	}
+	return fd;
 }
 
-/* One component beneath fd: opened (made first when create), never
- * through a link when nofollow. The new fd, or -errno with why. */
-static int step_into(int fd, const char *comp, int create, mode_t mode, int nofollow, char *why)
+/* mkdir -p's step: comp beneath fd opened, made first when missing. */
+static int step_into(int fd, const char *comp, mode_t mode)
 {
-	int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0);
-
 	for (int tries = 0; tries < 3; tries++) {
-		int nfd = openat(fd, comp, flags);
-		if (nfd >= 0)
-			return nfd;
-		if (errno == ELOOP || (errno == ENOTDIR && nofollow)) {
-			struct stat st;
-			int link = fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
-			why_set(why, "%s is %s", comp, link ? "a symbolic link" : "not a directory");
-			return link ? -ELOOP : -ENOTDIR;
-		}
-		if (errno != ENOENT || !create)
-			return -errno;
+		int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (nfd >= 0 || errno != ENOENT)
+			return nfd >= 0 ? nfd : -errno;
 		if (mkdirat(fd, comp, mode) < 0 && errno != EEXIST)
 			return -errno;
 	}
@@ -153,7 +239,7 @@ int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *
 {
 	char buf[PATH_MAX], *save = NULL, *comp, *next;
 	int create = flags & TK_DIR_CREATE, private = flags & TK_DIR_PRIVATE;
-	int fd, err;
+	int fd, err = 0;
 
 	if (why)
 		why[0] = '\0';
@@ -172,7 +258,7 @@ int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *
 			for (comp = strtok_r(buf, "/", &save); comp; comp = next) {
 				int nfd;
 				next = strtok_r(NULL, "/", &save);
-				nfd = step_into(fd, comp, 1, next ? 0755 : mode, 0, why);
+				nfd = step_into(fd, comp, next ? 0755 : mode);
 				close(fd);
 				if (nfd < 0)
 					return nfd;
@@ -186,40 +272,19 @@ int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *
 		}
 		return fd;
 	}
-	err = resolve(path, buf);
-	if (err < 0)
-		return err;
-	if (resolved)
-		strcpy(resolved, buf);
-	fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = walk_private(path, create, mode, resolved ? resolved : buf, why);
 	if (fd < 0)
-		return -errno;
-	err = dir_trusted(fd, "/", 1, why);
+		return fd;
 	{
-		char walked[PATH_MAX] = "";
-		size_t wl = 0;
-		for (comp = strtok_r(buf, "/", &save); comp && err == 0; comp = next) {
-			int nfd;
-			next = strtok_r(NULL, "/", &save);
-			nfd = step_into(fd, comp, create, next ? 0755 : mode, 1, why);
-			close(fd);
-			if (nfd < 0)
-				return nfd;
-			fd = nfd;
-			wl += (size_t)snprintf(walked + wl, sizeof walked - wl, "/%s", comp);
-			err = dir_trusted(fd, walked, 1, why);
-		}
-		if (err == 0) {
-			struct stat st;
-			if (fstat(fd, &st) < 0)
-				err = -errno;
-			else if (st.st_uid != geteuid()) {
-				why_set(why, "%s is owned by uid %lu, not by this uid %lu", walked,
-				        (unsigned long)st.st_uid, (unsigned long)geteuid());
-				err = -EPERM;
-			} else if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
-				err = -errno;
-		}
+		struct stat st;
+		if (fstat(fd, &st) < 0)
+			err = -errno;
+		else if (st.st_uid != geteuid()) {
+			why_set(why, "%s is owned by uid %lu, not by this uid %lu", path,
+			        (unsigned long)st.st_uid, (unsigned long)geteuid());
+			err = -EPERM;
+		} else if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
+			err = -errno;
 	}
 	if (err < 0) {
 		close(fd);

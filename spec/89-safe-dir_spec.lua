@@ -1,0 +1,531 @@
+-- Files and sockets a privileged takana creates (issue 21, the third
+-- audit): every one beneath a directory fd that was checked, never through
+-- a name another user planted. core.dir_open and its methods, the notify
+-- sender checks (SCM_PIDFD, and the start-time check of kernels before
+-- 6.5), and the supervisor and `takana export --textfile` refusing what
+-- uid 65534 plants in each place they write. Planting is done as uid 65534
+-- (takana.spawn{user=}), in directories this file creates and removes.
+local takana = require "takana"
+local core = require "takana.core"
+local H = require "helpers"
+local lfs = require "lfs"
+local E = core.errno
+
+local function octal(s) return tonumber(s, 8) end
+
+local function tmpdir(mode)
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -m " .. (mode or "700") .. " " .. d))
+  return d
+end
+
+local function rm(d) os.execute("rm -rf " .. H.shell_quote(d)) end
+
+-- Runs a shell command as uid 65534 and waits for it.
+local function as_nobody(script)
+  local p = assert(takana.spawn { "/bin/sh", "-c", script, user = 65534, group = 65534 })
+  local st = p:wait()
+  assert(st.exited and st.code == 0, "as uid 65534: " .. script)
+end
+
+local function why_not_root()
+  if not H.is_root() then return "needs root (files of another user are planted with spawn{user=65534})" end
+  if H.no_spawn then return H.no_spawn end
+end
+
+describe("core.dir_open", function()
+  local d
+  before_each(function() d = tmpdir() end)
+  after_each(function() rm(d) end)
+
+  it("makes a private directory with its mode, and says its path without links", function()
+    local dir = assert(core.dir_open(d .. "/a/b", { create = true, private = true, mode = octal("711") }))
+    assert.equal(d .. "/a/b", dir:path())
+    assert.equal("rwx--x--x", lfs.attributes(d .. "/a/b", "permissions"))
+    assert.equal("directory", lfs.attributes(d .. "/a", "mode"))
+    dir:close()
+    dir:close()
+    assert.has_error(function() dir:path() end, "attempt to use a closed directory")
+    -- an existing one of ours gets the mode asked for
+    assert(os.execute("chmod 755 " .. d .. "/a/b"))
+    dir = assert(core.dir_open(d .. "/a/b", { private = true, mode = octal("700") }))
+    assert.equal("rwx------", lfs.attributes(d .. "/a/b", "permissions"))
+    dir:close()
+    -- links in the path are resolved first: the path handed out has none
+    assert(lfs.link(d .. "/a", d .. "/l", true))
+    dir = assert(core.dir_open(d .. "/l/b", { private = true }))
+    assert.equal(d .. "/a/b", dir:path())
+    dir:close()
+  end)
+
+  it("refuses a directory others can write unless sticky, with the reason", function()
+    assert(os.execute("mkdir -m 777 " .. d .. "/open && chmod 777 " .. d .. "/open"))
+    local dir, err, errno = core.dir_open(d .. "/open")
+    assert.is_nil(dir)
+    assert.equal(E.EPERM, errno)
+    assert.matches("is writable by group or others %(mode 0777", err)
+    assert(os.execute("chmod 1777 " .. d .. "/open"))
+    dir = assert(core.dir_open(d .. "/open"))
+    dir:close()
+    dir, err, errno = core.dir_open(d .. "/missing")
+    assert.is_nil(dir)
+    assert.equal(E.ENOENT, errno)
+    assert.matches("directory .*/missing: No such file or directory", err)
+  end)
+
+  it("refuses a private directory or an ancestor another user owns", function()
+    local why = why_not_root()
+    if why then return pending(why) end
+    assert(os.execute("chmod 1777 " .. d))
+    as_nobody("mkdir -m 700 " .. d .. "/theirs && mkdir -m 755 " .. d .. "/up && mkdir " .. d .. "/up/x")
+    local dir, err, errno = core.dir_open(d .. "/theirs", { private = true })
+    assert.is_nil(dir)
+    assert.equal(E.EPERM, errno)
+    assert.matches("theirs is owned by uid 65534, not by root or uid 0", err)
+    dir, err, errno = core.dir_open(d .. "/up/mine", { private = true, create = true })
+    assert.is_nil(dir)
+    assert.equal(E.EPERM, errno)
+    assert.matches("/up is owned by uid 65534", err)
+    assert.is_nil(lfs.attributes(d .. "/up/mine"))
+  end)
+
+  it("raises on a caller's mistakes", function()
+    assert.has_error(function() core.dir_open() end)
+    assert.has_error(function() core.dir_open("a\0b") end)
+    assert.has_error(function() core.dir_open(string.rep("x", 5000)) end)
+    assert.has_error(function() core.dir_open(d, 5) end)
+    assert.has_error(function() core.dir_open(d, { mode = 4096 }) end)
+    assert.has_error(function() core.dir_open(d, {}, 1) end)
+    local dir = assert(core.dir_open(d))
+    for _, bad in ipairs { "", ".", "..", "a/b", "a\0b", string.rep("x", 256) } do
+      assert.has_error(function() dir:append(bad) end)
+      assert.has_error(function() dir:unlink(bad) end)
+      assert.has_error(function() dir:rename(bad, "x") end)
+      assert.has_error(function() dir:replace(bad, "x") end)
+    end
+    assert.has_error(function() dir:append("x", -1) end)
+    assert.has_error(function() dir:append("x", 2 ^ 40) end)
+    dir:close()
+  end)
+end)
+
+describe("dir:append", function()
+  local d, dir
+  before_each(function()
+    d = tmpdir("755")
+    dir = assert(core.dir_open(d))
+  end)
+  after_each(function()
+    dir:close()
+    rm(d)
+  end)
+
+  it("creates with its mode whatever the umask, appends, renames and unlinks beneath the fd", function()
+    local f = assert(dir:append("a.log", octal("640")))
+    assert.equal("rw-r-----", lfs.attributes(d .. "/a.log", "permissions"))
+    f:write("one\n")
+    f:close()
+    f = assert(dir:append("a.log"))
+    f:write("two\n")
+    f:close()
+    assert.equal("one\ntwo\n", H.read(d .. "/a.log"))
+    assert.is_true(dir:rename("a.log", "a.log.1"))
+    assert.equal("one\ntwo\n", H.read(d .. "/a.log.1"))
+    assert.is_true(dir:unlink("a.log.1"))
+    local ok, err, errno = dir:unlink("a.log.1")
+    assert.is_nil(ok)
+    assert.equal(E.ENOENT, errno)
+    assert.matches("unlink .*/a.log.1: No such file", err)
+  end)
+
+  it("never writes through a link, a FIFO, a hard link or another user's file", function()
+    local victim = d .. "/victim"
+    local v = assert(io.open(victim, "w"))
+    v:write("root only\n")
+    v:close()
+    assert(lfs.link(victim, d .. "/sym.log", true))
+    local f, err, errno = dir:append("sym.log")
+    assert.is_nil(f)
+    assert.equal(E.ELOOP, errno)
+    assert.matches("sym.log is a symbolic link", err)
+    assert(lfs.link(victim, d .. "/hard.log"))
+    f, err, errno = dir:append("hard.log")
+    assert.is_nil(f)
+    assert.equal(E.EPERM, errno)
+    assert.matches("hard.log has 2 links", err)
+    assert(os.execute("mkfifo " .. d .. "/fifo.log"))
+    f, err = dir:append("fifo.log") -- returns at once: never blocks on the FIFO
+    assert.is_nil(f)
+    assert.matches("fifo.log is a FIFO or socket", err)
+    assert(os.execute("mkdir " .. d .. "/dir.log"))
+    f, err = dir:append("dir.log")
+    assert.is_nil(f)
+    assert.truthy(err:find("dir.log", 1, true))
+    assert.equal("root only\n", H.read(victim))
+    if H.is_root() and not H.no_spawn then
+      assert(os.execute("touch " .. d .. "/theirs.log && chown 65534 " .. d .. "/theirs.log"))
+      f, err, errno = dir:append("theirs.log")
+      assert.is_nil(f)
+      assert.equal(E.EPERM, errno)
+      assert.matches("theirs.log is owned by uid 65534", err)
+    end
+  end)
+end)
+
+describe("dir:bind and socket:recv", function()
+  local d, dir
+  before_each(function()
+    d = tmpdir("711")
+    dir = assert(core.dir_open(d))
+  end)
+  after_each(function()
+    dir:close()
+    rm(d)
+  end)
+
+  it("a notify socket gets its mode and its service's owner, never wider for a moment", function()
+    local s = assert(dir:bind("n.sock", "dgram", { mode = octal("600") }))
+    assert.equal("socket", lfs.attributes(d .. "/n.sock", "mode"))
+    assert.equal("rw-------", lfs.attributes(d .. "/n.sock", "permissions"))
+    s:close()
+    if H.is_root() then
+      s = assert(dir:bind("n.sock", "dgram", { mode = octal("600"), uid = 65534, gid = 65534 }))
+      assert.equal(65534, lfs.attributes(d .. "/n.sock", "uid"))
+      assert.equal(65534, lfs.attributes(d .. "/n.sock", "gid"))
+      s:close()
+    end
+    -- a stale entry (here a link) is replaced, never followed
+    local victim = d .. "/victim"
+    assert(io.open(victim, "w")):close()
+    assert(os.execute("chmod 600 " .. victim))
+    os.remove(d .. "/n.sock")
+    assert(lfs.link(victim, d .. "/n.sock", true))
+    s = assert(dir:bind("n.sock", "dgram", { mode = octal("666") }))
+    assert.equal("rw-------", lfs.attributes(victim, "permissions"))
+    assert.equal("socket", lfs.attributes(d .. "/n.sock", "mode"))
+    s:close()
+  end)
+
+  it("binds beneath the fd a name whose full path would not fit a socket address", function()
+    local deep = d .. "/" .. string.rep("d", 100)
+    local long = assert(core.dir_open(deep, { create = true }))
+    local s = assert(long:bind("x.sock", "listen"))
+    assert.equal("socket", lfs.attributes(deep .. "/x.sock", "mode"))
+    s:close()
+    long:close()
+  end)
+
+  -- A sender that exits before its message is read, and a later process
+  -- given its pid (ns_last_pid, in a pid namespace of the spec's own):
+  -- recv names the pid but gives no sender, both with the kernel's pidfd
+  -- and with the start-time check of older kernels.
+  for _, how in ipairs { "scm_pidfd", "start time" } do
+    it("a sender gone and its pid reused is not the sender (" .. how .. ")", function()
+      local why = why_not_root()
+      if why then return pending(why) end
+      if not io.open("/usr/bin/python3") then return pending("python3 is not installed") end
+      local script = d .. "/reuse.lua"
+      local f = assert(io.open(script, "w"))
+      f:write(([[
+local takana = require "takana"
+local core = require "takana.core"
+local dir = assert(core.dir_open(%q))
+local s = assert(dir:bind("r.sock", "dgram", { mode = 438, sender = %q }))
+local send = { "python3", "-c", "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'WATCHDOG=trigger', '%s/r.sock')" }
+-- a live sender first: it is the sender
+local keep = assert(takana.spawn { "python3", "-c", send[3] .. "; import time; time.sleep(5)" })
+local data, pid, sender, got
+for _ = 1, 200 do
+  data, pid, _, _, sender, got = s:recv()
+  if data then break end
+  takana.poll({ s }, 0.05)
+end
+assert(data == "WATCHDOG=trigger" and pid == keep.pid and sender and got == %q and sender:alive(),
+  "live sender: " .. tostring(pid) .. " " .. tostring(sender) .. " " .. tostring(got))
+sender:close()
+keep:signal("KILL") keep:wait()
+-- the sender exits; a later process gets its pid
+local p = assert(takana.spawn(send))
+local spid = p.pid
+p:wait()
+takana.poll({}, 0.05)
+local w = assert(io.open("/proc/sys/kernel/ns_last_pid", "w"))
+w:write(tostring(spid - 1)) w:close()
+local later = assert(takana.spawn { "sleep", "5" })
+assert(later.pid == spid, "pid not reused: " .. later.pid .. " vs " .. spid)
+data, pid, _, _, sender, got = s:recv()
+later:signal("KILL") later:wait()
+assert(data == "WATCHDOG=trigger", tostring(pid))
+assert(pid == spid and sender == nil and got == %q, "believed: " .. tostring(sender))
+print("ok")
+]]):format(d, how, d, how, how))
+      f:close()
+      local _, out = H.run("env LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " ..
+        "unshare -p -f --mount-proc " .. H.lua .. " " .. H.shell_quote(script) .. " 2>&1")
+      assert.equal("ok\n", out)
+    end)
+  end
+end)
+
+-- Every place the supervisor and `takana export` write, planted by uid
+-- 65534 with a directory or a link: root refuses each with the reason.
+describe("planted by another user", function()
+  local base, cgpath, cgname
+  local ENV = { LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;", LUA_CPATH = "./?.so;;", PATH = os.getenv("PATH") }
+  before_each(function()
+    base = tmpdir("1777") -- as /tmp: sticky, anyone may plant a name
+    assert(os.execute("chmod 1777 " .. base))
+  end)
+  after_each(function()
+    rm(base)
+    if cgpath then H.cgroup_cleanup(cgpath) cgpath = nil end
+  end)
+
+  local function why_not()
+    local why = why_not_root()
+    if why then return why end
+    if not H.cgroup2_mount() then return "no cgroup2 hierarchy is mounted" end
+  end
+
+  it("the runtime and control directories: a planted directory or link is refused", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local mine = base .. "/mine"
+    assert(os.execute("mkdir -m 700 " .. mine))
+    as_nobody("mkdir -m 777 " .. base .. "/rt && ln -s " .. mine .. " " .. base .. "/link")
+    for _, case in ipairs {
+      { runtime = base .. "/rt", why = "rt is owned by uid 65534" },
+      { runtime = base .. "/link", why = "link is a symbolic link owned by uid 65534" },
+      { control = base .. "/rt/ctl.sock", why = "rt is owned by uid 65534" },
+      { runtime = base .. "/rt/sub", why = "rt is owned by uid 65534" },
+    } do
+      local sup, err, errno = takana.supervisor { cgroup = cgname .. "/sup", signals = false,
+        runtime = case.runtime, control = case.control }
+      assert.is_nil(sup)
+      assert.is_true(errno == E.EPERM or errno == E.ELOOP, err)
+      assert.truthy(err:find(case.why, 1, true), err)
+    end
+    -- a link owned by another user is not followed even to a good directory
+    assert.is_nil(lfs.attributes(mine .. "/sub"))
+  end)
+
+  it("a log directory: a planted link or file is never written; a directory others can write is refused", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local logs, victim = base .. "/logs", base .. "/victim"
+    local v = assert(io.open(victim, "w"))
+    v:write("root only\n")
+    v:close()
+    assert(os.execute("chmod 600 " .. victim))
+    -- the usual /var/log/app owned by the app's user: it may plant anything
+    as_nobody("mkdir -m 755 " .. logs .. " && ln -s " .. victim .. " " .. logs .. "/app.log && touch " ..
+      logs .. "/own.log && mkfifo " .. logs .. "/fifo.log")
+    local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, log = logs,
+      runtime = base .. "/rt" })
+    for _, name in ipairs { "app", "own", "fifo" } do
+      sup:service { name = name, cmd = { "sh", "-c", "echo attacker line" }, restart = "never",
+        user = 65534, group = 65534 }
+    end
+    for _ = 1, 100 do
+      sup:step(0.05)
+      local done = true
+      for _, name in ipairs { "app", "own", "fifo" } do done = done and sup:get(name).last_exit ~= nil end
+      if done then break end
+    end
+    assert.matches("app.log is a symbolic link", sup:get("app").log_error)
+    assert.matches("own.log is owned by uid 65534", sup:get("own").log_error)
+    assert.matches("fifo.log is a FIFO or socket", sup:get("fifo").log_error)
+    -- the lines are still kept in memory for `ctl logs`
+    assert.matches("stdout attacker line$", sup:get("app").lines[1])
+    sup:shutdown()
+    for _ = 1, 100 do if not sup:step(0.05) then break end end
+    sup:close()
+    assert.equal("root only\n", H.read(victim))
+    assert.equal("rw-------", lfs.attributes(victim, "permissions"))
+    -- writable by others and not sticky: refused at construction
+    as_nobody("mkdir -m 777 " .. base .. "/open && chmod 777 " .. base .. "/open")
+    local bad, err, errno = takana.supervisor { cgroup = cgname .. "/sup", signals = false,
+      log = base .. "/open", runtime = base .. "/rt" }
+    assert.is_nil(bad)
+    assert.equal(E.EPERM, errno)
+    assert.matches("open is writable by group or others", err)
+  end)
+
+  it("export --textfile: a directory others can write is refused, a planted link is replaced, not followed", function()
+    local why = why_not_root()
+    if why then return pending(why) end
+    local victim = base .. "/victim"
+    assert(io.open(victim, "w")):close()
+    assert(os.execute("chmod 600 " .. victim))
+    as_nobody("mkdir -m 777 " .. base .. "/open && chmod 777 " .. base .. "/open")
+    local ok, err, errno = takana.textfile_write(base .. "/open", "takana.prom", "x 1\n")
+    assert.is_nil(ok)
+    assert.equal(E.EPERM, errno)
+    assert.matches("textfile directory .*open is writable by group or others", err)
+    -- sticky (as /tmp): another user's link at the name is replaced
+    as_nobody("ln -s " .. victim .. " " .. base .. "/takana.prom")
+    assert.is_true(takana.textfile_write(base, "takana.prom", "x 1\n"))
+    assert.equal("file", lfs.symlinkattributes(base .. "/takana.prom", "mode"))
+    assert.equal("", H.read(victim))
+    local _, out = H.run("env LUA_PATH='" .. ENV.LUA_PATH .. "' LUA_CPATH='" .. ENV.LUA_CPATH .. "' " .. H.lua ..
+      " bin/takana export --textfile " .. H.shell_quote(base .. "/open") .. " 2>&1; echo rc=$?")
+    assert.matches("writable by group or others", out)
+    assert.matches("rc=1", out)
+  end)
+end)
+
+-- The third audit's supervisor reproducers, as specs: a failed pipe() or
+-- cgroup mkdir under EMFILE, a service name too long for a socket address
+-- under a long runtime path, close() and its cgroup descriptors, and a
+-- service's STATUS= reaching `ctl status` escaped.
+describe("audit 3: the supervisor loop", function()
+  local cgpath, cgname, base
+  local function why_not()
+    local why = why_not_root()
+    if why then return why end
+    if not H.cgroup2_mount() then return "no cgroup2 hierarchy is mounted" end
+  end
+  before_each(function() base = tmpdir("711") end) -- a service of uid 65534 reaches its socket
+  after_each(function()
+    rm(base)
+    if cgpath then H.cgroup_cleanup(cgpath) cgpath = nil end
+  end)
+
+  local function finish(sup)
+    sup:shutdown()
+    for _ = 1, 200 do if not sup:step(0.05) then break end end
+    sup:close()
+  end
+
+  -- Holds every free descriptor but `spare`; returns the release function.
+  local function exhaust(spare)
+    local held = {}
+    while true do
+      local f = io.open("/dev/null")
+      if not f then break end
+      held[#held + 1] = f
+    end
+    for _ = 1, spare do table.remove(held):close() end
+    return function()
+      for _, f in ipairs(held) do f:close() end
+      collectgarbage()
+    end
+  end
+
+  it("a pipe() or cgroup failure under EMFILE is retried with backoff, never raised (#4, #8)", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = base .. "/rt" })
+    sup:service { name = "s6", cmd = { "sh", "-c", "echo >&3; exec sleep 30" }, ready = { fd = 3 },
+      backoff = { initial = 0.2 }, start_limit = { burst = 0 } }
+    sup:service { name = "web", cmd = { "sleep", "30" }, backoff = { initial = 0.2 }, start_limit = { burst = 0 } }
+    local release = exhaust(1)
+    local ok, err
+    for _ = 1, 10 do
+      ok, err = pcall(sup.step, sup, 0.05)
+      if not ok then break end
+    end
+    release()
+    assert.is_true(ok, err)
+    for _, name in ipairs { "s6", "web" } do
+      local svc = sup:get(name)
+      assert.equal("backoff", svc.state, name .. ": " .. tostring(svc.reason))
+      assert.matches("Too many open files", svc.reason)
+    end
+    for _ = 1, 100 do
+      sup:step(0.05)
+      if sup:get("s6").state == "running" and sup:get("web").state == "running" then break end
+    end
+    assert.equal("running", sup:get("s6").state)
+    assert.equal("running", sup:get("web").state)
+    finish(sup)
+  end)
+
+  it("a name too long for a socket address under its runtime gets a short notify socket (#5)", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local rt = base .. "/" .. string.rep("r", 60)
+    local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = rt })
+    local name = "payments-reconciliation-worker-eu-west-1-primary-shard07"
+    local svc = sup:service { name = name, ready = "notify",
+      cmd = { "sh", "-c", "python3 -c \"import os,socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
+        "s.sendto(b'READY=1', os.environ['NOTIFY_SOCKET'])\"; exec sleep 30" } }
+    assert.equal("_1.notify", svc.notify_name)
+    for _ = 1, 200 do
+      local ok, err = pcall(sup.step, sup, 0.05)
+      assert.is_true(ok, err)
+      if svc.state == "running" then break end
+    end
+    assert.equal("running", svc.state)
+    finish(sup)
+    -- a runtime directory too long for any socket beneath it is refused
+    local bad, err, errno = takana.supervisor { cgroup = cgname .. "/sup", signals = false,
+      runtime = base .. "/" .. string.rep("x", 100) }
+    assert.is_nil(bad)
+    assert.equal(E.ENAMETOOLONG, errno)
+    assert.matches("longer than 94 bytes", err)
+  end)
+
+  it("close() closes every cgroup descriptor and removes its sockets (#11)", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local function cgroup_fds()
+      local n = 0
+      for fd = 0, 1023 do
+        local t = lfs.symlinkattributes("/proc/self/fd/" .. fd, "target")
+        if t and t:find("/sys/fs/cgroup", 1, true) then n = n + 1 end
+      end
+      return n
+    end
+    collectgarbage("stop")
+    local before = cgroup_fds()
+    local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = base .. "/rt",
+      control = base .. "/rt/ctl.sock" })
+    for i = 1, 3 do sup:service { name = "s" .. i, cmd = { "true" }, restart = "never", ready = "notify" } end
+    for _ = 1, 10 do sup:step(0.02) end
+    sup:close()
+    local after = cgroup_fds()
+    collectgarbage("restart")
+    assert.equal(before, after)
+    local left = {}
+    for f in lfs.dir(base .. "/rt") do if f ~= "." and f ~= ".." then left[#left + 1] = f end end
+    assert.same({}, left)
+  end)
+
+  it("ctl status shows a service's STATUS= escapes escaped (#12)", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local rt = base .. "/rt"
+    local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = rt,
+      control = rt .. "/ctl.sock" })
+    local svc = sup:service { name = "svc", user = 65534, group = 65534, ready = "notify", cmd = { "sh", "-c",
+      "python3 -c \"import os,socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
+      "s.sendto(b'READY=1\\nSTATUS=ok \\x1b]0;pwned\\x07\\x1b[2J', os.environ['NOTIFY_SOCKET'])\"; exec sleep 30" } }
+    for _ = 1, 200 do
+      sup:step(0.05)
+      if svc.state == "running" then break end
+    end
+    assert.equal("running", svc.state)
+    assert.equal("ok \27]0;pwned\7\27[2J", svc.status_text)
+    local ctl = assert(takana.spawn { "lua5.4", "bin/takana", "ctl", rt .. "/ctl.sock", "status", stdout = "pipe",
+      env = { LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;", LUA_CPATH = "./?.so;;", PATH = os.getenv("PATH") } })
+    local text = ""
+    for _ = 1, 200 do
+      sup:step(0.02)
+      text = text .. (ctl.stdout:read() or "")
+      if not ctl:alive() then break end
+    end
+    text = text .. (ctl.stdout:read_all(2) or "")
+    ctl:wait()
+    assert.is_nil(text:find("\27", 1, true))
+    assert.truthy(text:find("status: ok \\x1b]0;pwned\\x07\\x1b[2J", 1, true), text)
+    finish(sup)
+  end)
+end)
