@@ -694,7 +694,7 @@ static int cn_open(struct tk_events *ev, double interval, size_t buffer, char *w
 	/* The kernel's ack carries ours plus one: that is how it is told apart
 	 * from acks to other listeners. */
 	uint32_t ack = ((uint32_t)getpid() << 12) ^ (uint32_t)tk_clock_ns(CLOCK_MONOTONIC);
-	struct tk_timens offsets;
+	struct tk_timens offsets = { 0, 0 };
 	int err;
 
 	(void)interval;
@@ -1259,7 +1259,7 @@ static int shared_load_libbpf(struct tk_ev_shared *sh, uint32_t pidns)
 static int shared_load(size_t ring, struct tk_ev_shared **out, char *why, size_t why_len)
 {
 	struct tk_ev_shared *sh;
-	struct tk_timens offsets;
+	struct tk_timens offsets = { 0, 0 };
 	uint32_t pidns = 0;
 	int err;
 

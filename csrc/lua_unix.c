@@ -100,12 +100,10 @@ int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name
 	if (fd < 0)
 		return tk_push_error(L, dgram ? "notify socket" : "control socket", -errno);
 	if (dgram) {
-		if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0)
-			r = -errno;
-		else if (!by_start_time &&
-		         setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one) == 0)
-			pidfds = 1;
-		else if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) < 0)
+		pidfds = !by_start_time &&
+		         setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one) == 0;
+		if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0 ||
+		    (!pidfds && setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) < 0))
 			r = -errno;
 	}
 	if (r == 0)

@@ -98,7 +98,13 @@ int tk_pidfd_of_sender(pid_t pid, const struct timespec *sent_realtime)
 	real_ns = (uint64_t)real.tv_sec * 1000000000u + (uint64_t)real.tv_nsec;
 	boot_ns = (uint64_t)boot.tv_sec * 1000000000u + (uint64_t)boot.tv_nsec;
 	sent_ns = (uint64_t)sent_realtime->tv_sec * 1000000000u + (uint64_t)sent_realtime->tv_nsec;
-	sent_ns = real_ns > sent_ns ? boot_ns - (real_ns - sent_ns) : boot_ns;
+	/* A wall clock stepped back since the stamp: the queueing time is not
+	 * known, and neither is the sender. */
+	if (real_ns < sent_ns || real_ns - sent_ns > boot_ns) {
+		close(fd);
+		return -ESRCH;
+	}
+	sent_ns = boot_ns - (real_ns - sent_ns);
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	n = tk_read_small(AT_FDCWD, path, buf, sizeof buf);
 	r = n < 0 ? (int)n : 0;

@@ -33,13 +33,12 @@ int tk_name_check(const char *name, size_t len)
 
 __attribute__((format(printf, 2, 3))) static void why_set(char *why, const char *fmt, ...)
 {
-	va_list ap;
-
-	if (!why)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(why, TK_WHY_LEN, fmt, ap);
-	va_end(ap);
+	if (why) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(why, TK_WHY_LEN, fmt, ap);
+		va_end(ap);
+	}
 }
 
 /* Whether a directory's entries are safe to use: writable by no group or
@@ -78,39 +77,94 @@ static int dir_trusted(int fd, const char *what, int owned, char *why)
 
 #define LINKS_MAX 40 /* as the kernel's own path walk */
 
-/* Walks path from / (or the working directory's real path) one component
- * at a time, never following a link the kernel would: a link is followed
- * here only when root or this uid owns it (in a directory already found
- * trusted), so no other user's link redirects the walk; every directory
- * passed must be trusted (dir_trusted, owned). What is missing is made
- * when create (the last with mode). The fd of the last directory, its
- * path in resolved (PATH_MAX), or -errno with why. */
-static int walk_private(const char *path, int create, mode_t mode, char *resolved, char *why)
-{
-	char rest[PATH_MAX], target[PATH_MAX];
-	size_t rl, links = 0;
-	int fd, err;
+/* The state of one walk: the directory reached, its path without links,
+ * and whether this walk made it. */
+struct walk {
+	int fd;
+	int made;
+	char path[PATH_MAX];
+};
 
-	if (path[0] != '/') {
-		if (!getcwd(resolved, PATH_MAX))
-			return -errno;
-		size_t cwl = strlen(resolved), pl = strlen(path);
-		if (cwl + 1 + pl >= sizeof rest)
-			return -ENAMETOOLONG;
-		memcpy(rest, resolved, cwl);
-		rest[cwl] = '/';
-		memcpy(rest + cwl + 1, path, pl + 1);
-	} else if (strlen(path) >= sizeof rest) {
+/* Appends comp to w->path. */
+static int walk_append(struct walk *w, const char *comp, size_t cl)
+{
+	size_t rl = strlen(w->path);
+
+	if (rl + 1 + cl >= sizeof w->path)
 		return -ENAMETOOLONG;
-	} else {
-		strcpy(rest, path);
+	w->path[rl] = '/';
+	memcpy(w->path + rl + 1, comp, cl + 1);
+	return 0;
+}
+
+/* Follows the link comp beneath w->fd, owned by root or this uid, by
+ * putting its target in front of what is left of the path (rest, p). */
+static int walk_link(struct walk *w, const char *comp, const struct stat *st, char *rest,
+                     char **p, char *why)
+{
+	char target[PATH_MAX];
+	size_t left = strlen(*p);
+	ssize_t n;
+
+	if (st->st_uid != 0 && st->st_uid != geteuid()) {
+		why_set(why, "%s/%s is a symbolic link owned by uid %lu: another user's link is not "
+		        "followed", w->path, comp, (unsigned long)st->st_uid);
+		return -ELOOP;
 	}
-	resolved[0] = '\0';
-	fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	n = readlinkat(w->fd, comp, target, sizeof target - 1);
+	if (n < 0)
 		return -errno;
-	err = dir_trusted(fd, "/", 1, why);
-	for (char *p = rest; err == 0;) {
+	if ((size_t)n + 1 + left >= sizeof target)
+		return -ENAMETOOLONG;
+	if (left) {
+		target[n++] = '/';
+		memcpy(target + n, *p, left);
+		n += (ssize_t)left;
+	}
+	target[n] = '\0';
+	memcpy(rest, target, (size_t)n + 1);
+	*p = rest;
+	if (rest[0] == '/') {
+		int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		close(w->fd);
+		w->fd = fd;
+		w->path[0] = '\0';
+	}
+	return 0;
+}
+
+/* Walks path from / (or the working directory) one component at a time,
+ * never following a link the way the kernel would: a link is followed
+ * only when root or this uid owns it, so no other user's link redirects
+ * the walk (fs.protected_symlinks may be off). With TK_DIR_PRIVATE every
+ * directory passed must be trusted and owned (dir_trusted). What is
+ * missing is made when TK_DIR_CREATE (the last with mode). 0 with w->fd
+ * open, or -errno with why. */
+static int walk(const char *path, int flags, mode_t mode, struct walk *w, char *why)
+{
+	int private = flags & TK_DIR_PRIVATE, err = 0, links = 0;
+	char rest[PATH_MAX], *p = rest;
+	size_t pl = strlen(path);
+
+	w->made = 0;
+	w->path[0] = '\0';
+	if (pl >= sizeof rest)
+		return -ENAMETOOLONG;
+	memcpy(rest, path, pl + 1);
+	if (path[0] != '/') {
+		if (!getcwd(w->path, sizeof w->path))
+			return -errno;
+		if (strcmp(w->path, "/") == 0)
+			w->path[0] = '\0';
+	}
+	w->fd = open(path[0] == '/' || w->path[0] == '\0' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (w->fd < 0)
+		return -errno;
+	if (private)
+		err = dir_trusted(w->fd, w->path[0] ? w->path : "/", 1, why);
+	while (err == 0) {
 		struct stat st;
 		char *comp, *end;
 		size_t cl;
@@ -129,168 +183,97 @@ static int walk_private(const char *path, int create, mode_t mode, char *resolve
 		if (strcmp(comp, ".") == 0)
 			continue;
 		if (strcmp(comp, "..") == 0) {
-			/* Up: the parent was trusted on the way down. */
-			char *slash = strrchr(resolved, '/');
-			nfd = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			/* Up into what was checked on the way down. */
+			char *slash = strrchr(w->path, '/');
+			nfd = openat(w->fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 			if (nfd < 0) {
 				err = -errno;
 				break;
 			}
-			close(fd);
-			fd = nfd;
+			close(w->fd);
+			w->fd = nfd;
 			if (slash)
 				*slash = '\0';
 			continue;
 		}
-		if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			if (errno != ENOENT || !create) {
+		w->made = 0;
+		if (fstatat(w->fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			err = -errno;
+			if (err != -ENOENT || !(flags & TK_DIR_CREATE))
+				break;
+			if (mkdirat(w->fd, comp, *p ? 0755 : mode) < 0 && errno != EEXIST) {
 				err = -errno;
 				break;
 			}
-			if (mkdirat(fd, comp, *p ? 0755 : mode) < 0 && errno != EEXIST) {
-				err = -errno;
+			w->made = 1;
+			err = fstatat(w->fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+			if (err < 0)
 				break;
-			}
-			if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-				err = -errno;
-				break;
-			}
 		}
 		if (S_ISLNK(st.st_mode)) {
-			ssize_t n;
-			size_t left = strlen(p);
-			if (st.st_uid != 0 && st.st_uid != geteuid()) {
-				why_set(why, "%s/%s is a symbolic link owned by uid %lu: another user's link "
-				        "is not followed", resolved, comp, (unsigned long)st.st_uid);
-				err = -ELOOP;
-				break;
-			}
-			n = readlinkat(fd, comp, target, sizeof target - 1);
-			if (n < 0) {
-				err = -errno;
-				break;
-			}
-			if (++links > LINKS_MAX || (size_t)n + 1 + left >= sizeof target) {
-				err = links > LINKS_MAX ? -ELOOP : -ENAMETOOLONG;
-				break;
-			}
-			target[n] = '\0';
-			/* What is left of the path goes after the link's target. */
-			rl = (size_t)n;
-			if (left) {
-				target[rl++] = '/';
-				memcpy(target + rl, p, left + 1);
-			}
-			strcpy(rest, target);
-			p = rest;
-			if (rest[0] == '/') {
-				nfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-				if (nfd < 0) {
-					err = -errno;
-					break;
-				}
-				close(fd);
-				fd = nfd;
-				resolved[0] = '\0';
-			}
+			err = ++links > LINKS_MAX ? -ELOOP : walk_link(w, comp, &st, rest, &p, why);
 			continue;
 		}
-		nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		nfd = openat(w->fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (nfd < 0) {
 			err = -errno;
 			if (err == -ENOTDIR)
-				why_set(why, "%s/%s is not a directory", resolved, comp);
+				why_set(why, "%s/%s is not a directory", w->path, comp);
 			break;
 		}
-		close(fd);
-		fd = nfd;
-		rl = strlen(resolved);
-		if (rl + 1 + cl >= PATH_MAX) {
-			err = -ENAMETOOLONG;
-			break;
-		}
-		resolved[rl] = '/';
-		memcpy(resolved + rl + 1, comp, cl + 1);
-		err = dir_trusted(fd, resolved, 1, why);
+		close(w->fd);
+		w->fd = nfd;
+		err = walk_append(w, comp, cl);
+		if (err == 0 && private)
+			err = dir_trusted(w->fd, w->path, 1, why);
 	}
-	if (err == 0 && resolved[0] == '\0')
-		strcpy(resolved, "/");
+	if (err == 0 && w->path[0] == '\0') {
+		w->path[0] = '/';
+		w->path[1] = '\0';
+	}
 	if (err < 0) {
-		close(fd);
-		return err;
+		close(w->fd);
+		w->fd = -1;
 	}
-	return fd;
-}
-
-/* mkdir -p's step: comp beneath fd opened, made first when missing. */
-static int step_into(int fd, const char *comp, mode_t mode)
-{
-	for (int tries = 0; tries < 3; tries++) {
-		int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (nfd >= 0 || errno != ENOENT)
-			return nfd >= 0 ? nfd : -errno;
-		if (mkdirat(fd, comp, mode) < 0 && errno != EEXIST)
-			return -errno;
-	}
-	return -ENOENT;
+	return err;
 }
 
 int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *why)
 {
-	char buf[PATH_MAX], *save = NULL, *comp, *next;
-	int create = flags & TK_DIR_CREATE, private = flags & TK_DIR_PRIVATE;
-	int fd, err = 0;
+	struct walk w;
+	struct stat st;
+	int err;
 
 	if (why)
 		why[0] = '\0';
-	if (!private) {
-		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd < 0 && !(errno == ENOENT && create))
-			return -errno;
-		if (fd < 0) {
-			/* mkdir -p: each missing component beneath the last that exists. */
-			if (strlen(path) >= sizeof buf)
-				return -ENAMETOOLONG;
-			strcpy(buf, path);
-			fd = open(buf[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (fd < 0)
-				return -errno;
-			for (comp = strtok_r(buf, "/", &save); comp; comp = next) {
-				int nfd;
-				next = strtok_r(NULL, "/", &save);
-				nfd = step_into(fd, comp, next ? 0755 : mode);
-				close(fd);
-				if (nfd < 0)
-					return nfd;
-				fd = nfd;
-			}
-		}
-		err = dir_trusted(fd, path, 0, why);
-		if (err < 0) {
-			close(fd);
-			return err;
-		}
-		return fd;
+	err = walk(path, flags, mode, &w, why);
+	if (err < 0)
+		return err;
+	if (resolved)
+		memcpy(resolved, w.path, strlen(w.path) + 1);
+	if (!(flags & TK_DIR_PRIVATE)) {
+		err = dir_trusted(w.fd, path, 0, why);
+	} else if (fstat(w.fd, &st) < 0) {
+		err = -errno;
+	} else if (st.st_uid != geteuid()) {
+		why_set(why, "%s is owned by uid %lu, not by this uid %lu", w.path,
+		        (unsigned long)st.st_uid, (unsigned long)geteuid());
+		err = -EPERM;
+	} else if (!w.made && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		/* Sticky is not enough here: its path is handed to others. */
+		why_set(why, "%s is writable by group or others (mode %04lo): a private directory "
+		        "must not be (chmod go-w)", w.path, (unsigned long)(st.st_mode & 07777));
+		err = -EPERM;
 	}
-	fd = walk_private(path, create, mode, resolved ? resolved : buf, why);
-	if (fd < 0)
-		return fd;
-	{
-		struct stat st;
-		if (fstat(fd, &st) < 0)
-			err = -errno;
-		else if (st.st_uid != geteuid()) {
-			why_set(why, "%s is owned by uid %lu, not by this uid %lu", path,
-			        (unsigned long)st.st_uid, (unsigned long)geteuid());
-			err = -EPERM;
-		} else if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
-			err = -errno;
-	}
+	/* Made here: its mode is ours, whatever the umask took. An existing
+	 * directory keeps the mode its owner gave it. */
+	if (err == 0 && w.made && fchmod(w.fd, mode) < 0)
+		err = -errno;
 	if (err < 0) {
-		close(fd);
+		close(w.fd);
 		return err;
 	}
-	return fd;
+	return w.fd;
 }
 
 int tk_dir_open_file(int dirfd, const char *name, int append, mode_t mode, char *why)

@@ -14,11 +14,10 @@ enum {
 	/* Missing directories are made (mkdir; the last with `mode`). */
 	TK_DIR_CREATE = 1,
 	/* A directory of this user's own: the last component is owned by the
-	 * effective uid and gets `mode` (fchmod); every component from / down
-	 * is owned by root or this uid and writable by nobody else unless
-	 * sticky, so that its path (handed to services and clients) names
-	 * what was checked. Symbolic links in the path are resolved first,
-	 * then walked without following any. */
+	 * effective uid and writable by no group or other user; every
+	 * component from / down is owned by root or this uid and writable by
+	 * nobody else unless sticky, so that its path (handed to services and
+	 * clients) names what was checked. */
 	TK_DIR_PRIVATE = 2,
 };
 
@@ -29,9 +28,11 @@ enum {
  * '/' or NUL, not "." or "..". 0 or -EINVAL. */
 int tk_name_check(const char *name, size_t len);
 
-/* Opens the directory at path (O_DIRECTORY, O_CLOEXEC) and checks it: a
- * directory others can write is refused unless sticky and owned by root or
- * this uid. With TK_DIR_PRIVATE, *resolved (PATH_MAX bytes, may be NULL)
+/* Opens the directory at path (O_DIRECTORY, O_CLOEXEC), walked one
+ * component at a time: a symbolic link is followed only when root or this
+ * uid owns it. The directory is refused when others can write it, unless
+ * sticky and owned by root or this uid. A directory made here gets `mode`;
+ * one that exists keeps its own. *resolved (PATH_MAX bytes, may be NULL)
  * gets the path without links. Returns the fd, or -errno; a refusal
  * (-EPERM, -ELOOP, -ENOTDIR) fills why. */
 int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *why);

@@ -94,10 +94,10 @@ describe("audit 3: takana export --textfile DIR", function()
     for _, mode in ipairs { "775", "757", "777", "0770" } do
       local code, out, names = export_into(mode)
       assert.equal(1, code, mode)
-      assert.equal(("takana: export: textfile directory %s/d%s: writable by group or others (mode %04d, " ..
-        "owner uid %d), so another user could plant or swap files in it; remove that permission " ..
+      assert.equal(("takana: export: textfile directory %s/d%s: %s/d%s is writable by group or others (mode %04d, " ..
+        "owner uid %d), so another user could plant links or swap names in it: remove that permission " ..
         "(chmod go-w), or make it sticky (chmod +t) and owned by root or uid %d\n"):format(
-          base, mode, tonumber(mode), H.uid(), H.uid()), out)
+          base, mode, base, mode, tonumber(mode), H.uid(), H.uid()), out)
       assert.same({}, names)
     end
     for _, mode in ipairs { "755", "700", "1777", "1770", "1775" } do

@@ -47,11 +47,19 @@ describe("core.dir_open", function()
     dir:close()
     dir:close()
     assert.has_error(function() dir:path() end, "attempt to use a closed directory")
-    -- an existing one of ours gets the mode asked for
+    -- an existing one keeps the mode its owner gave it (never a chmod of,
+    -- say, /run); one others can write is refused, sticky or not
     assert(os.execute("chmod 755 " .. d .. "/a/b"))
     dir = assert(core.dir_open(d .. "/a/b", { private = true, mode = octal("700") }))
-    assert.equal("rwx------", lfs.attributes(d .. "/a/b", "permissions"))
+    assert.equal("rwxr-xr-x", lfs.attributes(d .. "/a/b", "permissions"))
     dir:close()
+    assert(os.execute("chmod 1777 " .. d .. "/a/b"))
+    local err, errno
+    dir, err, errno = core.dir_open(d .. "/a/b", { private = true })
+    assert.is_nil(dir)
+    assert.equal(E.EPERM, errno)
+    assert.matches("a/b is writable by group or others %(mode 1777%): a private directory must not be", err)
+    assert(os.execute("chmod 711 " .. d .. "/a/b"))
     -- links in the path are resolved first: the path handed out has none
     assert(lfs.link(d .. "/a", d .. "/l", true))
     dir = assert(core.dir_open(d .. "/l/b", { private = true }))
@@ -232,7 +240,8 @@ local takana = require "takana"
 local core = require "takana.core"
 local dir = assert(core.dir_open(%q))
 local s = assert(dir:bind("r.sock", "dgram", { mode = 438, sender = %q }))
-local send = { "python3", "-c", "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'WATCHDOG=trigger', '%s/r.sock')" }
+local send = { "python3", "-c",
+  "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'WATCHDOG=trigger', '%s/r.sock')" }
 -- a live sender first: it is the sender
 local keep = assert(takana.spawn { "python3", "-c", send[3] .. "; import time; time.sleep(5)" })
 local data, pid, sender, got
@@ -527,5 +536,123 @@ describe("audit 3: the supervisor loop", function()
     assert.is_nil(text:find("\27", 1, true))
     assert.truthy(text:find("status: ok \\x1b]0;pwned\\x07\\x1b[2J", 1, true), text)
     finish(sup)
+  end)
+end)
+
+-- What a fresh adversarial review of the fixes found (issue 21's last
+-- step), each kept as a spec.
+describe("issue 21's review", function()
+  local cgpath, cgname, base
+  local function why_not()
+    local why = why_not_root()
+    if why then return why end
+    if not H.cgroup2_mount() then return "no cgroup2 hierarchy is mounted" end
+  end
+  before_each(function()
+    base = tmpdir("1777")
+    assert(os.execute("chmod 1777 " .. base))
+  end)
+  after_each(function()
+    rm(base)
+    if cgpath then H.cgroup_cleanup(cgpath) cgpath = nil end
+  end)
+
+  it("a notify line that is no KEY=value is ignored; a flood is read 64 messages a wake-up", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = base .. "/rt" })
+    local svc = sup:service { name = "web", ready = "notify", cmd = { "sh", "-c",
+      "python3 -c \"import os,socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
+      "[s.sendto(m, os.environ['NOTIFY_SOCKET']) for m in (b'hello', b'lower=1', b'=x', b'X9=1\\nREADY=1')]\"; " ..
+      "exec sleep 30" } }
+    for _ = 1, 200 do
+      local ok, err = pcall(sup.step, sup, 0.05)
+      assert.is_true(ok, err)
+      if svc.state == "running" then break end
+    end
+    assert.equal("running", svc.state)
+    -- datagrams from outside the service (a process of this spec's): all
+    -- rejected, no more than notify_batch a wake-up (the queue holds
+    -- net.unix.max_dgram_qlen, 10 by default: the batch is set below it)
+    sup.notify_batch = 4
+    local path = base .. "/rt/web.notify"
+    local py = assert(takana.spawn { "python3", "-c", ("import socket; s=socket.socket(socket.AF_UNIX, " ..
+      "socket.SOCK_DGRAM); n = 0\ntry:\n  while n < 1000: s.sendto(b'WATCHDOG=trigger', socket.MSG_DONTWAIT, " ..
+      "'%s'); n += 1\nexcept BlockingIOError: pass\nprint(n)"):format(path), stdout = "pipe" })
+    local sent = tonumber(py.stdout:read_all(10))
+    py:wait()
+    assert.is_true(sent > 4, "the queue took " .. tostring(sent))
+    local before = svc.notify_rejected or 0
+    sup:_notify(svc)
+    assert.equal(4, (svc.notify_rejected or 0) - before)
+    for _ = 1, 40 do sup:step(0.01) end
+    assert.equal(sent, (svc.notify_rejected or 0) - before)
+    assert.equal("running", svc.state)
+    sup:shutdown()
+    for _ = 1, 200 do if not sup:step(0.05) then break end end
+    sup:close()
+  end)
+
+  it("a control socket's existing directory keeps its mode; a sticky world-writable one is refused", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local d = base .. "/run"
+    assert(os.execute("mkdir -m 755 " .. d))
+    local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = base .. "/rt",
+      control = d .. "/demo.sock" })
+    assert.equal("rwxr-xr-x", lfs.attributes(d, "permissions"))
+    assert.equal("rw-------", lfs.attributes(d .. "/demo.sock", "permissions"))
+    sup:close()
+    assert.is_nil(lfs.attributes(d .. "/demo.sock"))
+    local bad, err, errno = takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = base .. "/rt",
+      control = base .. "/demo.sock" }
+    assert.is_nil(bad)
+    assert.equal(E.EPERM, errno)
+    assert.matches("writable by group or others %(mode 1777%)", err)
+    assert.equal("1777\n", select(2, H.run("stat -c %a " .. H.shell_quote(base))))
+  end)
+
+  it("another user's link at a log or textfile directory is not followed", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    local victim = base .. "/victimdir"
+    assert(os.execute("mkdir -m 755 " .. victim))
+    as_nobody("mkdir -m 755 " .. base .. "/app && ln -s " .. victim .. " " .. base .. "/app/logs")
+    local sup, err, errno = takana.supervisor { cgroup = cgname .. "/sup", signals = false,
+      runtime = base .. "/rt", log = base .. "/app/logs" }
+    assert.is_nil(sup)
+    assert.equal(E.ELOOP, errno)
+    assert.matches("app/logs is a symbolic link owned by uid 65534: another user's link is not followed", err)
+    local ok
+    ok, err, errno = takana.textfile_write(base .. "/app/logs", "takana.prom", "x 1\n")
+    assert.is_nil(ok)
+    assert.equal(E.ELOOP, errno)
+    assert.matches("symbolic link owned by uid 65534", err)
+    local names = {}
+    for f in lfs.dir(victim) do if f ~= "." and f ~= ".." then names[#names + 1] = f end end
+    assert.same({}, names)
+    -- a link of root's own is followed
+    assert(lfs.link(victim, base .. "/rootlink", true))
+    ok = assert(takana.textfile_write(base .. "/rootlink", "takana.prom", "x 1\n"))
+    assert.equal("x 1\n", H.read(victim .. "/takana.prom"))
+  end)
+
+  it("the default runtime directory names one cgroup path (a/b and a_b differ)", function()
+    local why = why_not()
+    if why then return pending(why) end
+    cgpath, cgname = H.test_cgroup_path()
+    assert(os.execute("mkdir " .. H.shell_quote(cgpath .. "/a")))
+    local a = assert(takana.supervisor { cgroup = cgname .. "/a/b", signals = false })
+    local b = assert(takana.supervisor { cgroup = cgname .. "/a_b", signals = false })
+    local enc = cgname:gsub("%-", "%%-")
+    assert.matches("^/run/takana/" .. enc .. "_2fa_2fb$", a.runtime)
+    assert.matches("^/run/takana/" .. enc .. "_2fa_5fb$", b.runtime)
+    assert.equal("rwx--x--x", lfs.attributes(a.runtime, "permissions"))
+    a:close()
+    b:close()
+    os.execute("rmdir " .. H.shell_quote(a.runtime) .. " " .. H.shell_quote(b.runtime))
   end)
 end)

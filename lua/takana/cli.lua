@@ -131,9 +131,7 @@ end
 M.json = json
 
 -- Control bytes in names (a comm may hold a newline) are shown escaped.
-local function printable(s)
-  return (s:gsub("%c", function(c) return ("\\x%02x"):format(c:byte()) end))
-end
+local printable = util.printable
 
 local ps_columns = {
   pid = { "PID", "%7d", function(p) return p.pid end },
@@ -981,7 +979,7 @@ function M.ctl(args)
   if opts.json then
     io.write(S.json_encode(r), "\n")
   elseif not r.ok then
-    io.stderr:write("takana ctl: ", tostring(r.error), "\n")
+    io.stderr:write("takana ctl: ", printable(tostring(r.error)), "\n")
   elseif cmd == "status" then
     io.write(S.format_status(r.services))
   elseif cmd == "logs" then

@@ -184,9 +184,15 @@ end
 
 -- ---- helpers ----
 
--- Control bytes shown escaped ("\x1b"), as `takana ctl logs` shows them.
-local function printable(text)
-  return (text:gsub("%c", function(c) return ("\\x%02x"):format(c:byte()) end))
+-- What a service sent (STATUS=) or caused (reasons) reaches an admin's
+-- terminal: every string in v, nested ones too, with control bytes shown
+-- escaped (util.printable), never interpreted.
+local function printable_all(v)
+  if type(v) == "string" then return util.printable(v) end
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = printable_all(x) end
+  return out
 end
 
 local function signum(fname, n, sig)
@@ -217,7 +223,8 @@ local SUN_PATH_MAX, RUNTIME_PATH_MAX = 107, 94
 -- $XDG_RUNTIME_DIR/takana/<cgroup> otherwise; never a guessable name in a
 -- directory others can write, such as /tmp.
 local function default_runtime(cg)
-  local name = (cg.relpath or ""):gsub("[^%w_.@-]", "_")
+  -- one name a cgroup path ("a/b" is "a_2fb", "a_b" is "a_5fb")
+  local name = (cg.relpath or ""):gsub("[^%w.@-]", function(c) return ("_%02x"):format(c:byte()) end)
   if core.geteuid() == 0 then return "/run/takana/" .. name end
   local xdg = os.getenv("XDG_RUNTIME_DIR")
   if xdg and xdg:sub(1, 1) == "/" then return xdg .. "/takana/" .. name end
@@ -279,12 +286,12 @@ end
 --   reaped on SIGCHLD (caught unless `signals = false`), when a run ends
 --   and on `close`; the last such supervisor's `close` (of any Lua state)
 --   clears the flag unless it was set before;
---   `runtime`: a directory for notify sockets (default: the directory of
---   `control`, else /run/takana/<cgroup> for root and
---   $XDG_RUNTIME_DIR/takana/<cgroup> otherwise); made if missing, mode 0711,
---   and refused (nil, message, errno) when another user owns it or any
---   directory above it, when one is a link others could change, or when
---   it is longer than 94 bytes; `on_exit`: `function(svc, record)` after
+--   `runtime`: a directory for notify sockets (default: /run/takana/<cgroup>
+--   for root, $XDG_RUNTIME_DIR/takana/<cgroup> otherwise); made if missing,
+--   mode 0711, and refused (nil, message, errno) when another user owns it
+--   or any directory above it, when it is writable by others, when a link
+--   on the way belongs to another user, or when it is longer than 94
+--   bytes; `on_exit`: `function(svc, record)` after
 --   each exit record.
 -- @treturn[1] supervisor
 -- @treturn[2] nil, message, errno
@@ -296,7 +303,7 @@ function M.new(opts, ...)
     services = {}, order = {}, fds = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
     reload_hook = opts.reload, on_exit = opts.on_exit,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
-    log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false,
+    log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false, notify_batch = 64,
     started_at = now(),
   }, supervisor)
   local cg, err, errno = own_cgroup(opts.cgroup)
@@ -321,7 +328,7 @@ function M.new(opts, ...)
         :format(opts.control, SUN_PATH_MAX), E.ENAMETOOLONG)
     end
   end
-  local rt = opts.runtime or ctl_dir
+  local rt = opts.runtime
   if not rt then
     rt, err = default_runtime(cg)
     if not rt then return self:_abandon(err, ENOENT) end
@@ -341,22 +348,21 @@ function M.new(opts, ...)
     if not dir then return self:_abandon("supervisor: log " .. err, errno) end
   end
   if opts.control then
-    dir = self.rtdir
-    if ctl_dir ~= rt then
-      dir, err, errno = core.dir_open(ctl_dir, { create = true, private = true, mode = OCTAL_0700 })
-      if not dir then return self:_abandon("supervisor: control socket " .. err, errno) end
-      self.ctl_dir = dir
-    end
+    -- Its own directory, checked as the runtime one is (an existing one,
+    -- such as /run, keeps its mode).
+    dir, err, errno = core.dir_open(ctl_dir, { create = true, private = true, mode = OCTAL_0700 })
+    if not dir then return self:_abandon("supervisor: control socket " .. err, errno) end
+    self.ctl_dir = dir
     local ls
     ls, err, errno = dir:bind(ctl_name, "listen", { mode = OCTAL_0600 })
     if not ls then return self:_abandon("supervisor: control socket: " .. err, errno) end
     self.control = ls
     self.control_path = opts.control
     self.control_name = ctl_name
-    self.control_dir = dir
     self:_watch(ls, function() self:_accept() end)
   end
   if opts.subreaper then
+    local ok
     ok, err, errno = core.subreaper_hold(true)
     if not ok then return self:_abandon("supervisor: " .. tostring(err), errno) end
     self.subreaper = true
@@ -676,8 +682,12 @@ function supervisor:_set_ready(svc)
   end
 end
 
+-- At most notify_batch (64) messages a wake-up: a flood (even rejected,
+-- each costs a pidfd and a cgroup check) never starves the loop; the
+-- socket stays readable, so the loop comes back.
 function supervisor:_notify(svc)
-  while svc.notify do
+  for _ = 1, self.notify_batch do
+    if not svc.notify then return end
     local data, pid, _, _, sender = svc.notify:recv()
     if not data then return end -- EAGAIN: drained (other errors: next wake-up)
     -- Only processes of this service's cgroup (or below it) may speak for
@@ -693,8 +703,10 @@ function supervisor:_notify(svc)
       svc.notify_rejected = (svc.notify_rejected or 0) + 1
     else
       for line in data:gmatch("[^\n]+") do
-        local k, v = line:match("^([%u_]+)=(.*)$")
-        if k == "READY" and v == "1" then self:_set_ready(svc)
+        -- (a line that is no KEY=value is ignored, as systemd ignores it)
+        local k, v = line:match("^([%u%d_]+)=(.*)$")
+        if not k then -- luacheck: ignore 542
+        elseif k == "READY" and v == "1" then self:_set_ready(svc)
         elseif k == "STATUS" then svc.status_text = v
         elseif k == "MAINPID" then self:_main_pid(svc, math.tointeger(tonumber(v)))
         elseif k:match("^WATCHDOG") then self:_watchdog_message(svc, k, v)
@@ -953,8 +965,8 @@ function supervisor:_start(svc)
     if why then return self:_fail(svc, why) end
   end
   svc.starts[#svc.starts + 1] = t
-  local spec, ch, serrno = self:_spawn_spec(svc, cg)
-  if not spec then return self:_schedule(svc, { error = ch, errno = serrno, runtime = 0 }) end
+  local spec, ch, setup_errno = self:_spawn_spec(svc, cg)
+  if not spec then return self:_schedule(svc, { error = ch, errno = setup_errno, runtime = 0 }) end
   local ok, child, serr, serrno = pcall(takana.spawn, spec)
   if ch.readyw then ch.readyw:close() end
   if not (ok and child) then
@@ -1443,7 +1455,7 @@ function supervisor:close()
   self.conns = {}
   if self.control then
     self.control:close()
-    self.control_dir:unlink(self.control_name)
+    self.ctl_dir:unlink(self.control_name)
   end
   for _, d in pairs(self.logdirs or {}) do d:close() end
   self.logdirs = {}
@@ -1696,10 +1708,7 @@ end
 function M.format_status(services)
   local out = {}
   for _, raw in ipairs(services or {}) do
-    -- What a service sent (STATUS=) or caused (reasons) reaches an admin's
-    -- terminal: control bytes shown escaped, never interpreted.
-    local s = {}
-    for k, v in pairs(raw) do s[k] = type(v) == "string" and printable(v) or v end
+    local s = printable_all(raw)
     local dot = s.state == "running" and "*" or (s.state == "failed" and "x" or "o")
     out[#out + 1] = ("%s %s - %s%s"):format(dot, s.name, s.state, s.reason and (": " .. s.reason) or "")
     out[#out + 1] = ("    pid: %s  uptime: %s  restarts: %d  ready: %s%s"):format(

@@ -53,6 +53,14 @@ function M.check_options(fname, n, opts, spec, how)
 end
 
 -- Whole file, or nil, "path: message", errno.
+-- Text a process chose (a comm, STATUS=, a log line) made safe for a
+-- terminal: C0 controls and DEL as "\x1b", and the C1 controls UTF-8 spells
+-- as two bytes (U+0080..U+009F: CSI is U+009B) as "\u009b".
+function M.printable(text)
+  return (text:gsub("%c", function(c) return ("\\x%02x"):format(c:byte()) end)
+    :gsub("\194([\128-\159])", function(c) return ("\\u%04x"):format(c:byte()) end))
+end
+
 function M.read_file(path)
   local f, err, errno = io.open(path, "rb")
   if not f then return nil, err, errno end
