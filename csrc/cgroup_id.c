@@ -29,6 +29,9 @@
 
 static pthread_mutex_t mount_lock = PTHREAD_MUTEX_INITIALIZER;
 static char mount_cached[TK_CG_PATH_MAX];
+/* The mount's root as mountinfo's 4th field shows it: relative to our
+ * cgroup namespace's root, "/../.." when it was mounted above it. */
+static char mount_root_cached[TK_CG_PATH_MAX];
 
 void tk_cgroup_mount_fork(enum tk_fork_phase phase)
 {
@@ -57,7 +60,7 @@ static void unescape(char *s)
 
 /* The first cgroup2 mount, unless a later one is rooted at our namespace's
  * root (as lua/takana/cgroup.lua chooses). */
-static int mount_scan(char *out, size_t cap)
+static int mount_scan(char *out, size_t cap, char *root_out, size_t root_cap)
 {
 	char *text = malloc(MOUNTINFO_MAX), *line, *save = NULL;
 	size_t len = 0;
@@ -85,10 +88,12 @@ static int mount_scan(char *out, size_t cap)
 		if (sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) != 2)
 			continue;
 		unescape(mnt);
+		unescape(root);
 		mlen = strlen(mnt);
-		if (mlen >= cap || (found && strcmp(root, "/") != 0))
+		if (mlen >= cap || strlen(root) >= root_cap || (found && strcmp(root, "/") != 0))
 			continue;
 		memcpy(out, mnt, mlen + 1);
+		memcpy(root_out, root, strlen(root) + 1);
 		found = 1;
 		if (strcmp(root, "/") == 0)
 			break;
@@ -97,7 +102,8 @@ static int mount_scan(char *out, size_t cap)
 	return found ? 0 : -ENOENT;
 }
 
-int tk_cgroup2_mount(char *out, size_t cap)
+/* root, when not NULL, gets the mount's root (TK_CG_PATH_MAX bytes). */
+static int mount_and_root(char *out, size_t cap, char *root)
 {
 	struct statfs sfs;
 	int err = 0;
@@ -108,7 +114,8 @@ int tk_cgroup2_mount(char *out, size_t cap)
 	if (mount_cached[0] == '\0' || statfs(mount_cached, &sfs) < 0 ||
 	    sfs.f_type != CGROUP2_SUPER_MAGIC) {
 		mount_cached[0] = '\0';
-		err = mount_scan(mount_cached, sizeof mount_cached);
+		err = mount_scan(mount_cached, sizeof mount_cached, mount_root_cached,
+		                 sizeof mount_root_cached);
 		if (err < 0)
 			mount_cached[0] = '\0';
 	}
@@ -119,9 +126,16 @@ int tk_cgroup2_mount(char *out, size_t cap)
 			memcpy(out, mount_cached, len + 1);
 		else
 			err = -ENAMETOOLONG;
+		if (root != NULL)
+			memcpy(root, mount_root_cached, strlen(mount_root_cached) + 1);
 	}
 	pthread_mutex_unlock(&mount_lock);
 	return err;
+}
+
+int tk_cgroup2_mount(char *out, size_t cap)
+{
+	return mount_and_root(out, cap, NULL);
 }
 
 /* ---- path -> id, for one /proc scan ---------------------------------------- */
@@ -141,21 +155,30 @@ static uint64_t hash_bytes(const char *s, size_t n)
 	return h | 1;   /* 0 marks an empty slot */
 }
 
+#define ANC_UNTRIED (-2)
+
 int tk_cgid_cache_open(struct tk_cgid_cache *c)
 {
-	char mnt[TK_CG_PATH_MAX];
+	char mnt[TK_CG_PATH_MAX], root[TK_CG_PATH_MAX];
 	int err;
 
 	memset(c, 0, sizeof *c);
 	c->mount_fd = -1;
-	err = tk_cgroup2_mount(mnt, sizeof mnt);
+	c->anc_depth = ANC_UNTRIED;
+	err = mount_and_root(mnt, sizeof mnt, root);
 	if (err == -ENOENT)
 		return 0;      /* no hierarchy: every id reads 0 */
 	if (err < 0)
 		return err;
+	c->mount_root = strdup(root);
+	if (c->mount_root == NULL)
+		return -ENOMEM;
 	err = tk_cg_mount_open(mnt);
-	if (err < 0)
+	if (err < 0) {
+		free(c->mount_root);
+		c->mount_root = NULL;
 		return err;
+	}
 	c->mount_fd = err;
 	return 0;
 }
@@ -165,10 +188,13 @@ void tk_cgid_cache_close(struct tk_cgid_cache *c)
 	for (size_t i = 0; i < c->cap; i++)
 		free(c->slots[i].path);
 	free(c->slots);
+	free(c->mount_root);
+	free(c->anc);
 	if (c->mount_fd >= 0)
 		close(c->mount_fd);
 	memset(c, 0, sizeof *c);
 	c->mount_fd = -1;
+	c->anc_depth = ANC_UNTRIED;
 }
 
 static int cache_grow(struct tk_cgid_cache *c)
@@ -193,19 +219,157 @@ static int cache_grow(struct tk_cgid_cache *c)
 	return 0;
 }
 
-/* A path as /proc/<pid>/cgroup shows it, relative to our cgroup namespace,
- * made relative to the mount's root ("." for the root); NULL for one
- * leading "/..", which goes above the mount's root and has no directory
- * beneath it (id 0). */
-static const char *path_beneath_mount(const char *path)
+/* The unified hierarchy's line of a <pid>/cgroup file, "0::/path" (on a
+ * hybrid host after the v1 lines): the path, or NULL. */
+static char *v2_cgroup_path(char *buf, size_t n, size_t *len)
 {
-	const char *rel = path;
+	char *line, *end;
 
-	while (*rel == '/')
-		rel++;
-	if (strcmp(rel, "..") == 0 || strncmp(rel, "../", 3) == 0 || strstr(rel, "/../") != NULL)
-		return NULL;
-	return *rel ? rel : ".";
+	for (line = buf; line < buf + n; line = end + 1) {
+		end = memchr(line, '\n', (size_t)(buf + n - line));
+		if (end == NULL)
+			end = buf + n;
+		if (end - line >= 3 && memcmp(line, "0::", 3) == 0) {
+			*len = (size_t)(end - line - 3);
+			return line + 3;
+		}
+	}
+	return NULL;
+}
+
+/* How many ".." components lead path (the kernel prints shortest paths,
+ * so ".." only leads); *rest is what follows, without a leading "/". */
+static int ups(const char *path, const char **rest)
+{
+	int k = 0;
+
+	while (*path == '/')
+		path++;
+	while (path[0] == '.' && path[1] == '.' && (path[2] == '/' || path[2] == '\0')) {
+		k++;
+		path += 2;
+		while (*path == '/')
+			path++;
+	}
+	*rest = path;
+	return k;
+}
+
+static int has_dotdot(const char *path)
+{
+	const char *p;
+
+	for (p = path; (p = strstr(p, "..")) != NULL; p += 2) {
+		/* A name may contain "..": only a whole component climbs. */
+		if ((p[2] == '/' || p[2] == '\0') && (p == path || p[-1] == '/'))
+			return 1;
+	}
+	return 0;
+}
+
+/* The length of path's first n components (path has at least n). */
+static size_t components_len(const char *path, int n)
+{
+	const char *p = path;
+
+	for (; n > 0; n--) {
+		const char *slash = strchr(p, '/');
+
+		if (slash == NULL)
+			return strlen(path);
+		p = slash + 1;
+	}
+	return p > path ? (size_t)(p - path - 1) : 0;
+}
+
+/* Our own cgroup2 path as /proc/self/cgroup prints it, NUL-terminated. */
+static int self_cgroup(char *out, size_t cap)
+{
+	char buf[4096], *cg;
+	size_t len;
+	ssize_t n = tk_read_small(AT_FDCWD, "/proc/self/cgroup", buf, sizeof buf);
+
+	if (n < 0)
+		return (int)n;
+	cg = v2_cgroup_path(buf, (size_t)n, &len);
+	if (cg == NULL || len >= cap)
+		return -ENOENT;
+	memcpy(out, cg, len);
+	out[len] = '\0';
+	return 0;
+}
+
+#define FIND_MAX_DIRS 100000
+
+/* The mount shows the hierarchy from k levels above our cgroup namespace's
+ * root, and no file names the directories in between: the one holding
+ * our own process is searched for beneath the mount (as cgroup.lua's
+ * locate does for one process), at most once a scan. c->anc becomes the
+ * path beneath the mount of our namespace root's j-th ancestor, j being
+ * how far above that root our own cgroup is (0 unless someone outside
+ * moved us out), and c->anc_depth its depth, k - j; -1 when not found. */
+static void locate_anc(struct tk_cgid_cache *c, int k)
+{
+	char self[TK_CG_PATH_MAX], again[TK_CG_PATH_MAX], *found;
+	const char *rest;
+	int j, r;
+
+	c->anc_depth = -1;
+	if (self_cgroup(self, sizeof self) < 0)
+		return;
+	j = ups(self, &rest);
+	if (j > k || has_dotdot(rest) || (found = malloc(TK_CG_PATH_MAX)) == NULL)
+		return;
+	r = tk_cg_find(c->mount_fd, k - j, rest, (int)getpid(), 0, FIND_MAX_DIRS, found,
+	               TK_CG_PATH_MAX);
+	/* Moved meanwhile, the directory found could be the one we left for a
+	 * namesake at the same depth: trust it only if nothing changed. */
+	if (r == 0 && self_cgroup(again, sizeof again) == 0 && strcmp(self, again) == 0) {
+		found[components_len(found, k - j)] = '\0';
+		c->anc = found;
+		c->anc_depth = k - j;
+		return;
+	}
+	free(found);
+}
+
+/* Where path (as /proc/<pid>/cgroup prints it, relative to our cgroup
+ * namespace's root) lies beneath the mount, whose root mountinfo prints
+ * relative to that same root: into out, "." for the mount's root.
+ * -ENOENT when this mount cannot show that cgroup: its id is then unknown
+ * (0), never the id of whatever directory the path names from the mount's
+ * root (the host's root cgroup, for "/" under a mount rooted at "/.."). */
+static int path_beneath_mount(struct tk_cgid_cache *c, const char *path, char *out, size_t cap)
+{
+	const char *prest, *mrest;
+	int j = ups(path, &prest), k = ups(c->mount_root, &mrest), w;
+	size_t n;
+
+	if (has_dotdot(prest) || has_dotdot(mrest) || j > k)
+		return -ENOENT;
+	if (j == k) {
+		/* Both below the same directory: the mount's root must lead. */
+		n = strlen(mrest);
+		if (n > 0) {
+			if (strncmp(prest, mrest, n) != 0 || (prest[n] != '/' && prest[n] != '\0'))
+				return -ENOENT;
+			for (prest += n; *prest == '/'; prest++)
+				;
+		}
+		w = snprintf(out, cap, "%s", *prest ? prest : ".");
+	} else {
+		/* The mount's root is k - j levels above the directory the path
+		 * climbs to, if it is that directory's ancestor at all. */
+		if (*mrest)
+			return -ENOENT;
+		if (c->anc_depth == ANC_UNTRIED)
+			locate_anc(c, k);
+		if (c->anc_depth < k - j)
+			return -ENOENT;
+		n = components_len(c->anc, k - j);
+		w = snprintf(out, cap, "%.*s%s%s", (int)n, c->anc, *prest ? "/" : "", prest);
+	}
+	return w < 0 || (size_t)w >= cap ? -ENAMETOOLONG : 0;
 }
 
 static uint64_t path_stat_id(int dirfd, const char *rel)
@@ -219,6 +383,7 @@ static uint64_t path_stat_id(int dirfd, const char *rel)
 
 int tk_cgid_of_path(struct tk_cgid_cache *c, const char *path, size_t len, uint64_t *id)
 {
+	char rel[TK_CG_PATH_MAX];
 	uint64_t h;
 	size_t i;
 	char *copy;
@@ -241,28 +406,11 @@ int tk_cgid_of_path(struct tk_cgid_cache *c, const char *path, size_t len, uint6
 		return -ENOMEM;
 	c->slots[i].path = copy;
 	c->slots[i].hash = h;
-	c->slots[i].id = path_stat_id(c->mount_fd, path_beneath_mount(copy));
+	c->slots[i].id = path_beneath_mount(c, copy, rel, sizeof rel) == 0
+	                 ? path_stat_id(c->mount_fd, rel) : 0;
 	c->len++;
 	*id = c->slots[i].id;
 	return 0;
-}
-
-/* The unified hierarchy's line of a <pid>/cgroup file, "0::/path" (on a
- * hybrid host after the v1 lines): the path, or NULL. */
-static char *v2_cgroup_path(char *buf, size_t n, size_t *len)
-{
-	char *line, *end;
-
-	for (line = buf; line < buf + n; line = end + 1) {
-		end = memchr(line, '\n', (size_t)(buf + n - line));
-		if (end == NULL)
-			end = buf + n;
-		if (end - line >= 3 && memcmp(line, "0::", 3) == 0) {
-			*len = (size_t)(end - line - 3);
-			return line + 3;
-		}
-	}
-	return NULL;
 }
 
 int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64_t *id)
@@ -287,10 +435,9 @@ int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64
 	return cg != NULL ? tk_cgid_of_path(c, cg, len, id) : 0;
 }
 
-int tk_init_cgroup_id(int proc_fd, int *fd, const char *mount, uint64_t *id)
+int tk_init_cgroup_id(int proc_fd, int *fd, struct tk_cgid_cache *c, uint64_t *id)
 {
-	char buf[4096], full[TK_CG_PATH_MAX], *cg;
-	const char *rel;
+	char buf[4096], *cg;
 	size_t len;
 	ssize_t n;
 
@@ -303,17 +450,8 @@ int tk_init_cgroup_id(int proc_fd, int *fd, const char *mount, uint64_t *id)
 	n = pread(*fd, buf, sizeof buf - 1, 0);
 	if (n < 0)
 		return -errno;
-	buf[n] = '\0';
 	cg = v2_cgroup_path(buf, (size_t)n, &len);
-	if (cg == NULL)
-		return 0;
-	/* No cache to open for one path: the whole path, one stat. */
-	cg[len] = '\0';
-	rel = path_beneath_mount(cg);
-	if (rel != NULL && (size_t)snprintf(full, sizeof full, "%s/%s", mount, rel) >= sizeof full)
-		return 0;
-	*id = path_stat_id(AT_FDCWD, rel != NULL ? full : NULL);
-	return 0;
+	return cg != NULL ? tk_cgid_of_path(c, cg, len, id) : 0;
 }
 
 /* ---- subtree ids ----------------------------------------------------------- */

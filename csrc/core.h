@@ -152,6 +152,9 @@ int tk_cgroup2_mount(char *out, size_t cap);
  * cgroups, so each path is looked up (a stat beneath the mount) once. */
 struct tk_cgid_cache {
 	int mount_fd;                    /* -1: no cgroup2 mount, every id is 0 */
+	char *mount_root;                /* mountinfo's root field of that mount */
+	char *anc;                       /* beneath a mount rooted above our cgroup */
+	int anc_depth;                   /* namespace: see cgroup_id.c locate_anc */
 	struct tk_cgid_entry *slots;
 	size_t len, cap;
 };
@@ -159,15 +162,15 @@ struct tk_cgid_cache {
 int tk_cgid_cache_open(struct tk_cgid_cache *c);
 void tk_cgid_cache_close(struct tk_cgid_cache *c);
 /* The id of a path as /proc/<pid>/cgroup prints it; 0 when it is not
- * beneath the mount (outside our cgroup namespace, or gone). */
+ * beneath the mount (outside our cgroup namespace, outside the mount's
+ * root, or gone). */
 int tk_cgid_of_path(struct tk_cgid_cache *c, const char *path, size_t len, uint64_t *id);
 /* The id of pid's cgroup2 cgroup through proc_fd; -ESRCH when gone. */
 int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64_t *id);
 /* Init's cgroup id, for a BPF tier that cannot see init: its cgroup file
  * kept open in *fd (-1 until then: init never changes identity), the path
- * looked up by one stat beneath mount (0 when it has no directory there).
- * 0 or -errno. */
-int tk_init_cgroup_id(int proc_fd, int *fd, const char *mount, uint64_t *id);
+ * looked up as tk_cgid_of_path does. 0 or -errno. */
+int tk_init_cgroup_id(int proc_fd, int *fd, struct tk_cgid_cache *c, uint64_t *id);
 /* The id of rel (beneath the mount; "" is its root) and, when recursive,
  * of every cgroup beneath it: a malloc'd array the caller frees. */
 int tk_cgroup_subtree_ids(const char *rel, int recursive, uint64_t **ids, size_t *n);

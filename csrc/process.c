@@ -28,7 +28,6 @@
 #include "cgroup.h"
 #include "core.h"
 #include "process.h"
-#include "signals.h"
 #include "util.h"
 
 #ifndef P_PIDFD
@@ -210,10 +209,9 @@ const struct tk_rlimit_name tk_rlimit_names[] = {
 struct child_ctx {
 	const struct tk_spawn_opts *o;
 	sigset_t mask;
-	sigset_t child_mask;       /* mask without what takana.signals blocked */
+	sigset_t child_mask;       /* empty: what the service starts with */
 	pid_t parent;              /* for the pdeathsig check */
 	int *moved;                /* scratch: 3 + nextra_fds, allocated by the parent */
-	int reset_handlers;        /* no CLONE_CLEAR_SIGHAND: reset handled signals too */
 	volatile int err;          /* written by the child before _exit */
 	const char *volatile step; /* what failed, for the message */
 };
@@ -358,16 +356,20 @@ static int child_main(void *arg)
 	c->step = "chdir";
 	if (o->cwd != NULL && chdir(o->cwd) < 0)
 		goto fail;
-	/* CLONE_CLEAR_SIGHAND resets handled signals only; an ignored one
-	 * (SIGPIPE, SIGHUP under nohup or an event loop) would survive exec.
-	 * Reset those too, as posix_spawn with POSIX_SPAWN_SETSIGDEF of every
-	 * signal does on the fallback path: one behaviour on both. */
+	/* A service starts as systemd starts one: every disposition default
+	 * and nothing blocked, whatever the supervisor inherited or set up.
+	 * CLONE_CLEAR_SIGHAND resets handled signals only (clone(2) not even
+	 * those); an ignored one (SIGPIPE, SIGHUP under nohup or an event
+	 * loop) would survive exec, and a blocked one (TERM blocked by
+	 * `env --block-signal`, a signalfd loop, a wrapper) would make the
+	 * stop's TERM wait in vain. posix_spawn with POSIX_SPAWN_SETSIGDEF of
+	 * every signal and an empty POSIX_SPAWN_SETSIGMASK does the same on
+	 * the fallback path. */
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 		if (sig == SIGKILL || sig == SIGSTOP)
 			continue;
-		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL &&
-		    (sa.sa_handler == SIG_IGN || c->reset_handlers)) {
+		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL) {
 			sa.sa_handler = SIG_DFL;
 			sa.sa_flags = 0;
 			sigaction(sig, &sa, NULL);
@@ -458,7 +460,6 @@ static int spawn_clone(struct child_ctx *c, pid_t *pid, int *pidfd)
 
 	if (stack == NULL)
 		return -ENOMEM;
-	c->reset_handlers = 1;
 	r = clone(child_main, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
 	          c, pidfd);
 	r = r < 0 ? -errno : r;
@@ -494,7 +495,7 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-	sigset_t all;
+	sigset_t all, none;
 	int err;
 
 	posix_spawn_file_actions_init(&fa);
@@ -514,12 +515,9 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 		err = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 	sigfillset(&all);
 	posix_spawnattr_setsigdefault(&attr, &all);
-	{
-		sigset_t cur;
-		sigprocmask(SIG_SETMASK, NULL, &cur);
-		tk_signals_child_mask(&cur);
-		posix_spawnattr_setsigmask(&attr, &cur);
-	}
+	/* As child_main: nothing blocked. */
+	sigemptyset(&none);
+	posix_spawnattr_setsigmask(&attr, &none);
 	if (o->setsid)
 		flags |= POSIX_SPAWN_SETSID;
 	if (o->pgroup >= 0) {
@@ -573,8 +571,7 @@ static int spawn_child(const struct tk_spawn_opts *o, struct tk_spawn_result *re
 	 * exec take effect: block everything around the clone. */
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &c.mask);
-	c.child_mask = c.mask;
-	tk_signals_child_mask(&c.child_mask);
+	sigemptyset(&c.child_mask);
 	r = legacy ? spawn_clone(&c, &pid, &pidfd) : spawn_clone3(o, &c, &pid, &pidfd);
 	sigprocmask(SIG_SETMASK, &c.mask, NULL);
 	free(c.moved);

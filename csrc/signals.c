@@ -148,15 +148,6 @@ void tk_signals_release(tk_sigbits set)
 	}
 }
 
-void tk_signals_child_mask(sigset_t *mask)
-{
-	tk_sigbits ours = holds.held & ~holds.blocked_before;
-
-	for (int s = 1; ours != 0 && s <= TK_SIG_MAX; s++)
-		if (ours & TK_SIGBIT(s))
-			sigdelset(mask, s);
-}
-
 int tk_signals_read(int fd, struct signalfd_siginfo *out)
 {
 	ssize_t n;

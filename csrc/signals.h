@@ -31,9 +31,6 @@ int tk_signals_open(tk_sigbits set);
  * hold goes is unblocked unless it was blocked before the first. Signals
  * still pending are then delivered with their disposition. */
 void tk_signals_release(tk_sigbits set);
-/* Removes from mask the signals blocked only because takana holds them in
- * this thread: a spawned child gets the mask it would have had without. */
-void tk_signals_child_mask(sigset_t *mask);
 /* Reads one signal: 1, 0 when none is pending, or -errno. */
 int tk_signals_read(int fd, struct signalfd_siginfo *out);
 

@@ -343,10 +343,11 @@ int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *
  * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
  * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
  * finds it). Its record then comes from /proc and is counted in from_proc,
- * rather than a snapshot silently missing pid 1. cgroup_mount: where its
- * cgroup_id is looked up, NULL for none. out is in pid order. */
+ * rather than a snapshot silently missing pid 1. want_id: whether its
+ * cgroup_id is looked up (a cgroup2 hierarchy is mounted). out is in pid
+ * order. */
 static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scanner *sc,
-                           uint32_t fields, const char *cgroup_mount, struct tk_recbuf *out,
+                           uint32_t fields, int want_id, struct tk_recbuf *out,
                            char *why, size_t why_len)
 {
 	struct tk_record rec;
@@ -359,10 +360,14 @@ static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scann
 		err = tk_proc_scan_init(sc, &rec);
 	/* As for every /proc record, a cgroup that cannot be read is nil (id
 	 * 0) and the record stays. */
-	if (err == 0 && cgroup_mount != NULL) {
-		uint64_t id;
+	if (err == 0 && want_id) {
+		struct tk_cgid_cache cgids;
+		uint64_t id = 0;
 
-		(void)tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, cgroup_mount, &id);
+		if (tk_cgid_cache_open(&cgids) == 0) {
+			(void)tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, &cgids, &id);
+			tk_cgid_cache_close(&cgids);
+		}
 		rec.cgroup_id = id;
 	}
 	if (err == -EACCES || err == -EPERM) {
@@ -416,7 +421,7 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 		tk_recbuf_sort(out);
 	if (err == 0 && b->may_hide_init)
 		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_WALK,
-		                      want_cgroup && !unmounted ? mnt : NULL, out, why, why_len);
+		                      want_cgroup && !unmounted, out, why, why_len);
 	/* After a BPF walk; the proc walk read cmdline as it went. */
 	if (err == 0 && (req->fields & TK_F(CMDLINE)) && b->tier >= 0) {
 		err = scanner_ensure_open(sc);

@@ -714,6 +714,36 @@ describe("audit item 19: spawn, timeouts and arguments", function()
       "3\tnil\tspawn true: open /dev/null for stdout: Too many open files\t" .. EMFILE .. "\n", out)
   end)
 
+  -- The second audit's #24: takana.cgroup and takana.supervisor load on
+  -- first use, and out of descriptors require cannot open their files.
+  it("the first use of takana.cgroup or takana.supervisor out of descriptors is nil, message, EMFILE", function()
+    local code, out, err = run_lua([[
+      local takana = require "takana"
+      local held = {}
+      while true do
+        local f = io.open("/dev/null")
+        if not f then break end
+        held[#held + 1] = f
+      end
+      print(select("#", takana.cgroup("")), takana.cgroup(""))
+      print(takana.cgroup.self())
+      print(takana.supervisor { cgroup = "takana-test-never-made" })
+      print(rawget(takana, "cgroup"))
+      for _, f in ipairs(held) do f:close() end
+      -- Descriptors free again: the next access loads the module.
+      local cg = takana.cgroup
+      print(rawget(takana, "cgroup") == cg, type(cg.self), getmetatable(cg) ~= nil)
+    ]], { prefix = "sh -c 'ulimit -n 64; exec \"$0\" \"$@\"' env " })
+    assert.equal(0, code, err)
+    local root = assert(io.popen("pwd")):read("l")
+    local function msg(mod)
+      return ("nil\t%s: cannot load it now: %s/lua/%s.lua: Too many open files\t%d"):format(
+        mod, root, mod:gsub("%.", "/"), EMFILE)
+    end
+    assert.equal("3\t" .. msg("takana.cgroup") .. "\n" .. msg("takana.cgroup") .. "\n" ..
+      msg("takana.supervisor") .. "\nnil\ntrue\tfunction\ttrue\n", out)
+  end)
+
   it("says what to do about a cgroup that cannot be entered", function()
     if H.no_spawn then pending(H.no_spawn) return end
     local mnt = H.cgroup2_mount()

@@ -276,6 +276,102 @@ describe("cgroup_id", function()
     H.cgroup_cleanup(path)
     assert(ok, err)
   end)
+
+  -- A proc snapshot taken inside a cgroup namespace (unshare -C, its root
+  -- the test's inner cgroup). /proc/<pid>/cgroup paths are relative to that
+  -- root; the mount's root (mountinfo's 4th field) is relative to it too.
+  local ns_script = [[
+    local takana = require "takana"
+    local root
+    for l in io.lines("/proc/self/mountinfo") do
+      local r, m = l:match("^%S+ %S+ %S+ (%S+) (%S+) .- %- cgroup2 ")
+      if m == os.getenv("MNT") then root = r end
+    end
+    local me = io.open("/proc/self/stat"):read("n")
+    local snap = assert(takana.snapshot { backend = "proc", fields = { "pid", "cgroup_id" } })
+    local function id(pid) return tostring(snap:get(pid) and snap:get(pid).cgroup_id) end
+    print(root, id(me), id(tonumber(os.getenv("OTHER"))), id(tonumber(os.getenv("BUSTED"))))
+  ]]
+
+  -- Runs ns_script under prefix (unshare ...) in cgroup inner; its output,
+  -- or nil and why when namespaces are not available here.
+  local function in_namespace(prefix, inner, other, mount)
+    local argv = { "env", "OTHER=" .. other, "BUSTED=" .. H.pid, "MNT=" .. mount }
+    for _, a in ipairs(prefix) do argv[#argv + 1] = a end
+    for _, a in ipairs { "env", "LUA_PATH=./lua/?.lua;./lua/?/init.lua;;", "LUA_CPATH=./?.so;;" } do
+      argv[#argv + 1] = a
+    end
+    for _, a in ipairs(H.lua_argv) do argv[#argv + 1] = a end
+    argv[#argv + 1] = "-e"
+    argv[#argv + 1] = ns_script
+    argv.cgroup, argv.stdout = inner, "pipe"
+    local child = assert(takana.spawn(argv))
+    local out = child.stdout:read("a")
+    local status = child:wait()
+    child.stdout:close()
+    child:close()
+    if status.code ~= 0 and out == "" then return nil end
+    assert.same({ exited = true, code = 0 }, status)
+    return out
+  end
+
+  local function ns_cgroups()
+    local path, cgname = H.test_cgroup_path()
+    if not path then return nil end
+    local top = assert(takana.cgroup(cgname))
+    local inner, side = assert(top:mkdir("inner")), assert(top:mkdir("side"))
+    top:close()
+    local sleeper = assert(takana.spawn { "sleep", "30", cgroup = side })
+    return path, cgname, inner, side, sleeper
+  end
+
+  local function ns_cleanup(path, inner, side, sleeper)
+    sleeper:signal("KILL")
+    sleeper:wait()
+    sleeper:close()
+    inner:close()
+    side:close()
+    H.cgroup_cleanup(path)
+  end
+
+  it("from /proc inside a cgroup namespace whose mount was made outside it: the real ids", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    if H.run("command -v unshare") ~= 0 then return pending("unshare(1) is not installed") end
+    local path, cgname, inner, side, sleeper = ns_cgroups()
+    if not path then return pending("needs root and a cgroup2 mount to make a test cgroup") end
+    local ok, err = pcall(function()
+      local out = in_namespace({ "unshare", "-C" }, inner, sleeper.pid, mnt)
+      if not out then return pending("unshare -C failed (no cgroup namespaces?)") end
+      -- The mount's root is two levels above the namespace's: before the
+      -- fix every process here read the host root's id (1).
+      local host = ino(proc_cgroup(H.pid))
+      assert.equal(("/../..\t%d\t%d\t%d\n"):format(ino("/" .. cgname .. "/inner"),
+        ino("/" .. cgname .. "/side"), host), out)
+    end)
+    ns_cleanup(path, inner, side, sleeper)
+    assert(ok, err)
+  end)
+
+  it("from /proc inside a cgroup namespace with its own mount: nil outside that mount's reach", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    if H.run("command -v unshare") ~= 0 then return pending("unshare(1) is not installed") end
+    local path, cgname, inner, side, sleeper = ns_cgroups()
+    if not path then return pending("needs root and a cgroup2 mount to make a test cgroup") end
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
+    local ok, err = pcall(function()
+      -- Mounted inside the namespace, the hierarchy's root is inner: the
+      -- sibling and busted's cgroup are above it, known to be unknowable.
+      local out = in_namespace({ "unshare", "-C", "-m", "sh", "-c", 'mount -t cgroup2 none "$0" && exec "$@"', dir },
+        inner, sleeper.pid, dir)
+      if not out then return pending("unshare -C -m or the cgroup2 mount failed here") end
+      assert.equal(("/\t%d\tnil\tnil\n"):format(ino("/" .. cgname .. "/inner")), out)
+    end)
+    os.execute("rmdir " .. dir)
+    ns_cleanup(path, inner, side, sleeper)
+    assert(ok, err)
+  end)
 end)
 
 describe("snap:filter", function()

@@ -299,6 +299,72 @@ describe("takana.spawn pdeathsig", function()
   end)
 end)
 
+-- Audit3 #9: a supervisor started with TERM blocked (env --block-signal, a
+-- signalfd loop, a wrapper) passed that mask to every service, whose stop
+-- then waited out its timeout and ended in SIGKILL.
+describe("takana.spawn signal state", function()
+  before_each(function() if H.no_spawn then pending(H.no_spawn) end end)
+
+  it("starts children with nothing blocked or ignored, whatever the parent inherited", function()
+    if H.run("env --block-signal=TERM --ignore-signal=PIPE true") ~= 0 then
+      return pending("env has no --block-signal/--ignore-signal (coreutils < 8.31)")
+    end
+    -- The parent: TERM and HUP blocked and PIPE and QUIT ignored by env,
+    -- USR1 blocked by takana.signals. Each mechanism: clone3, posix_spawn
+    -- (the fallback without options), clone (the fallback with options).
+    local argv = { "env", "--block-signal=TERM,HUP", "--ignore-signal=PIPE,QUIT" }
+    for _, a in ipairs(lua_argv [[
+      local core = require "takana.core"
+      local s = assert(require("takana").signals { "USR1" })
+      local function mask(pid, field)
+        local f = io.open("/proc/" .. pid .. "/status")
+        local v = tonumber(f:read("a"):match("\n" .. field .. ":%s*(%x+)"), 16)
+        f:close()
+        return v
+      end
+      io.write(("parent %x %x\n"):format(mask("self", "SigBlk"), mask("self", "SigIgn")))
+      for _, o in ipairs { {}, { _fallback = true }, { _fallback = true, umask = 18 } } do
+        local c = assert(core.spawn { "sleep", "30", _fallback = o._fallback, umask = o.umask })
+        io.write(("%s %x %x "):format(c.mechanism, mask(c.pid, "SigBlk"), mask(c.pid, "SigIgn")))
+        assert(c:signal("TERM"))
+        local r = assert(c:wait(30))
+        io.write(tostring(r.signaled), " ", tostring(r.signal), "\n")
+        c:close()
+      end
+      s:close()
+    ]]) do argv[#argv + 1] = a end
+    local out, exit = output(argv)
+    assert.same({ exited = true, code = 0 }, exit)
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.equal(4, #lines, out)
+    -- TERM (15), HUP (1), USR1 (10) blocked; PIPE (13), QUIT (3) ignored.
+    assert.equal("parent 4201 1004", lines[1])
+    assert.equal("clone3 0 0 true 15", lines[2])
+    assert.equal("clone 0 0 true 15", lines[4])
+    -- glibc's posix_spawn leaves its two internal real-time signals (32,
+    -- 33) ignored: no signal a service could be sent.
+    local blk, ign, rest = lines[3]:match("^posix_spawn (%x+) (%x+) (.*)$")
+    assert.equal("0", blk, lines[3])
+    assert.equal(0, tonumber(ign, 16) & 0x7fffffff, lines[3])
+    assert.equal("true 15", rest)
+  end)
+
+  it("a service stopped while the supervisor blocks TERM dies of TERM", function()
+    -- In this process: takana.signals blocks TERM here; the child must not
+    -- have it blocked, so the TERM kills it at once.
+    local s = assert(takana.signals { "TERM" })
+    finally(function() for _ in s:each() do end s:close() end)
+    local c = spawn_ok { "sleep", "30" }
+    local st = H.read("/proc/" .. c.pid .. "/status")
+    assert.equal(0, tonumber(st:match("\nSigBlk:%s*(%x+)"), 16))
+    assert.equal(0, tonumber(st:match("\nSigIgn:%s*(%x+)"), 16))
+    assert(c:signal("TERM"))
+    assert.same({ signaled = true, signal = 15, core = false }, c:wait(30))
+    c:close()
+  end)
+end)
+
 describe("takana.spawn fds", function()
   before_each(function() if H.no_spawn then pending(H.no_spawn) end end)
 
