@@ -31,7 +31,10 @@ enum tk_event_type {
 #define TK_EVF_CGROUP    0x80u   /* fork, exec: cgroup_id is valid */
 #define TK_EVF_ARGV      0x100u  /* exec: argv holds argv_len bytes of the arguments */
 #define TK_EVF_ARGV_TRUNC 0x200u /* exec: the arguments went on past argv */
-#define TK_EVF_ARGV_LOST 0x400u  /* exec (connector): gone before its arguments were read */
+#define TK_EVF_ARGV_LOST 0x400u  /* exec (connector): its arguments could not be read as
+                                  * its own (gone, or exec'd again, before the read) */
+#define TK_EVF_FROM_PROC 0x800u  /* exec (connector): filename, argv and comm were read
+                                  * from /proc after the exec, not at it */
 
 #define TK_EV_COMM_LEN 16
 #define TK_EV_FILENAME_LEN 128
@@ -72,7 +75,8 @@ struct tk_event {
  *   member: the struct tk_event member read; for kind BOOL the flag whose
  *           presence is the value.
  *   kind:   TYPE (the type's name), INT, STR (a NUL-padded array), BOOL,
- *           ARGV (the NUL-separated argv_len bytes of argv, as a list).
+ *           ARGV (the NUL-separated argv_len bytes of argv, as a list),
+ *           FROM (for the flag `member`: "proc-later" when set, else "exec").
  *   types:  TK_EV_BIT of the event types that carry it.
  *   when:   ALWAYS; ANY or ALL of `flags` set; NONE of them set; NONZERO
  *           (the member is not 0 or empty).
@@ -90,6 +94,7 @@ struct tk_event {
 	X(ppid,           ppid,              INT,  TK_EV_PROC_TYPES,      NONZERO, 0) \
 	X(comm,           comm,              STR,  TK_EV_PROC_TYPES,      ANY,     TK_EVF_COMM) \
 	X(filename,       filename,          STR,  TK_EV_BIT(TK_EV_EXEC), NONZERO, 0) \
+	X(argv_from,      TK_EVF_FROM_PROC,  FROM, TK_EV_BIT(TK_EV_EXEC), ALWAYS,  0) \
 	X(argv_lost,      TK_EVF_ARGV_LOST,  BOOL, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV_LOST) \
 	X(argv,           argv,              ARGV, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV) \
 	X(argv_truncated, TK_EVF_ARGV_TRUNC, BOOL, TK_EV_BIT(TK_EV_EXEC), ALL,     TK_EVF_ARGV | TK_EVF_ARGV_TRUNC) \

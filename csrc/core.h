@@ -364,6 +364,16 @@ struct tk_ev_bpf {
 	uint64_t indropped;          /* inbox full: lost for this stream */
 };
 
+/* connector: an exec event of the current read whose filename and argv came
+ * from /proc, until a later message of its pid says they may not be its own. */
+struct tk_cn_exec {
+	uint32_t pid;                /* 0: a free slot */
+	uint32_t gen;                /* the read it belongs to; others' are free */
+	uint64_t pos;                /* its queue position (tk_events.qbase + index);
+	                              * UINT64_MAX once settled */
+	uint64_t read_ns;            /* CLOCK_BOOTTIME when /proc was read */
+};
+
 struct tk_ev_cn {
 	struct tk_cn_seq *seq;       /* one per possible CPU, sized at open */
 	size_t ncpu;
@@ -372,6 +382,11 @@ struct tk_ev_cn {
 	uint32_t *ppid;              /* seeded from /proc at open (open addressing) */
 	size_t pcap, plen;
 	int64_t mono_offset_ns;      /* our time namespace's CLOCK_MONOTONIC offset */
+	struct tk_cn_exec *execs;    /* exec streams: by pid (open addressing) */
+	size_t ecap, elen;           /* elen: slots of generation gen */
+	uint32_t gen;
+	int blind;                   /* an overrun's messages are not all drained yet */
+	int drained;                 /* the last fill read the socket empty */
 };
 
 struct tk_ev_poll {
@@ -387,6 +402,8 @@ struct tk_events {
 	int closed;
 	struct tk_event *queue;      /* decoded, not yet read */
 	size_t qhead, qlen, qcap;
+	uint64_t qbase;              /* events moved off the queue's front: an event's
+	                              * position qbase + index holds while it is queued */
 	size_t qmax;                 /* a fill stops reading the kernel here */
 	uint64_t qdropped;           /* poll: events past qmax, reported lost */
 	uint64_t received;           /* events queued, lost markers excluded */

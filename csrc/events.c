@@ -36,14 +36,17 @@
 
 static struct tk_event *queue_push(struct tk_events *ev)
 {
-	if (ev->qhead > 0 && ev->qhead == ev->qlen)
+	if (ev->qhead > 0 && ev->qhead == ev->qlen) {
+		ev->qbase += ev->qlen;
 		ev->qhead = ev->qlen = 0;
+	}
 	if (ev->qlen == ev->qcap) {
 		struct tk_event *q;
 
 		if (ev->qhead > 0) {
 			/* Reuse the drained front before growing. */
 			memmove(ev->queue, ev->queue + ev->qhead, (ev->qlen - ev->qhead) * sizeof *q);
+			ev->qbase += ev->qhead;
 			ev->qlen -= ev->qhead;
 			ev->qhead = 0;
 			return &ev->queue[ev->qlen++];
@@ -265,9 +268,10 @@ static void comm_from_proc(struct tk_event *e)
 }
 
 /* The program an exec event names, read from /proc at receipt: the
- * connector says only which pid exec'd. A process gone by then (or that
- * exec'd again, or whose pid was reused: nothing here can tell) loses
- * them, and says so. */
+ * connector says only which pid exec'd. A process gone by then reads as
+ * nothing, and says so; one that exec'd again, or whose pid was reused,
+ * reads as that later program, which /proc cannot tell apart: the stream
+ * learns of it from a later message (the exec-read checks below). */
 static void exec_from_proc(struct tk_event *e)
 {
 	char path[48];
@@ -288,9 +292,14 @@ static void exec_from_proc(struct tk_event *e)
 	}
 	if (fd >= 0)
 		close(fd);
-	/* An exiting process (a zombie) reads as empty. */
+	/* An exiting process (a zombie) reads as empty, and so does one
+	 * amid another exec (its new image has no arguments yet) whose exe
+	 * and comm already name the next program: nothing read is kept. */
 	if (n <= 0) {
+		e->flags &= ~TK_EVF_COMM;
 		e->flags |= TK_EVF_ARGV_LOST;
+		memset(e->comm, 0, sizeof e->comm);
+		memset(e->filename, 0, sizeof e->filename);
 		return;
 	}
 	e->argv_len = (uint32_t)n;
@@ -400,6 +409,164 @@ static int ppid_seed(struct tk_events *ev)
 	return err;
 }
 
+/* ---- connector: exec reads that may not be the exec's own ----------------- */
+
+/* /proc is read at receipt, after the exec: by then the process may have
+ * exec'd again (sh -c 'exec prog') or ended and its pid been reused, and
+ * the read names that later program. /proc keeps no count of execs to
+ * compare, but the stream hears what happened: a later exec, an exit, the
+ * fork that reuses the pid all come after this exec's message. So each
+ * read is kept by pid while its event is queued, and taken back (argv_lost)
+ * when such a message says it may be another program's. A read is
+ * confirmed once the socket was drained empty after it; what is left open
+ * is an exec already under way at the read whose message came after that
+ * drain, and the last reads of a drain stopped by the queue's bound. */
+
+static size_t exec_slot(const struct tk_ev_cn *cn, uint32_t pid)
+{
+	size_t mask = cn->ecap - 1, i = (size_t)(uint32_t)(pid * 2654435761u) & mask;
+
+	/* A slot of another generation is free: forgetting is one increment. */
+	while (cn->execs[i].gen == cn->gen && cn->execs[i].pid != pid)
+		i = (i + 1) & mask;
+	return i;
+}
+
+static struct tk_cn_exec *exec_find(struct tk_ev_cn *cn, uint32_t pid)
+{
+	size_t i;
+
+	if (cn->ecap == 0)
+		return NULL;
+	i = exec_slot(cn, pid);
+	return cn->execs[i].gen == cn->gen ? &cn->execs[i] : NULL;
+}
+
+static void exec_forget(struct tk_ev_cn *cn)
+{
+	if (++cn->gen == 0) {
+		/* Wrapped: slots from 2^32 generations ago would look current. */
+		if (cn->execs != NULL)
+			memset(cn->execs, 0, cn->ecap * sizeof *cn->execs);
+		cn->gen = 1;
+	}
+	cn->elen = 0;
+}
+
+static int exec_keep(struct tk_ev_cn *cn, uint32_t pid, uint64_t pos, uint64_t read_ns)
+{
+	size_t i;
+
+	if ((cn->elen + 1) * 2 > cn->ecap) {
+		size_t cap = cn->ecap ? cn->ecap * 2 : 1024, old = cn->ecap;
+		struct tk_cn_exec *o = cn->execs, *n = calloc(cap, sizeof *n);
+
+		if (n == NULL)
+			return -ENOMEM;
+		cn->execs = n;
+		cn->ecap = cap;
+		for (size_t k = 0; k < old; k++) {
+			if (o[k].gen == cn->gen) {
+				i = exec_slot(cn, o[k].pid);
+				n[i] = o[k];
+			}
+		}
+		free(o);
+	}
+	i = exec_slot(cn, pid);
+	if (cn->execs[i].gen != cn->gen)
+		cn->elen++;
+	cn->execs[i].pid = pid;
+	cn->execs[i].gen = cn->gen;
+	cn->execs[i].pos = pos;
+	cn->execs[i].read_ns = read_ns;
+	return 0;
+}
+
+static struct tk_event *queued_at(struct tk_events *ev, uint64_t pos)
+{
+	if (pos < ev->qbase + ev->qhead || pos >= ev->qbase + ev->qlen)
+		return NULL;    /* read already: too late to take anything back */
+	return &ev->queue[pos - ev->qbase];
+}
+
+/* Nothing rather than another program's name. */
+static void exec_void(struct tk_event *e)
+{
+	e->flags &= ~(TK_EVF_ARGV | TK_EVF_ARGV_TRUNC | TK_EVF_COMM);
+	e->flags |= TK_EVF_ARGV_LOST;
+	e->argv_len = 0;
+	memset(e->comm, 0, sizeof e->comm);
+	memset(e->filename, 0, sizeof e->filename);
+}
+
+/* Message m came after the exec read kept for its pid (key: the pid, or a
+ * fork's new tid, which may reuse it). */
+static void exec_check(struct tk_events *ev, const struct tk_event *m, uint32_t key)
+{
+	struct tk_cn_exec *x = exec_find(&ev->cn, key);
+	struct tk_event *e;
+
+	if (x == NULL || x->pos == UINT64_MAX)
+		return;
+	e = queued_at(ev, x->pos);
+	if (e == NULL) {
+		x->pos = UINT64_MAX;
+		return;
+	}
+	if (m->type == TK_EV_COMM) {
+		/* A rename before the read: the comm read is the new name. */
+		if (m->time_ns <= x->read_ns) {
+			e->flags &= ~TK_EVF_COMM;
+			memset(e->comm, 0, sizeof e->comm);
+		}
+		return;
+	}
+	x->pos = UINT64_MAX;
+	/* An exit after the read leaves it be: the read saw the process. One
+	 * before it, a later exec, or a fork reusing the pid: the read may
+	 * have found another program. */
+	if (m->type == TK_EV_EXIT && m->time_ns > x->read_ns)
+		return;
+	exec_void(e);
+}
+
+/* An overrun: a later exec of any process read so far may be among the
+ * messages dropped, so none of those reads is vouched for, nor any made
+ * before the messages older than the drop are drained (ev->cn.blind). */
+static void exec_void_kept(struct tk_events *ev)
+{
+	for (size_t i = 0; i < ev->cn.ecap; i++) {
+		struct tk_cn_exec *x = &ev->cn.execs[i];
+		struct tk_event *e;
+
+		if (x->gen == ev->cn.gen && x->pos != UINT64_MAX && (e = queued_at(ev, x->pos)) != NULL)
+			exec_void(e);
+	}
+	exec_forget(&ev->cn);
+	ev->cn.blind = 1;
+}
+
+static int cn_exec(struct tk_events *ev, struct tk_event *e)
+{
+	uint64_t received = ev->received, read_ns;
+	int err;
+
+	e->ppid = ppid_get(ev, e->pid);
+	e->flags |= TK_EVF_FROM_PROC;
+	if (ev->cn.blind) {
+		e->flags |= TK_EVF_ARGV_LOST;
+		return queue_event(ev, e);
+	}
+	read_ns = tk_boottime_ns();
+	comm_from_proc(e);
+	exec_from_proc(e);
+	err = queue_event(ev, e);
+	if (err < 0 || ev->received == received)
+		return err;
+	return exec_keep(&ev->cn, e->pid, ev->qbase + ev->qlen - 1, read_ns);
+}
+
 /* Counts sequence gaps on the message's CPU as lost events. Returns 1 to
  * keep the message, 0 to drop it. The CPU indexes a table sized at open by
  * the possible CPUs: the kernel never sends a larger one, and a message
@@ -459,20 +626,27 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 	r = cn_track_seq(ev, &m, m.event.time_ns + mono_to_boot);
 	if (r <= 0)
 		return r;
-	if (m.event.type == 0 || m.thread)
+	if (m.event.type == 0)
 		return 0;
 	m.event.time_ns += mono_to_boot;
+	if (ev->mask & TK_EV_BIT(TK_EV_EXEC)) {
+		/* A new thread's tid may reuse a pid too; a thread's exit or
+		 * rename changes nothing /proc/<pid> shows. */
+		if (m.event.type == TK_EV_FORK)
+			exec_check(ev, &m.event, m.event.tid);
+		else if (!m.thread && m.event.tid == m.event.pid)
+			exec_check(ev, &m.event, m.event.pid);
+	}
+	if (m.thread)
+		return 0;
 	if (ev->mask & TK_EV_BIT(TK_EV_EXEC)) {
 		/* Parents, for exec events, which the connector gives none. */
 		if (m.event.type == TK_EV_FORK && ppid_put(ev, m.event.pid, m.event.ppid) < 0)
 			return -ENOMEM;
 		if (m.event.type == TK_EV_EXIT)
 			ppid_del(ev, m.event.pid);
-		if (m.event.type == TK_EV_EXEC) {
-			m.event.ppid = ppid_get(ev, m.event.pid);
-			comm_from_proc(&m.event);
-			exec_from_proc(&m.event);
-		}
+		if (m.event.type == TK_EV_EXEC)
+			return cn_exec(ev, &m.event);
 	}
 	return queue_event(ev, &m.event);
 }
@@ -482,6 +656,8 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 static int cn_overrun(struct tk_events *ev)
 {
 	ev->overruns++;
+	if (ev->mask & TK_EV_BIT(TK_EV_EXEC))
+		exec_void_kept(ev);
 	return queue_lost_marker(ev, 0, 1, tk_boottime_ns());
 }
 
@@ -698,6 +874,7 @@ static int cn_open(struct tk_events *ev, double interval, size_t buffer, char *w
 	int err;
 
 	(void)interval;
+	exec_forget(&ev->cn);
 	err = cn_check_namespaces(why, why_len);
 	if (err == 0)
 		err = tk_timens_offsets(&offsets, why, why_len);
@@ -730,6 +907,7 @@ static void cn_close(struct tk_events *ev)
 	free(ev->cn.seq);
 	free(ev->cn.pid);
 	free(ev->cn.ppid);
+	free(ev->cn.execs);
 	memset(&ev->cn, 0, sizeof ev->cn);
 }
 
@@ -739,14 +917,24 @@ static int cn_fill(struct tk_events *ev, size_t max)
 	char buf[4096] __attribute__((aligned(8)));
 	size_t got = 0;
 
+	/* The exec reads kept so far were confirmed by the last drain's
+	 * end, or their events are taken; a reader that leaves more queued
+	 * than the queue's bound has taken some of them. */
+	if (ev->cn.drained || tk_events_queued(ev) == 0 || ev->cn.elen > ev->qmax)
+		exec_forget(&ev->cn);
+	ev->cn.drained = 0;
 	/* A message gives at most one event: read while there is room for
 	 * it. What is left stays in the socket, whose overflow is counted. */
 	while (got < max && queue_has_room(ev)) {
 		int heard, err = 0;
 		ssize_t n = cn_recv(ev, buf, sizeof buf, &heard);
 
-		if (n == 0)
+		if (n == 0) {
+			/* What was in the socket at an overrun is read. */
+			ev->cn.blind = 0;
+			ev->cn.drained = 1;
 			return 0;
+		}
 		if (n == -EINTR)
 			continue;
 		if (n == -ENOBUFS) {

@@ -74,6 +74,7 @@ static void argv_push(lua_State *L, const struct tk_event *e)
 #define PUSH_STR(L, e, m) lua_pushlstring(L, (e)->m, strnlen((e)->m, sizeof (e)->m))
 #define PUSH_BOOL(L, e, m) lua_pushboolean(L, ((e)->flags & (m)) != 0)
 #define PUSH_ARGV(L, e, m) argv_push(L, e)
+#define PUSH_FROM(L, e, m) lua_pushstring(L, ((e)->flags & (m)) ? "proc-later" : "exec")
 #define FIELD_PUSH(name, member, kind, types, when, flags)                  \
 	if (((types) & bit) != 0 && WHEN_##when(e, member, kind, flags)) { \
 		PUSH_##kind(L, e, member);                                  \

@@ -666,11 +666,13 @@ describe("bin/takana and takana.process", function()
     assert.equal(2, (takana_cmd("cgroup / --procs --watch 1")))
   end)
 
-  it("watch prints an exec event's argv shell-quoted, else its filename or comm", function()
+  it("watch prints an exec event's argv shell-quoted, else its filename or comm, else that it was lost", function()
     assert.equal("/bin/echo 'a b' '' 'it'\\''s' '\\x0a' ...",
       cli.event_detail { type = "exec", argv = { "/bin/echo", "a b", "", "it's", "\n" }, argv_truncated = true })
     assert.equal("/bin/true", cli.event_detail { type = "exec", argv = { "/bin/true" } })
     assert.equal("/usr/bin/x", cli.event_detail { type = "exec", filename = "/usr/bin/x" })
     assert.equal("sh", cli.event_detail { type = "exec", comm = "sh" })
+    assert.equal("(program unknown: argv lost)",
+      cli.event_detail { type = "exec", argv_lost = true, argv_from = "proc-later" })
   end)
 end)

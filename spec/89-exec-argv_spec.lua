@@ -1,7 +1,8 @@
 -- Exec events that identify the program: argv and filename (bpf: read at the
--- exec tracepoint; connector: from /proc at receipt), ppid on connector exec
--- events from the stream's own fork tracking, and cgroup_id on bpf fork and
--- exec events.
+-- exec tracepoint, argv_from "exec"; connector: from /proc at receipt,
+-- argv_from "proc-later", taken back as argv_lost when a later exec shows
+-- the read may be another program's), ppid on connector exec events from the
+-- stream's own fork tracking, and cgroup_id on bpf fork and exec events.
 local takana = require "takana"
 local H = require "helpers"
 local lfs = require "lfs"
@@ -68,6 +69,7 @@ for _, backend in ipairs { "bpf", "connector" } do
       assert.same(argv, exec.argv)
       assert.is_nil(exec.argv_truncated)
       assert.is_nil(exec.argv_lost)
+      assert.equal(backend == "bpf" and "exec" or "proc-later", exec.argv_from)
       if backend == "bpf" then
         assert.equal(SH, exec.filename)          -- as execve was given it
       else
@@ -118,8 +120,12 @@ for _, backend in ipairs { "bpf", "connector" } do
             seen = seen + 1
             assert.equal(H.pid, e.ppid)
             if e.argv_lost then
+              -- nothing of what /proc showed by then: no argv, exe or comm
               assert.is_nil(e.argv)
+              assert.is_nil(e.filename)
+              assert.is_nil(e.comm)
               assert.equal("connector", backend)
+              assert.equal("proc-later", e.argv_from)
             else
               assert.same({ "/bin/true", "x" .. i }, e.argv)
             end
@@ -129,6 +135,57 @@ for _, backend in ipairs { "bpf", "connector" } do
       end, 100)
       ev:close()
       assert.equal(20, seen)
+    end)
+
+    it("name each of a process's two execs (sh -c 'exec prog') as its own, or not at all", function()
+      if H.no_spawn then return pending(H.no_spawn) end
+      local ev, why = open(backend, { "exec" })
+      if not ev then return pending(why) end
+      local script = "exec " .. H.fixture_path .. " --life 30"
+      local child = assert(takana.spawn { SH, "-c", script, stdout = "pipe" })
+      -- "ready": the fixture runs, so both exec messages were sent before
+      -- the stream reads anything; a connector reads /proc only now.
+      local line = child.stdout:read("l")
+      local execs = {}
+      H.poll_until({ ev }, function()
+        for e in assert(ev:read()) do
+          if e.type == "exec" and e.pid == child.pid then execs[#execs + 1] = e end
+        end
+        return #execs == 2
+      end, 100)
+      local overruns = ev:stats().overruns
+      child:signal("KILL")
+      child:wait()
+      child:close()
+      ev:close()
+      assert.matches("^ready " .. child.pid, line)
+      if overruns > 0 then return pending("the socket overflowed; the execs' reads are void") end
+      assert.equal(2, #execs)
+      local shell, prog = execs[1], execs[2]
+      assert.same({ "./spec/fixture", "--life", "30" }, prog.argv)
+      assert.is_nil(prog.argv_lost)
+      if backend == "bpf" then
+        assert.equal("exec", shell.argv_from)
+        assert.equal("exec", prog.argv_from)
+        assert.same({ SH, "-c", script }, shell.argv)
+        assert.is_nil(shell.argv_lost)
+        assert.equal(SH, shell.filename)
+        assert.equal("sh", shell.comm)
+        assert.equal("./spec/fixture", prog.filename)
+        assert.equal("fixture", prog.comm)
+      else
+        -- /proc showed the fixture by the time the shell's exec was read:
+        -- the later exec in the same read says so, and nothing is claimed.
+        assert.equal("proc-later", shell.argv_from)
+        assert.equal("proc-later", prog.argv_from)
+        assert.is_true(shell.argv_lost)
+        assert.is_nil(shell.argv)
+        assert.is_nil(shell.filename)
+        assert.is_nil(shell.comm)
+        local _, out = H.run("readlink -f " .. H.fixture_path)
+        assert.equal((out:gsub("\n$", "")), prog.filename)
+        assert.equal("fixture", prog.comm)
+      end
     end)
 
     if backend == "bpf" then
@@ -155,6 +212,56 @@ for _, backend in ipairs { "bpf", "connector" } do
         ev:close()
       end)
     else
+      it("after an overrun vouch for no read until the socket is drained", function()
+        if H.no_spawn then return pending(H.no_spawn) end
+        -- 4 KiB of socket (the kernel's minimum, about 2 KiB each way):
+        -- forty processes' messages overflow it while nobody reads. They
+        -- live on, so /proc would show each one's program.
+        local ev, why = open(backend, { "exec" })
+        if not ev then return pending(why) end
+        ev:close()
+        ev = assert(takana.events { "exec", backend = backend, buffer = 4096 })
+        local kids, pids = {}, {}
+        for i = 1, 40 do
+          local c = assert(takana.spawn { SH, "-c", "read x", "x" .. i, stdin = "pipe", stdout = "null" })
+          kids[i] = c
+          pids[c.pid] = true
+        end
+        local seen = 0
+        local ok, err = pcall(function()
+          for e in assert(ev:read()) do
+            if e.type == "exec" and pids[e.pid] then
+              seen = seen + 1
+              -- a later exec of it may be among the messages dropped
+              assert.is_true(e.argv_lost)
+              assert.is_nil(e.argv)
+              assert.is_nil(e.filename)
+            end
+          end
+        end)
+        for _, c in ipairs(kids) do
+          c.stdin:close()
+          c:wait()
+          c:close()
+        end
+        assert(ok, err)
+        assert.is_true(ev:stats().overruns > 0)
+        assert.is_true(ev:lost() > 0)
+        assert.is_true(seen > 0 and seen < 40, seen)
+        -- Their exits overflow the socket again: read it empty (bounded),
+        -- and once drained, reads count again.
+        H.poll_until({ ev }, function()
+          local n = 0
+          for _ in assert(ev:read()) do n = n + 1 end
+          return n == 0
+        end, 20)
+        local _, exec = exec_events(ev, { SH, "-c", "read x" })
+        ev:close()
+        assert.is_not_nil(exec)
+        assert.same({ SH, "-c", "read x" }, exec.argv)
+        assert.is_nil(exec.argv_lost)
+      end)
+
       it("carry no cgroup_id (the connector does not say)", function()
         if H.no_spawn then return pending(H.no_spawn) end
         local ev, why = open(backend)

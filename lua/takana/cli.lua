@@ -429,7 +429,9 @@ local function event_detail(e)
       return table.concat(words, " ") .. (e.argv_truncated and " ..." or "")
     end
     if e.filename then return printable(e.filename) end
-    return e.comm and printable(e.comm) or ""
+    if e.comm then return printable(e.comm) end
+    -- the connector could not read it as this exec's: say so, not ""
+    return e.argv_lost and "(program unknown: argv lost)" or ""
   end
   return ""
 end

@@ -121,9 +121,17 @@ end
 -- @field argv the arguments (exec), an array: bpf reads them at the exec
 --   tracepoint, the connector from `/proc/<pid>/cmdline` at receipt; at most
 --   512 bytes (the last argument may be cut)
+-- @field argv_from where exec's `filename`, `argv` and `comm` come from:
+--   `"exec"` (bpf: taken at the exec itself) or `"proc-later"` (connector:
+--   read from /proc when the event was received, so a process that exec'd
+--   again just before the read can still show the later program; see
+--   `argv_lost`)
 -- @field argv_truncated true when the arguments went on past those 512 bytes
--- @field argv_lost true (connector) when the process was gone, or had no
---   arguments left to read, by the time its exec event was received
+-- @field argv_lost true (connector) when `filename`, `argv` and `comm` are
+--   absent because /proc could not be read as this exec's: the process was
+--   gone or amid another exec, a later exec (or exit before the read, or a
+--   fork reusing the pid) reached the stream in the same read, or the
+--   socket had overflowed and such a message may have been dropped
 -- @field code the exit code (exit, when it exited)
 -- @field signal the signal that killed it (exit, when it was killed)
 -- @field core true when it dumped core (exit)
