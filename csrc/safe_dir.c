@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +30,12 @@ int tk_name_check(const char *name, size_t len)
 	return 0;
 }
 
-__attribute__((format(printf, 2, 3))) static void why_set(char *why, const char *fmt, ...)
-{
-	if (why) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(why, TK_WHY_LEN, fmt, ap);
-		va_end(ap);
-	}
-}
+/* Fills why (TK_WHY_LEN bytes) when the caller asked for a reason. */
+#define why_set(why, ...)                                          \
+	do {                                                       \
+		if (why)                                           \
+			snprintf((why), TK_WHY_LEN, __VA_ARGS__);  \
+	} while (0)
 
 /* Whether a directory's entries are safe to use: writable by no group or
  * other user, unless sticky and owned by root or this uid (then others can

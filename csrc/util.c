@@ -74,10 +74,7 @@ static int timens_read(struct tk_timens *out, char *why, size_t why_len)
 {
 	static const char *const self = "/proc/self/ns/time", *const kids = "/proc/self/ns/time_for_children";
 	struct stat own, before, after;
-	char buf[256], name[16];
-
-	memset(&before, 0, sizeof before);
-	memset(&after, 0, sizeof after);
+	char buf[256] = "", name[16];
 	long long sec, nsec;
 	ssize_t n;
 

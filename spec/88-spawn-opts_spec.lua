@@ -302,6 +302,9 @@ end)
 -- Audit3 #9: a supervisor started with TERM blocked (env --block-signal, a
 -- signalfd loop, a wrapper) passed that mask to every service, whose stop
 -- then waited out its timeout and ended in SIGKILL.
+-- Signals 32 and 33 (bits 31, 32 of a /proc mask): glibc's own.
+local GLIBC_INTERNAL = 0x180000000
+
 describe("takana.spawn signal state", function()
   before_each(function() if H.no_spawn then pending(H.no_spawn) end end)
 
@@ -339,15 +342,19 @@ describe("takana.spawn signal state", function()
     for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
     assert.equal(4, #lines, out)
     -- TERM (15), HUP (1), USR1 (10) blocked; PIPE (13), QUIT (3) ignored.
-    assert.equal("parent 4201 1004", lines[1])
-    assert.equal("clone3 0 0 true 15", lines[2])
-    assert.equal("clone 0 0 true 15", lines[4])
-    -- glibc's posix_spawn leaves its two internal real-time signals (32,
-    -- 33) ignored: no signal a service could be sent.
-    local blk, ign, rest = lines[3]:match("^posix_spawn (%x+) (%x+) (.*)$")
-    assert.equal("0", blk, lines[3])
-    assert.equal(0, tonumber(ign, 16) & 0x7fffffff, lines[3])
-    assert.equal("true 15", rest)
+    -- glibc's two internal real-time signals (32, 33) cannot be reset
+    -- through sigaction (glibc refuses them, as it refuses systemd); one the
+    -- suite's process inherited ignored stays so: no signal a service could
+    -- be sent, so they are left out of the comparison.
+    local blk, ign = lines[1]:match("^parent (%x+) (%x+)$")
+    assert.equal("4201", blk, lines[1])
+    assert.equal(0x1004, tonumber(ign, 16) & ~GLIBC_INTERNAL, lines[1])
+    for i, mech in ipairs { "clone3", "posix_spawn", "clone" } do
+      local cblk, cign, rest = lines[i + 1]:match("^" .. mech .. " (%x+) (%x+) (.*)$")
+      assert.equal("0", cblk, lines[i + 1])
+      assert.equal(0, tonumber(cign, 16) & ~GLIBC_INTERNAL, lines[i + 1])
+      assert.equal("true 15", rest)
+    end
   end)
 
   it("a service stopped while the supervisor blocks TERM dies of TERM", function()
@@ -358,7 +365,7 @@ describe("takana.spawn signal state", function()
     local c = spawn_ok { "sleep", "30" }
     local st = H.read("/proc/" .. c.pid .. "/status")
     assert.equal(0, tonumber(st:match("\nSigBlk:%s*(%x+)"), 16))
-    assert.equal(0, tonumber(st:match("\nSigIgn:%s*(%x+)"), 16))
+    assert.equal(0, tonumber(st:match("\nSigIgn:%s*(%x+)"), 16) & ~GLIBC_INTERNAL)
     assert(c:signal("TERM"))
     assert.same({ signaled = true, signal = 15, core = false }, c:wait(30))
     c:close()
