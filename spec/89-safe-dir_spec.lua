@@ -250,7 +250,8 @@ for _ = 1, 200 do
   if data then break end
   takana.poll({ s }, 0.05)
 end
-assert(data == "WATCHDOG=trigger" and pid == keep.pid and sender and got == %q and sender:alive(),
+if got ~= %q then print("no SCM_PIDFD") os.exit(0) end
+assert(data == "WATCHDOG=trigger" and pid == keep.pid and sender and sender:alive(),
   "live sender: " .. tostring(pid) .. " " .. tostring(sender) .. " " .. tostring(got))
 sender:close()
 keep:signal("KILL") keep:wait()
@@ -272,6 +273,7 @@ print("ok")
       f:close()
       local _, out = H.run("env LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " ..
         "unshare -p -f --mount-proc " .. H.lua .. " " .. H.shell_quote(script) .. " 2>&1")
+      if out == "no SCM_PIDFD\n" then return pending("this kernel has no SO_PASSPIDFD (6.5+): the start-time check runs") end
       assert.equal("ok\n", out)
     end)
   end

@@ -276,7 +276,9 @@ end
 --   files of `log_size` bytes, default 5 x 1 MiB), or `function(name,
 --   stream, line)`, or false (lines are only kept in memory);
 --   `log_lines`: lines kept in memory a service for `logs` (default 200);
---   `control`: a unix socket path for `takana ctl` (mode 0600);
+--   `control`: a unix socket path for `takana ctl` (mode 0600, at most 107
+--   bytes; its directory is made 0700 when missing, and must be this
+--   user's own and writable by no one else, as the runtime directory);
 --   `adopt`: adopt services found running in their cgroups (default: stop
 --   them first); `reload`: `function(sup)` called on SIGHUP;
 --   `signals`: catch TERM, INT and HUP (default true);
@@ -357,7 +359,6 @@ function M.new(opts, ...)
     ls, err, errno = dir:bind(ctl_name, "listen", { mode = OCTAL_0600 })
     if not ls then return self:_abandon("supervisor: control socket: " .. err, errno) end
     self.control = ls
-    self.control_path = opts.control
     self.control_name = ctl_name
     self:_watch(ls, function() self:_accept() end)
   end
