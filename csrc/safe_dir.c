@@ -30,11 +30,13 @@ int tk_name_check(const char *name, size_t len)
 	return 0;
 }
 
-/* Fills why (TK_WHY_LEN bytes) when the caller asked for a reason. */
-#define why_set(why, ...)                                          \
-	do {                                                       \
-		if (why)                                           \
-			snprintf((why), TK_WHY_LEN, __VA_ARGS__);  \
+/* Fills why (TK_WHY_LEN bytes) when the caller asked for a reason; a
+ * reason longer than that is cut (the return value is looked at, so the
+ * compiler does not warn of the cut it cannot rule out). */
+#define why_set(why, ...)                                                       \
+	do {                                                                    \
+		if ((why) && snprintf((why), TK_WHY_LEN, __VA_ARGS__) < 0)      \
+			(why)[0] = '\0';                                        \
 	} while (0)
 
 /* Whether a directory's entries are safe to use: writable by no group or
