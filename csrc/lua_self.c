@@ -1,10 +1,12 @@
 /* The calling process's own settings that a supervisor reads or changes:
- * its ids, the child-subreaper flag and the environment. */
+ * its ids, the child-subreaper flag, its descriptor limit and the
+ * environment. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "binding.h"
@@ -103,6 +105,59 @@ static int l_subreaper_hold(lua_State *L)
 	return 1;
 }
 
+/* The descriptor limit a supervisor raised, counted like the subreaper
+ * flag: the soft limit before the first hold, put back by the last. */
+static struct {
+	int users, ours;
+	rlim_t before;
+} nofile_holds;
+
+/* Each service costs a supervisor about six descriptors (its cgroup, a
+ * pidfd, two output pipes, a notify socket): a login's 1,024 fits about
+ * 150. The soft limit goes up to the hard one (at most 2^20, the default
+ * fs.nr_open), as systemd raises its own, and services get back the soft
+ * limit this process had (select() users among them expect 1,024).
+ * core.nofile_hold(true) -> soft before, hard; core.nofile_hold(false)
+ * releases; core.nofile_hold() -> soft now, hard. */
+static int l_nofile_hold(lua_State *L)
+{
+	struct rlimit rl;
+
+	tk_check_nargs(L, 1);
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return tk_push_error(L, "nofile: getrlimit", -errno);
+	if (lua_isnone(L, 1)) {
+		lua_pushinteger(L, (lua_Integer)rl.rlim_cur);
+		lua_pushinteger(L, (lua_Integer)rl.rlim_max);
+		return 2;
+	}
+	luaL_checktype(L, 1, LUA_TBOOLEAN);
+	if (!lua_toboolean(L, 1)) {
+		if (nofile_holds.users > 0 && --nofile_holds.users == 0 && nofile_holds.ours) {
+			rl.rlim_cur = nofile_holds.before;
+			setrlimit(RLIMIT_NOFILE, &rl);
+			nofile_holds.ours = 0;
+		}
+		lua_pushboolean(L, 1);
+		return 1;
+	}
+	if (nofile_holds.users == 0) {
+		rlim_t want = rl.rlim_max < ((rlim_t)1 << 20) ? rl.rlim_max : ((rlim_t)1 << 20);
+		nofile_holds.before = rl.rlim_cur;
+		nofile_holds.ours = 0;
+		if (want > rl.rlim_cur) {
+			struct rlimit up = { want, rl.rlim_max };
+			if (setrlimit(RLIMIT_NOFILE, &up) < 0)
+				return tk_push_error(L, "nofile: setrlimit", -errno);
+			nofile_holds.ours = 1;
+		}
+	}
+	nofile_holds.users++;
+	lua_pushinteger(L, (lua_Integer)nofile_holds.before);
+	lua_pushinteger(L, (lua_Integer)rl.rlim_max);
+	return 2;
+}
+
 /* core.getpid(): the caller's pid, as cgroup.procs lists it. */
 static int l_getpid(lua_State *L)
 {
@@ -143,6 +198,7 @@ void tk_self_open(lua_State *L)
 		{ "proc_is_ours", l_proc_is_ours },
 		{ "subreaper_hold", l_subreaper_hold },
 		{ "subreaper", l_subreaper },
+		{ "nofile_hold", l_nofile_hold },
 		{ "environ", l_environ },
 		{ NULL, NULL },
 	};

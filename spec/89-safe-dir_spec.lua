@@ -511,6 +511,37 @@ describe("audit 3: the supervisor loop", function()
     assert.same({}, left)
   end)
 
+  it("300 services fit a login's 1,024 descriptors; each service gets that soft limit back (#11)", function()
+    local why = why_not()
+    if why then return pending(why) end
+    local _, hard = core.nofile_hold()
+    if hard < 4096 then return pending("the hard descriptor limit is " .. hard .. ": nothing to raise the soft one to") end
+    cgpath, cgname = H.test_cgroup_path()
+    local script = base .. "/many.lua"
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+local takana = require "takana"
+local sup = assert(takana.supervisor { cgroup = %q, signals = false, runtime = %q })
+for i = 1, 300 do sup:service { name = "s" .. i, cmd = { "sleep", "60" }, restart = "never" } end
+local running
+for _ = 1, 600 do
+  sup:step(0.02)
+  running = 0
+  for i = 1, 300 do if sup:get("s" .. i).state == "running" then running = running + 1 end end
+  if running == 300 then break end
+end
+local limits = io.open("/proc/" .. sup:get("s1").pid .. "/limits"):read("a")
+print(running, limits:match("Max open files%%s+(%%d+)"))
+sup:shutdown()
+for _ = 1, 600 do if not sup:step(0.05) then break end end
+sup:close()
+]]):format(cgname .. "/sup", base .. "/rt"))
+    f:close()
+    local _, out = H.run("ulimit -Sn 1024 && env LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " ..
+      H.lua .. " " .. H.shell_quote(script))
+    assert.equal("300\t1024\n", out)
+  end)
+
   it("ctl status shows a service's STATUS= escapes escaped (#12)", function()
     local why = why_not()
     if why then return pending(why) end

@@ -295,6 +295,8 @@ end
 --   on the way belongs to another user, or when it is longer than 94
 --   bytes; `on_exit`: `function(svc, record)` after
 --   each exit record.
+-- While open, the supervisor's soft descriptor limit is its hard one
+-- (services get the soft limit it had): about six descriptors a service.
 -- @treturn[1] supervisor
 -- @treturn[2] nil, message, errno
 function M.new(opts, ...)
@@ -360,7 +362,17 @@ function M.new(opts, ...)
     if not ls then return self:_abandon("supervisor: control socket: " .. err, errno) end
     self.control = ls
     self.control_name = ctl_name
-    self:_watch(ls, function() self:_accept() end)
+    local ok
+    ok, err, errno = self:_watch(ls, function() self:_accept() end)
+    if not ok then return self:_abandon("supervisor: control socket: " .. err, errno) end
+  end
+  -- About six descriptors a service: the soft limit goes up to the hard
+  -- one while this supervisor is open (services get the one it was).
+  local soft, hard = core.nofile_hold(true)
+  if soft then
+    self.nofile = { soft, hard }
+  else
+    self.nofile_error = hard -- kept: services still start, fewer fit
   end
   if opts.subreaper then
     local ok
@@ -375,7 +387,9 @@ function M.new(opts, ...)
       return self:_abandon("supervisor: signals: " .. tostring(err), errno)
     end
     self.sigfd = sig
-    self:_watch(sig, function() self:_signals() end)
+    local ok
+    ok, err, errno = self:_watch(sig, function() self:_signals() end)
+    if not ok then return self:_abandon("supervisor: signals: " .. err, errno) end
   end
   live[self] = true
   return self
@@ -387,9 +401,14 @@ function supervisor:_abandon(err, errno)
   return nil, err, errno
 end
 
+-- Watches obj's descriptor: fd, or nil, message, errno (a cgroup handle
+-- opens cgroup.events here, which fails at EMFILE).
 function supervisor:_watch(obj, fn, pri)
-  local fd = obj:fileno()
-  assert(self.ep:add(fd, pri))
+  local fd, err, errno = obj:fileno()
+  if not fd then return nil, err, errno end
+  local ok
+  ok, err, errno = self.ep:add(fd, pri)
+  if not ok then return nil, err, errno end
   self.fds[fd] = { obj = obj, fn = fn }
   return fd
 end
@@ -527,9 +546,14 @@ function supervisor:_svc_cgroup(svc)
   if svc.cg then return svc.cg end
   local cg, err, errno = self.cg:mkdir(svc.name, { exist_ok = true })
   if not cg then return nil, err, errno end
+  local ok
+  ok, err, errno = self:_watch(cg, function() self:_cgroup_event(svc) end, true)
+  if not ok then
+    cg:close()
+    return nil, err, errno
+  end
   svc.cg = cg
   svc.cgpath = "/" .. cg.relpath
-  self:_watch(cg, function() self:_cgroup_event(svc) end, true)
   svc.cg_watched = true
   return cg
 end
@@ -786,9 +810,9 @@ function supervisor:_main_pid(svc, pid)
   svc.status, svc.usage = nil, nil -- a first child's exit, already seen, is not the run's
   -- Events are dispatched by descriptor number: a stale one (this fd
   -- closed and its number reused in the same batch) must not count.
-  self:_watch(fd, function()
+  assert(self:_watch(fd, function()
     if svc.mainfd == fd and not fd:alive() then self:_main_exit(svc) end
-  end)
+  end))
 end
 
 -- The status of an exited MAINPID process, where it was re-parented to us
@@ -886,6 +910,11 @@ function supervisor:_spawn_spec(svc, cg)
   local spec = table.move(svc.cmd, 1, #svc.cmd, 1, {})
   for i, a in ipairs(spec) do spec[i] = tostring(a) end
   for k, v in pairs(svc.spawn_extra) do spec[k] = v end
+  if self.nofile and self.nofile[1] < self.nofile[2] and not (svc.spawn_extra.rlimits or {}).nofile then
+    spec.rlimits = {}
+    for k, v in pairs(svc.spawn_extra.rlimits or {}) do spec.rlimits[k] = v end
+    spec.rlimits.nofile = self.nofile
+  end
   spec.cgroup = cg
   spec.cwd = svc.cwd
   spec.stdin = "null"
@@ -931,16 +960,17 @@ function supervisor:_started(svc, child, cg, t, ch)
   svc.watchdog_at, svc.watchdog_deadline, svc.watchdog_fired, svc.watchdog_triggered = nil, nil, nil, nil
   svc.main_exited = nil
   svc.out, svc.err = child.stdout, child.stderr
-  self:_watch(child, function() self:_child_exit(svc) end)
-  self:_watch(svc.out, function() self:_drain(svc, "out") end)
-  self:_watch(svc.err, function() self:_drain(svc, "err") end)
+  -- (descriptors already open: only epoll's own ENOMEM could fail here)
+  assert(self:_watch(child, function() self:_child_exit(svc) end))
+  assert(self:_watch(svc.out, function() self:_drain(svc, "out") end))
+  assert(self:_watch(svc.err, function() self:_drain(svc, "err") end))
   if ch.notify then
     svc.notify = ch.notify
-    self:_watch(ch.notify, function() self:_notify(svc) end)
+    assert(self:_watch(ch.notify, function() self:_notify(svc) end))
   end
   if ch.readyr then
     svc.readyp = ch.readyr
-    self:_watch(ch.readyr, function() self:_readyfd(svc) end)
+    assert(self:_watch(ch.readyr, function() self:_readyfd(svc) end))
   end
   svc.state = "starting"
   if svc.ready_mode == nil then self:_set_ready(svc) end
@@ -1469,6 +1499,10 @@ function supervisor:close()
     self.subreaper = nil
   end
   live[self] = nil
+  if self.nofile then
+    core.nofile_hold(false)
+    self.nofile = nil
+  end
   if self.own_cg then self.cg:close() end
   if self.ep then self.ep:close() end
 end
@@ -1558,7 +1592,10 @@ function supervisor:_accept()
     else
       local conn = { sock = c, inbuf = "", outbuf = "", pid = pid }
       self.conns[c:fileno()] = conn
-      self:_watch(c, function() self:_conn_read(conn) end)
+      if not self:_watch(c, function() self:_conn_read(conn) end) then
+        self.conns[c:fileno()] = nil
+        c:close()
+      end
     end
   end
 end
