@@ -98,7 +98,9 @@ static ssize_t pipe_fill(struct lpipe *p, size_t want)
 static void buf_take(lua_State *L, struct lpipe *p, size_t n, size_t skip)
 {
 	lua_pushlstring(L, p->buf, n);
-	memmove(p->buf, p->buf + n + skip, p->len - n - skip);
+	/* Nothing was ever buffered (buf still NULL): nothing to move. */
+	if (p->len > 0)
+		memmove(p->buf, p->buf + n + skip, p->len - n - skip);
 	p->len -= n + skip;
 }
 
