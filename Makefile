@@ -31,7 +31,7 @@ LLVM_STRIP ?= llvm-strip
 BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 
 CORE_SRC := csrc/util.c csrc/fork.c csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c csrc/cgroup_id.c \
-	csrc/bpf_snapshot.c csrc/cmdline.c csrc/events.c csrc/procinfo.c csrc/cgroup_path.c csrc/signals.c csrc/safe_dir.c
+	csrc/bpf_snapshot.c csrc/cmdline.c csrc/events.c csrc/procinfo.c csrc/cgroup_path.c csrc/signals.c csrc/safe_dir.c csrc/fd_drop.c
 BIND_SRC := csrc/lua_core.c csrc/lua_handle.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c \
 	csrc/lua_events.c csrc/lua_dir.c csrc/lua_procinfo.c csrc/lua_signals.c csrc/lua_timer.c csrc/lua_self.c \
 	csrc/lua_unix.c csrc/lua_spawn.c csrc/lua_pipe.c

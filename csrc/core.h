@@ -287,6 +287,17 @@ void tk_cmdline_fork(enum tk_fork_phase phase);
 void tk_events_fork(enum tk_fork_phase phase);
 void tk_cgroup_mount_fork(enum tk_fork_phase phase);
 
+/* Descriptors handed to us by another process, closed on short-lived
+ * threads of their own (fd_drop.c): their last close may block as long as
+ * the sender wants. A socket holds a tk_fd_drops (refcounted with its
+ * threads); tk_fd_drop: 0, or -errno with the fds left to the caller;
+ * tk_fd_drops_inflight: its messages still closing. */
+struct tk_fd_drops;
+struct tk_fd_drops *tk_fd_drops_new(void);
+void tk_fd_drops_put(struct tk_fd_drops *d);
+int tk_fd_drops_inflight(const struct tk_fd_drops *d);
+int tk_fd_drop(struct tk_fd_drops *d, const int *fds, size_t n);
+
 #ifndef TK_NO_BPF
 /* For other BPF objects (events): a load between these two is serialised
  * with libbpf's messages captured, and tk_bpf_explain writes the reason of

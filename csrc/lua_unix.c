@@ -30,6 +30,7 @@ struct lunix {
 	struct tk_handle h; /* first: the handle base */
 	enum ux_kind kind;
 	int sender_pidfds; /* datagrams carry SCM_PIDFD */
+	struct tk_fd_drops *drops; /* datagram sockets: passed fds closing */
 };
 
 #define MAX_READ (1 << 20)
@@ -40,13 +41,26 @@ static struct lunix *ux_check(lua_State *L, int idx)
 	return (struct lunix *)tk_handle_check(L, idx, TK_UNIX_MT);
 }
 
+/* close, __gc and __close (lua_handle.c): the socket, and its share of
+ * the count its closing threads still hold. */
+static void ux_release(lua_State *L, struct tk_handle *h)
+{
+	struct lunix *u = (struct lunix *)h;
+
+	(void)L;
+	close(h->fd);
+	tk_fd_drops_put(u->drops);
+	u->drops = NULL;
+}
+
 static struct lunix *ux_new(lua_State *L, int fd, enum ux_kind kind)
 {
 	struct lunix *u = lua_newuserdatauv(L, sizeof *u, 0);
-	tk_handle_init(&u->h, kind_names[kind], "r", NULL);
+	tk_handle_init(&u->h, kind_names[kind], "r", ux_release);
 	u->h.fd = fd;
 	u->kind = kind;
 	u->sender_pidfds = 0;
+	u->drops = NULL;
 	luaL_setmetatable(L, TK_UNIX_MT);
 	return u;
 }
@@ -83,6 +97,16 @@ static socklen_t ux_addr(lua_State *L, int idx, struct sockaddr_un *sa)
 #define SCM_PIDFD 0x04
 #endif
 
+/* Messages of one socket whose passed descriptors are still closing (each
+ * on its thread, fd_drop.c) beyond which it is not read (recv says EBUSY):
+ * closes stuck on its senders' files would otherwise fill our descriptor
+ * table, and the kernel closes what does not fit in the reader's thread. */
+#define DROPS_INFLIGHT_MAX 16
+
+/* The kernel's SCM_MAX_FD: room for all a message may pass, since those
+ * that do not fit are closed by the kernel in the reader's thread. */
+#define SCM_FDS_MAX 253
+
 /* A socket bound at name beneath the checked directory dirfd (lua_dir.c's
  * dir:bind): a datagram socket whose every message names its sender, or a
  * listening stream socket. Pushes it, or nil, msg, errno. A datagram
@@ -94,6 +118,7 @@ int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name
                  mode_t mode, uid_t uid, gid_t gid, int by_start_time)
 {
 	int one = 1, fd, r = 0, pidfds = 0;
+	struct tk_fd_drops *drops = NULL;
 	struct lunix *u;
 
 	fd = socket(AF_UNIX, (dgram ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -105,6 +130,10 @@ int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name
 		if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0 ||
 		    (!pidfds && setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) < 0))
 			r = -errno;
+		/* Passed descriptors are taken (systemd-notify's barrier passes
+		 * one and waits for its close) and closed off this thread. */
+		if (r == 0 && (drops = tk_fd_drops_new()) == NULL)
+			r = -ENOMEM;
 	}
 	if (r == 0)
 		r = tk_dir_bind(dirfd, dir_path, name, fd, mode, uid, gid);
@@ -112,11 +141,13 @@ int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name
 		r = -errno;
 	if (r < 0) {
 		close(fd);
+		tk_fd_drops_put(drops);
 		return tk_push_error(L, lua_pushfstring(L, "%s %s/%s", dgram ? "bind" : "listen",
 		                                        dir_path ? dir_path : ".", name), r);
 	}
 	u = ux_new(L, fd, dgram ? UX_DGRAM : UX_LISTEN);
 	u->sender_pidfds = pidfds;
+	u->drops = drops;
 	return 1;
 }
 
@@ -264,7 +295,7 @@ struct sender {
 	struct timespec sent; /* SCM_TIMESTAMPNS (CLOCK_REALTIME), or zero */
 };
 
-static void sender_read(struct msghdr *mh, struct sender *s)
+static void sender_read(struct msghdr *mh, struct sender *s, struct tk_fd_drops *drops)
 {
 	s->uc = (struct ucred){ 0, (uid_t)-1, (gid_t)-1 };
 	s->pidfd = -1;
@@ -279,13 +310,17 @@ static void sender_read(struct msghdr *mh, struct sender *s)
 		else if (c->cmsg_type == SCM_TIMESTAMPNS && c->cmsg_len >= CMSG_LEN(sizeof s->sent))
 			memcpy(&s->sent, CMSG_DATA(c), sizeof s->sent);
 		else if (c->cmsg_type == SCM_RIGHTS) {
-			/* Descriptors nobody asked for would leak: close them. */
+			/* Descriptors nobody asked for: closed, never here (the
+			 * last close may block as long as their sender likes). */
 			size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			for (size_t i = 0; i < n; i++) {
-				int fd;
-				memcpy(&fd, CMSG_DATA(c) + i * sizeof fd, sizeof fd);
-				close(fd);
-			}
+			int fds[SCM_FDS_MAX];
+			if (n > SCM_FDS_MAX)
+				n = SCM_FDS_MAX;
+			memcpy(fds, CMSG_DATA(c), n * sizeof(int));
+			/* No thread to be had: closed here, as before. */
+			if (tk_fd_drop(drops, fds, n) < 0)
+				for (size_t i = 0; i < n; i++)
+					close(fds[i]);
 		}
 	}
 }
@@ -303,14 +338,16 @@ static void sender_read(struct msghdr *mh, struct sender *s)
  * @treturn[1] int gid
  * @treturn[1] pidfd|nil the sender, nil when it is gone or cannot be told
  * @treturn[1] string how the sender is told: "scm_pidfd" or "start time"
- * @treturn[2] nil, message, errno (EAGAIN: nothing pending) */
+ * @treturn[2] nil, message, errno (EAGAIN: nothing pending; EBUSY: not read
+ *   now, as descriptors passed by senders, closed on a thread of their own,
+ *   are stuck closing) */
 static int ux_recv(lua_State *L)
 {
 	struct lunix *u = ux_check(L, 1);
 	char buf[4096];
 	union {
 		char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int)) +
-		       CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(16 * sizeof(int))];
+		       CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(SCM_FDS_MAX * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { buf, sizeof buf };
@@ -321,6 +358,8 @@ static int ux_recv(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	ux_require(L, u, UX_DGRAM, "recv");
+	if (tk_fd_drops_inflight(u->drops) >= DROPS_INFLIGHT_MAX)
+		return tk_push_error(L, "recv: descriptors its senders passed are still being closed", -EBUSY);
 	/* The sender's object first: a memory error once it holds a
 	 * descriptor would leak it. */
 	tk_pidfd_new(L); /* 2 */
@@ -334,7 +373,7 @@ static int ux_recv(lua_State *L)
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return tk_push_error(L, "recv", -errno);
-	sender_read(&mh, &s);
+	sender_read(&mh, &s, u->drops);
 	/* A sender in no pid namespace of ours, or gone already (newer
 	 * kernels give pidfds of exited processes): none to speak of. */
 	if (s.pidfd >= 0 && (s.uc.pid <= 0 || tk_pidfd_alive(s.pidfd) != 1)) {

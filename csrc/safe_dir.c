@@ -133,7 +133,8 @@ static int walk_link(struct walk *w, const char *comp, const struct stat *st, ch
 	return 0;
 }
 
-/* Walks path from / (or the working directory) one component at a time,
+/* Walks path from / (a relative one through the working directory's path)
+ * one component at a time,
  * never following a link the way the kernel would: a link is followed
  * only when root or this uid owns it, so no other user's link redirects
  * the walk (fs.protected_symlinks may be off). With TK_DIR_PRIVATE every
@@ -148,20 +149,27 @@ static int walk(const char *path, int flags, mode_t mode, struct walk *w, char *
 
 	w->made = 0;
 	w->path[0] = '\0';
-	if (pl >= sizeof rest)
-		return -ENAMETOOLONG;
-	memcpy(rest, path, pl + 1);
+	/* A relative path is walked from / too, through the working
+	 * directory's own path: its ancestors are checked like any other. */
 	if (path[0] != '/') {
-		if (!getcwd(w->path, sizeof w->path))
+		size_t cl;
+		if (!getcwd(rest, sizeof rest))
 			return -errno;
-		if (strcmp(w->path, "/") == 0)
-			w->path[0] = '\0';
+		cl = strlen(rest);
+		if (cl + 1 + pl >= sizeof rest)
+			return -ENAMETOOLONG;
+		rest[cl] = '/';
+		memcpy(rest + cl + 1, path, pl + 1);
+	} else if (pl >= sizeof rest) {
+		return -ENAMETOOLONG;
+	} else {
+		memcpy(rest, path, pl + 1);
 	}
-	w->fd = open(path[0] == '/' || w->path[0] == '\0' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	w->fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (w->fd < 0)
 		return -errno;
 	if (private)
-		err = dir_trusted(w->fd, w->path[0] ? w->path : "/", 1, why);
+		err = dir_trusted(w->fd, "/", 1, why);
 	while (err == 0) {
 		struct stat st;
 		char *comp, *end;

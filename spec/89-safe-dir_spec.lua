@@ -215,6 +215,58 @@ describe("dir:bind and socket:recv", function()
     s:close()
   end)
 
+  -- A descriptor passed with SCM_RIGHTS (systemd-notify's barrier passes
+  -- one) is never closed in the reader's thread: its last close can block
+  -- as long as the sender likes (here a TCP socket with SO_LINGER whose
+  -- peer the sender holds and never reads). recv hands it to a thread of
+  -- its own and returns while the sender still holds on.
+  for _, how in ipairs { "scm_pidfd", "start time" } do
+  it("a passed descriptor whose close would block never blocks recv (" .. how .. ")", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    if not io.open("/usr/bin/python3") then return pending("python3 is not installed") end
+    local s = assert(dir:bind("r.sock", "dgram", { mode = octal("666"), sender = how }))
+    local py = assert(takana.spawn { "/usr/bin/python3", "-c", ([[
+import socket, struct, time
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
+c = socket.create_connection(l.getsockname()); peer, _ = l.accept()
+peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+c.setblocking(False)
+try:
+    while True: c.send(b"x" * 65536)
+except BlockingIOError: pass
+u = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+u.sendmsg([b"READY=1"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", c.fileno()))], 0, "%s/r.sock")
+c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 30))
+c.close()
+print("sent", flush=True)
+time.sleep(20)
+print("released", flush=True)
+]]):format(d), stdout = "pipe" })
+    local first = ""
+    for _ = 1, 200 do
+      first = first .. (py.stdout:read() or "")
+      if first:find("\n") then break end
+      takana.poll({ py.stdout }, 0.1)
+    end
+    assert.equal("sent\n", first)
+    local data, pid
+    for _ = 1, 100 do
+      data, pid = s:recv()
+      if data then break end
+      takana.poll({ s }, 0.1)
+    end
+    assert.equal("READY=1", data)
+    assert.equal(py.pid, pid)
+    -- recv came back while the sender still holds the peer (it says
+    -- "released" only after 20 s): the lingering close did not run here
+    assert.equal("", py.stdout:read())
+    assert.is_true(py:alive())
+    py:signal("KILL")
+    py:wait()
+    s:close()
+  end)
+  end
+
   it("binds beneath the fd a name whose full path would not fit a socket address", function()
     local deep = d .. "/" .. string.rep("d", 100)
     local long = assert(core.dir_open(deep, { create = true }))
@@ -466,10 +518,10 @@ describe("audit 3: the supervisor loop", function()
     local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = rt })
     local name = "payments-reconciliation-worker-eu-west-1-primary-shard07"
     local svc = sup:service { name = name, ready = "notify",
-      cmd = { "sh", "-c", "/usr/bin/python3 -c \"import os,socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
-        "s.sendto(b'READY=1', os.environ['NOTIFY_SOCKET'])\"; exec sleep 30" } }
+      cmd = { "sh", "-c", "exec /usr/bin/python3 -c \"import os,socket,time; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
+        "s.sendto(b'READY=1', os.environ['NOTIFY_SOCKET']); time.sleep(30)\"" } }
     assert.equal("_1.notify", svc.notify_name)
-    for _ = 1, 200 do
+    for _ = 1, 600 do
       local ok, err = pcall(sup.step, sup, 0.05)
       assert.is_true(ok, err)
       if svc.state == "running" then break end
@@ -550,8 +602,8 @@ sup:close()
     local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = rt,
       control = rt .. "/ctl.sock" })
     local svc = sup:service { name = "svc", user = 65534, group = 65534, ready = "notify", cmd = { "sh", "-c",
-      "/usr/bin/python3 -c \"import os,socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
-      "s.sendto(b'READY=1\\nSTATUS=ok \\x1b]0;pwned\\x07\\x1b[2J', os.environ['NOTIFY_SOCKET'])\"; exec sleep 30" } }
+      "exec /usr/bin/python3 -c \"import os,socket,time; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
+      "s.sendto(b'READY=1\\nSTATUS=ok \\x1b]0;pwned\\x07\\x1b[2J', os.environ['NOTIFY_SOCKET']); time.sleep(30)\"" } }
     for _ = 1, 200 do
       sup:step(0.05)
       if svc.state == "running" then break end
@@ -599,10 +651,10 @@ describe("issue 21's review", function()
     cgpath, cgname = H.test_cgroup_path()
     local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, runtime = base .. "/rt" })
     local svc = sup:service { name = "web", ready = "notify", cmd = { "sh", "-c",
-      "/usr/bin/python3 -c \"import os,socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
-      "[s.sendto(m, os.environ['NOTIFY_SOCKET']) for m in (b'hello', b'lower=1', b'=x', b'X9=1\\nREADY=1')]\"; " ..
-      "exec sleep 30" } }
-    for _ = 1, 200 do
+      "exec /usr/bin/python3 -c \"import os,socket,time; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); " ..
+      "[s.sendto(m, os.environ['NOTIFY_SOCKET']) for m in (b'hello', b'lower=1', b'=x', b'X9=1\\nREADY=1')]; " ..
+      "time.sleep(30)\"" } }
+    for _ = 1, 600 do
       local ok, err = pcall(sup.step, sup, 0.05)
       assert.is_true(ok, err)
       if svc.state == "running" then break end
@@ -690,5 +742,81 @@ describe("issue 21's review", function()
     a:close()
     b:close()
     os.execute("rmdir " .. H.shell_quote(a.runtime) .. " " .. H.shell_quote(b.runtime))
+  end)
+end)
+
+-- A second fresh review's findings, each kept as a spec.
+describe("issue 21's second review", function()
+  local cgpath, cgname, base
+  before_each(function()
+    base = tmpdir("1777")
+    assert(os.execute("chmod 1777 " .. base))
+  end)
+  after_each(function()
+    rm(base)
+    if cgpath then H.cgroup_cleanup(cgpath) cgpath = nil end
+  end)
+
+  it("what a service wrote reaches a terminal inert: ctl status text and ctl --json", function()
+    local util = require "takana.util"
+    local S = require "takana.supervisor"
+    local hostile = "A\27]0;pwn\7B\194\15531mC\155D\226\128\174E\192\155F\226\129\166G é😀"
+    assert.equal("A\\x1b]0;pwn\\x07B\\u009b31mC\\x9bD\\u202eE\\xc0\\x9bF\\u2066G é😀", util.printable(hostile))
+    local json = S.json_encode { status = hostile }
+    assert.is_nil(json:find("[\0-\31\127-\255]"))
+    assert.equal('{"status":"A\\u001b]0;pwn\\u0007B\\u009b31mC\\ufffdD\\u202eE\\ufffd\\ufffdF\\u2066G ' ..
+      '\\u00e9\\ud83d\\ude00"}', json)
+    local text = S.format_status { { name = "svc", state = "running", status = hostile, restarts = "x",
+      last_exit = { error = "\27[2J" } } }
+    assert.is_nil(text:find("\27", 1, true))
+    assert.is_nil(text:find("\155", 1, true))
+    assert.matches("restarts: 0", text)
+  end)
+
+  it("a relative path is checked from / like an absolute one", function()
+    local why = why_not_root()
+    if why then return pending(why) end
+    as_nobody("mkdir -m 755 " .. base .. "/att")
+    assert(os.execute("mkdir -m 755 " .. base .. "/att/adm"))
+    local here = lfs.currentdir()
+    assert(lfs.chdir(base .. "/att/adm"))
+    local ok, dir, err, errno = pcall(core.dir_open, "rt", { create = true, private = true })
+    local ok2, dir2, err2 = pcall(core.dir_open, "../rt2", { create = true, private = true })
+    assert(lfs.chdir(here))
+    assert.is_true(ok, dir)
+    assert.is_nil(dir)
+    assert.equal(E.EPERM, errno)
+    assert.matches("/att is owned by uid 65534", err)
+    assert.is_true(ok2, dir2)
+    assert.is_nil(dir2)
+    assert.matches("/att is owned by uid 65534", err2)
+    assert.is_nil(lfs.attributes(base .. "/att/adm/rt"))
+    assert.is_nil(lfs.attributes(base .. "/att/rt2"))
+  end)
+
+  it("a rotation that cannot move a file stops with the reason and removes nothing", function()
+    local why = why_not_root()
+    if why then return pending(why) end
+    if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted") end
+    cgpath, cgname = H.test_cgroup_path()
+    local logs = base .. "/logs"
+    assert(os.execute("mkdir -m 1777 " .. logs .. " && chmod 1777 " .. logs))
+    as_nobody("mkdir -p " .. logs .. "/svc.log.1/keep " .. logs .. "/svc.log.2/keep")
+    local sup = assert(takana.supervisor { cgroup = cgname .. "/sup", signals = false, log = logs,
+      runtime = base .. "/rt", log_size = 300, log_files = 3 })
+    local svc = sup:service { name = "svc", restart = "never",
+      cmd = { "sh", "-c", "i=1; while [ $i -le 40 ]; do echo line $i; i=$((i+1)); done" } }
+    for _ = 1, 200 do
+      sup:step(0.05)
+      if svc.last_exit then break end
+    end
+    assert.truthy(svc.last_exit)
+    assert.matches("^rotation: rename .*svc.log.1", svc.log_error)
+    sup:shutdown()
+    for _ = 1, 100 do if not sup:step(0.05) then break end end
+    sup:close()
+    local text = H.read(logs .. "/svc.log")
+    assert.matches("stdout line 1\n", text)
+    assert.matches("stdout line 40\n$", text)
   end)
 end)

@@ -983,7 +983,10 @@ function M.ctl(args)
   elseif not r.ok then
     io.stderr:write("takana ctl: ", printable(tostring(r.error)), "\n")
   elseif cmd == "status" then
-    io.write(S.format_status(r.services))
+    -- (an answer of the wrong shape is the server's fault, said as such)
+    local ok, text = pcall(S.format_status, r.services)
+    if not ok then fail("ctl: " .. sock .. ": a malformed status answer: " .. printable(tostring(text))) end
+    io.write(text)
   elseif cmd == "logs" then
     for _, l in ipairs(r.lines) do io.write(printable(l), "\n") end
   end

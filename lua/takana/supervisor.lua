@@ -30,6 +30,35 @@ local argerror, nargs, check_options = util.argerror, util.nargs, util.check_opt
 local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
   ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
 
+-- A JSON string of pure ASCII: control characters and every non-ASCII
+-- character escaped as \uXXXX (a pair past U+FFFF), so what a service
+-- wrote reaches a terminal printing `ctl --json` inert (U+009B is CSI to
+-- one in UTF-8 mode); a byte that is not valid UTF-8 becomes U+FFFD.
+local function json_string(v)
+  if not v:find('[%c"\\\128-\255]') then return v end
+  local out, i, n = {}, 1, #v
+  while i <= n do
+    local c = v:byte(i)
+    if c < 0x80 then
+      local ch = string.char(c)
+      out[#out + 1] = escapes[ch] or ((c < 32 or c == 127) and ("\\u%04x"):format(c)) or ch
+      i = i + 1
+    else
+      local ok, cp = pcall(utf8.codepoint, v, i)
+      if not ok then cp = 0xfffd end
+      if cp > 0xffff then
+        cp = cp - 0x10000
+        out[#out + 1] = ("\\u%04x\\u%04x"):format(0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff))
+        cp = cp + 0x10000
+      else
+        out[#out + 1] = ("\\u%04x"):format(cp)
+      end
+      i = i + (ok and #utf8.char(cp) or 1)
+    end
+  end
+  return table.concat(out)
+end
+
 local function encode(v, out)
   local t = type(v)
   if t == "nil" then out[#out + 1] = "null"
@@ -39,11 +68,7 @@ local function encode(v, out)
     elseif math.type(v) == "integer" then out[#out + 1] = tostring(v)
     else out[#out + 1] = ("%.17g"):format(v) end
   elseif t == "string" then
-    out[#out + 1] = '"' .. v:gsub('[%c"\\\128-\255]', function(c)
-      if escapes[c] then return escapes[c] end
-      if c:byte() < 32 or c:byte() == 127 then return ("\\u%04x"):format(c:byte()) end
-      return c
-    end) .. '"'
+    out[#out + 1] = '"' .. json_string(v) .. '"'
   elseif t == "table" then
     local n = #v
     if n > 0 or next(v) == nil and getmetatable(v) == M.array then
@@ -75,8 +100,9 @@ end
 
 M.array = {}
 
---- Encodes a Lua value as one line of JSON (invalid UTF-8 passes through
--- as bytes; control characters are escaped).
+--- Encodes a Lua value as one line of JSON, pure ASCII: control and
+-- non-ASCII characters escaped as \uXXXX, a byte that is not valid UTF-8
+-- as U+FFFD.
 function M.json_encode(v)
   local out = {}
   encode(v, out)
@@ -636,13 +662,23 @@ function supervisor:_log_file(svc, dir, text)
   svc.logf:write(text, "\n")
   svc.log_bytes = svc.log_bytes + #text + 1
   if svc.log_bytes >= self.log_size then
-    svc.logf:close()
-    svc.logf = nil
+    -- Each file moves one place down, the current one last (it stays open
+    -- meanwhile). A rename that fails (something else at a name: a
+    -- directory planted in a sticky log directory) stops the rotation with
+    -- the reason and writing goes on where it was: nothing is removed
+    -- that was not moved first.
     local d = svc.logd
     for i = self.log_files - 1, 1, -1 do
-      d:rename(i == 1 and name or (name .. "." .. (i - 1)), name .. "." .. i)
+      local ok, rerr, rerrno = d:rename(i == 1 and name or (name .. "." .. (i - 1)), name .. "." .. i)
+      if not ok and rerrno ~= ENOENT then
+        svc.log_error = "rotation: " .. tostring(rerr)
+        svc.log_bytes = 0
+        return
+      end
     end
-    d:unlink(name)
+    svc.logf:close()
+    svc.logf = nil
+    if self.log_files <= 1 then d:unlink(name) end
   end
 end
 
@@ -713,8 +749,18 @@ end
 function supervisor:_notify(svc)
   for _ = 1, self.notify_batch do
     if not svc.notify then return end
-    local data, pid, _, _, sender = svc.notify:recv()
-    if not data then return end -- EAGAIN: drained (other errors: next wake-up)
+    local data, pid, uid, _, sender = svc.notify:recv()
+    if not data then
+      -- (nil, message, errno) EAGAIN: drained. EBUSY: descriptors senders
+      -- passed are stuck closing on their own thread (kernels before 6.16
+      -- cannot refuse them): the socket is left unread for a second, else
+      -- the loop would spin on it.
+      if uid == E.EBUSY then
+        self:_unwatch(svc.notify)
+        svc.notify_paused = now() + 1
+      end
+      return
+    end
     -- Only processes of this service's cgroup (or below it) may speak for
     -- it, as systemd decides. The sender is held by a pidfd (the kernel's,
     -- or one checked to have started before the message was queued), and
@@ -1134,7 +1180,7 @@ function supervisor:_maybe_finished(svc)
   self:_drain(svc, "err")
   close_obj(self, svc.out) svc.out = nil
   close_obj(self, svc.err) svc.err = nil
-  close_obj(self, svc.notify) svc.notify = nil
+  close_obj(self, svc.notify) svc.notify, svc.notify_paused = nil, nil
   close_obj(self, svc.readyp) svc.readyp = nil
   -- The cgroup's last exit can be handled before the main pidfd's.
   if svc.mainfd and not svc.mainfd:alive() then
@@ -1350,6 +1396,10 @@ function supervisor:_tick()
   local t = now()
   for _, name in ipairs(self.order) do
     local svc = self.services[name]
+    if svc and svc.notify_paused and t >= svc.notify_paused then
+      svc.notify_paused = nil
+      if svc.notify then assert(self:_watch(svc.notify, function() self:_notify(svc) end)) end
+    end
     if svc and svc.watchdog_deadline and t >= svc.watchdog_deadline
       and (svc.state == "running" or (svc.state == "starting" and svc.watchdog_triggered)) then
       self:_watchdog_fire(svc)
@@ -1412,6 +1462,7 @@ function supervisor:timeout()
     local at = svc.deadline
     local wd = (svc.state == "running" or svc.state == "starting") and svc.watchdog_deadline
     if wd and (not at or wd < at) then at = wd end
+    if svc.notify_paused and (not at or svc.notify_paused < at) then at = svc.notify_paused end
     if at then
       local d = math.max(0, at - t)
       if not best or d < best then best = d end
@@ -1750,7 +1801,8 @@ function M.format_status(services)
     local dot = s.state == "running" and "*" or (s.state == "failed" and "x" or "o")
     out[#out + 1] = ("%s %s - %s%s"):format(dot, s.name, s.state, s.reason and (": " .. s.reason) or "")
     out[#out + 1] = ("    pid: %s  uptime: %s  restarts: %d  ready: %s%s"):format(
-      s.pid and tostring(s.pid) or "-", fmt_secs(s.uptime), s.restarts or 0, s.ready and "yes" or "no",
+      s.pid and tostring(s.pid) or "-", fmt_secs(tonumber(s.uptime)), math.tointeger(tonumber(s.restarts)) or 0,
+      s.ready and "yes" or "no",
       s.adopted and "  (adopted)" or "")
     out[#out + 1] = "    last exit: " .. exit_words(s.last_exit) ..
       (s.next_start and ("  next start in " .. fmt_secs(s.next_start)) or "")

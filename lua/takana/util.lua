@@ -53,12 +53,37 @@ function M.check_options(fname, n, opts, spec, how)
 end
 
 -- Whole file, or nil, "path: message", errno.
+-- Whether code point cp is shown escaped: C0 controls and DEL, the C1
+-- controls (U+0080..U+009F: CSI is U+009B) and the bidirectional
+-- overrides and isolates, which reorder what a terminal shows.
+local function hidden(cp)
+  return cp < 0x20 or (cp >= 0x7f and cp <= 0x9f) or (cp >= 0x202a and cp <= 0x202e)
+    or (cp >= 0x2066 and cp <= 0x2069)
+end
+
 -- Text a process chose (a comm, STATUS=, a log line) made safe for a
--- terminal: C0 controls and DEL as "\x1b", and the C1 controls UTF-8 spells
--- as two bytes (U+0080..U+009F: CSI is U+009B) as "\u009b".
+-- terminal: what `hidden` names as "\x1b" or "\u202e", and each byte that
+-- is not part of valid UTF-8 (a lone 0x9b is CSI to an 8-bit terminal) as
+-- "\x9b"; the rest unchanged.
 function M.printable(text)
-  return (text:gsub("%c", function(c) return ("\\x%02x"):format(c:byte()) end)
-    :gsub("\194([\128-\159])", function(c) return ("\\u%04x"):format(c:byte()) end))
+  if not text:find("[%c\128-\255]") then return text end
+  local out, i, n = {}, 1, #text
+  while i <= n do
+    local ok, cp = pcall(utf8.codepoint, text, i)
+    if not ok then
+      out[#out + 1] = ("\\x%02x"):format(text:byte(i))
+      i = i + 1
+    else
+      local len = #utf8.char(cp)
+      if hidden(cp) then
+        out[#out + 1] = cp < 0x80 and ("\\x%02x"):format(cp) or ("\\u%04x"):format(cp)
+      else
+        out[#out + 1] = text:sub(i, i + len - 1)
+      end
+      i = i + len
+    end
+  end
+  return table.concat(out)
 end
 
 function M.read_file(path)

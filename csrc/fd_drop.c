@@ -1,0 +1,104 @@
+/* Descriptors another process handed us (SCM_RIGHTS on a notify socket:
+ * systemd-notify's barrier, or anything a sender likes), closed on a thread
+ * of their own. The last close of a file can block as long as its sender
+ * wants (a TCP socket with SO_LINGER whose peer never reads; a FUSE file
+ * whose FLUSH is never answered), and it runs in the thread that makes it:
+ * a supervisor's loop must never make it. One short-lived thread a message
+ * closes that message's descriptors; a socket counts its own in flight, so
+ * a sender that makes closes hang stalls only the sockets it can reach. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core.h"
+
+struct tk_fd_drops {
+	atomic_int inflight; /* messages whose descriptors are still closing */
+	atomic_int refs;     /* the socket's, and one a closing thread */
+};
+
+struct drop_job {
+	struct tk_fd_drops *owner;
+	size_t n;
+	int fds[];
+};
+
+struct tk_fd_drops *tk_fd_drops_new(void)
+{
+	struct tk_fd_drops *d = malloc(sizeof *d);
+
+	if (d) {
+		atomic_init(&d->inflight, 0);
+		atomic_init(&d->refs, 1);
+	}
+	return d;
+}
+
+void tk_fd_drops_put(struct tk_fd_drops *d)
+{
+	if (d && atomic_fetch_sub(&d->refs, 1) == 1)
+		free(d);
+}
+
+int tk_fd_drops_inflight(const struct tk_fd_drops *d)
+{
+	return d ? atomic_load(&d->inflight) : 0;
+}
+
+static void *drop_main(void *arg)
+{
+	struct drop_job *job = arg;
+	struct linger off = { 0, 0 };
+
+	for (size_t i = 0; i < job->n; i++) {
+		/* A socket lingering on its close is reset instead: the wait
+		 * its sender set up is not ours to sit through. */
+		(void)setsockopt(job->fds[i], SOL_SOCKET, SO_LINGER, &off, sizeof off);
+		close(job->fds[i]);
+	}
+	atomic_fetch_sub(&job->owner->inflight, 1);
+	tk_fd_drops_put(job->owner);
+	free(job);
+	return NULL;
+}
+
+int tk_fd_drop(struct tk_fd_drops *d, const int *fds, size_t n)
+{
+	struct drop_job *job;
+	pthread_attr_t attr;
+	sigset_t all, old;
+	pthread_t t;
+	int err;
+
+	if (n == 0)
+		return 0;
+	job = malloc(sizeof *job + n * sizeof *fds);
+	if (job == NULL)
+		return -ENOMEM;
+	job->owner = d;
+	job->n = n;
+	memcpy(job->fds, fds, n * sizeof *fds);
+	atomic_fetch_add(&d->inflight, 1);
+	atomic_fetch_add(&d->refs, 1);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 64 * 1024);
+	/* No signal is ever this thread's to take. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = -pthread_create(&t, &attr, drop_main, job);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (err < 0) {
+		atomic_fetch_sub(&d->inflight, 1);
+		atomic_fetch_sub(&d->refs, 1);
+		free(job);
+	}
+	return err;
+}
