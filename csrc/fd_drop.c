@@ -88,7 +88,7 @@ int tk_fd_drop(struct tk_fd_drops *d, const int *fds, size_t n)
 	atomic_fetch_add(&d->refs, 1);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 64 * 1024);
+	pthread_attr_setstacksize(&attr, (size_t)64 * 1024);
 	/* No signal is ever this thread's to take. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);

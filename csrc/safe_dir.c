@@ -147,6 +147,7 @@ static int walk(const char *path, int flags, mode_t mode, struct walk *w, char *
 	char rest[PATH_MAX], *p = rest;
 	size_t pl = strlen(path);
 
+	w->fd = -1;
 	w->made = 0;
 	w->path[0] = '\0';
 	/* A relative path is walked from / too, through the working
@@ -154,7 +155,7 @@ static int walk(const char *path, int flags, mode_t mode, struct walk *w, char *
 	if (path[0] != '/') {
 		size_t cl;
 		if (!getcwd(rest, sizeof rest))
-			return -errno;
+			return errno ? -errno : -ENOENT;
 		cl = strlen(rest);
 		if (cl + 1 + pl >= sizeof rest)
 			return -ENAMETOOLONG;
@@ -252,6 +253,7 @@ int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *
 
 	if (why)
 		why[0] = '\0';
+	w.path[0] = '\0';
 	err = walk(path, flags, mode, &w, why);
 	if (err < 0)
 		return err;
