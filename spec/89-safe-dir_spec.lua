@@ -295,7 +295,10 @@ local s = assert(dir:bind("r.sock", "dgram", { mode = 438, sender = %q }))
 local send = { "/usr/bin/python3", "-c",
   "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'WATCHDOG=trigger', '%s/r.sock')" }
 -- a live sender first: it is the sender
-local keep = assert(takana.spawn { "/usr/bin/python3", "-c", send[3] .. "; import time; time.sleep(5)" })
+-- (python's environment without the ASan runtime make test-asan preloads)
+local env = { PATH = "/usr/bin:/bin" }
+send.env = env
+local keep = assert(takana.spawn { "/usr/bin/python3", "-c", send[3] .. "; import time; time.sleep(5)", env = env })
 local data, pid, sender, got
 for _ = 1, 200 do
   data, pid, _, _, sender, got = s:recv()
@@ -314,7 +317,7 @@ p:wait()
 takana.poll({}, 0.05)
 local w = assert(io.open("/proc/sys/kernel/ns_last_pid", "w"))
 w:write(tostring(spid - 1)) w:close()
-local later = assert(takana.spawn { "sleep", "5" })
+local later = assert(takana.spawn { "sleep", "5", env = env })
 assert(later.pid == spid, "pid not reused: " .. later.pid .. " vs " .. spid)
 data, pid, _, _, sender, got = s:recv()
 later:signal("KILL") later:wait()
@@ -610,8 +613,11 @@ sup:close()
     end
     assert.equal("running", svc.state)
     assert.equal("ok \27]0;pwned\7\27[2J", svc.status_text)
-    local ctl = assert(takana.spawn { "lua5.4", "bin/takana", "ctl", rt .. "/ctl.sock", "status", stdout = "pipe",
-      env = { LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;", LUA_CPATH = "./?.so;;", PATH = os.getenv("PATH") } })
+    local argv = { table.unpack(H.lua_argv) }
+    for _, a in ipairs { "bin/takana", "ctl", rt .. "/ctl.sock", "status" } do argv[#argv + 1] = a end
+    argv.stdout = "pipe"
+    argv.env = { LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;", LUA_CPATH = "./?.so;;", PATH = os.getenv("PATH") }
+    local ctl = assert(takana.spawn(argv))
     local text = ""
     for _ = 1, 200 do
       sup:step(0.02)
