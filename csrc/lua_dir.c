@@ -14,6 +14,7 @@
 
 struct ldir {
 	struct tk_handle h; /* first: the handle base */
+	int made;           /* dir_open made the directory itself */
 	char path[PATH_MAX];
 };
 
@@ -86,9 +87,10 @@ static int l_dir_open(lua_State *L)
 		lua_pop(L, 3);
 	}
 	d = lua_newuserdatauv(L, sizeof *d, 0);
+	d->made = 0;
 	tk_handle_init(&d->h, "directory", "r", NULL);
 	luaL_setmetatable(L, TK_DIR_MT);
-	fd = tk_dir_open(path, flags, mode, d->path, why);
+	fd = tk_dir_open(path, flags, mode, d->path, &d->made, why);
 	if (fd < 0)
 		return push_refusal(L, lua_pushfstring(L, "directory %s", path), fd, why);
 	if (!(flags & TK_DIR_PRIVATE))
@@ -107,6 +109,18 @@ static int dir_path(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	lua_pushstring(L, d->path);
+	return 1;
+}
+
+/*** Whether dir_open made the directory (not the ones above it): what a
+ * caller that cleans up after itself may remove again.
+ * @function dir:made */
+static int dir_made(lua_State *L)
+{
+	struct ldir *d = dir_check(L, 1);
+
+	tk_check_nargs(L, 1);
+	lua_pushboolean(L, d->made);
 	return 1;
 }
 
@@ -280,7 +294,7 @@ static int l_textfile_write(lua_State *L)
 
 	tk_check_nargs(L, 3);
 	luaL_argcheck(L, strlen(name) <= NAME_MAX - 16, 2, "a name of at most 239 bytes expected");
-	fd = tk_dir_open(path, 0, 0, NULL, why);
+	fd = tk_dir_open(path, 0, 0, NULL, NULL, why);
 	if (fd < 0)
 		return push_refusal(L, lua_pushfstring(L, "textfile directory %s", path), fd, why);
 	r = tk_dir_replace(fd, name, data, len, 0644, &step);
@@ -295,6 +309,7 @@ void tk_dir_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "path", dir_path },
+		{ "made", dir_made },
 		{ "append", dir_append },
 		{ "rename", dir_rename },
 		{ "unlink", dir_unlink },

@@ -245,7 +245,7 @@ static int walk(const char *path, int flags, mode_t mode, struct walk *w, char *
 	return err;
 }
 
-int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *why)
+int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, int *made, char *why)
 {
 	struct walk w;
 	struct stat st;
@@ -259,6 +259,8 @@ int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *
 		return err;
 	if (resolved)
 		memcpy(resolved, w.path, strlen(w.path) + 1);
+	if (made)
+		*made = w.made;
 	if (!(flags & TK_DIR_PRIVATE)) {
 		err = dir_trusted(w.fd, path, 0, why);
 	} else if (fstat(w.fd, &st) < 0) {

@@ -31,11 +31,12 @@ int tk_name_check(const char *name, size_t len);
 /* Opens the directory at path (O_DIRECTORY, O_CLOEXEC), walked one
  * component at a time: a symbolic link is followed only when root or this
  * uid owns it. The directory is refused when others can write it, unless
- * sticky and owned by root or this uid. A directory made here gets `mode`;
- * one that exists keeps its own. *resolved (PATH_MAX bytes, may be NULL)
- * gets the path without links. Returns the fd, or -errno; a refusal
- * (-EPERM, -ELOOP, -ENOTDIR) fills why. */
-int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, char *why);
+ * sticky and owned by root or this uid. A directory made here gets `mode`
+ * (and *made, when not NULL, is 1); one that exists keeps its own.
+ * *resolved (PATH_MAX bytes, may be NULL) gets the path without links.
+ * Returns the fd, or -errno; a refusal (-EPERM, -ELOOP, -ENOTDIR) fills
+ * why. */
+int tk_dir_open(const char *path, int flags, mode_t mode, char *resolved, int *made, char *why);
 
 /* Opens the regular file name beneath dirfd for writing (O_APPEND when
  * append), creating it with `mode` (set by fchmod, whatever the umask):

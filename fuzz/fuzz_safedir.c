@@ -66,7 +66,7 @@ static void check_walk(const char *path, int flags)
 {
 	char resolved[PATH_MAX], why[TK_WHY_LEN], real[PATH_MAX];
 	struct stat by_fd, by_path;
-	int fd = tk_dir_open(path, flags, 0700, resolved, why);
+	int fd = tk_dir_open(path, flags, 0700, resolved, NULL, why);
 
 	if (fd < 0) {
 		if (memchr(why, '\0', sizeof why) == NULL)

@@ -588,10 +588,10 @@ describe("takana.supervisor", function()
     local function write(adopt)
       local f = assert(io.open(file, "w"))
       f:write(([[
-local sup = assert(require("takana").supervisor { cgroup = %q, control = %q, adopt = %s })
+local sup = assert(require("takana").supervisor { cgroup = %q, control = %q, runtime = %q, adopt = %s })
 sup:service { name = "svc", cmd = { "sleep", "100" } }
 return sup
-]]):format(boxname .. "/sup", dir .. "/ctl.sock", tostring(adopt)))
+]]):format(boxname .. "/sup", dir .. "/ctl.sock", dir, tostring(adopt)))
       f:close()
     end
     local function supervise()
@@ -712,11 +712,11 @@ return sup
     local file = dir .. "/sup.lua"
     local f = assert(io.open(file, "w"))
     f:write(([[
-local sup = assert(require("takana").supervisor { cgroup = %q, control = %q })
+local sup = assert(require("takana").supervisor { cgroup = %q, control = %q, runtime = %q })
 sup:service { name = "a", cmd = { "sh", "-c", "echo hello from a; exec sleep 100" } }
 sup:service { name = "b", cmd = { "sleep", "100" }, depends = { "a" } }
 return sup
-]]):format(boxname .. "/sup", dir .. "/ctl.sock"))
+]]):format(boxname .. "/sup", dir .. "/ctl.sock", dir))
     f:close()
     local argv = { table.unpack(H.lua_argv) }
     for _, a in ipairs { "bin/takana", "supervise", file } do argv[#argv + 1] = a end

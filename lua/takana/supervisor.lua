@@ -1541,8 +1541,15 @@ function supervisor:close()
   end
   for _, d in pairs(self.logdirs or {}) do d:close() end
   self.logdirs = {}
-  if self.ctl_dir then self.ctl_dir:close() end
-  if self.rtdir then self.rtdir:close() end
+  -- Directories this supervisor made go with it once empty (a socket of
+  -- another run still there keeps them).
+  for _, k in ipairs { "ctl_dir", "rtdir" } do
+    local d = self[k]
+    if d then
+      if d:made() then os.remove(d:path()) end
+      d:close()
+    end
+  end
   if self.sigfd then self.sigfd:close() end
   if self.subreaper then
     self:_reap(false)
