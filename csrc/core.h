@@ -297,6 +297,9 @@ struct tk_fd_drops *tk_fd_drops_new(void);
 void tk_fd_drops_put(struct tk_fd_drops *d);
 int tk_fd_drops_inflight(const struct tk_fd_drops *d);
 int tk_fd_drop(struct tk_fd_drops *d, const int *fds, size_t n);
+/* What a closing thread does, in the caller's: a lingering socket reset,
+ * a unix socket emptied and what it held defused first, then close. */
+void tk_fd_close_defused(int fd);
 
 #ifndef TK_NO_BPF
 /* For other BPF objects (events): a load between these two is serialised

@@ -51,17 +51,70 @@ int tk_fd_drops_inflight(const struct tk_fd_drops *d)
 	return d ? atomic_load(&d->inflight) : 0;
 }
 
+/* The kernel's limit on unix sockets passed inside unix sockets. */
+#define NEST_MAX 4
+/* Messages read out of one passed unix socket before it is closed as it
+ * is (its sender may keep filling it). */
+#define DRAIN_MAX 1024
+#define SCM_FDS_MAX 253
+
+/* Closes fd so that no wait its sender set up is ours to sit through: a
+ * lingering socket is reset; a unix socket is emptied first, each
+ * descriptor queued in it defused the same way (a TCP socket with
+ * SO_LINGER inside a unix socket would otherwise be released, and waited
+ * for, by this close). What still blocks (a FUSE file whose FLUSH is never
+ * answered) blocks only the calling thread. */
+static void defuse_close(int fd, int depth)
+{
+	struct linger off = { 0, 0 };
+	int domain = 0;
+	socklen_t len = sizeof domain;
+
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof off);
+	if (depth < NEST_MAX && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+	    domain == AF_UNIX) {
+		for (int m = 0; m < DRAIN_MAX; m++) {
+			union {
+				char b[CMSG_SPACE(SCM_FDS_MAX * sizeof(int))];
+				struct cmsghdr align;
+			} ctl;
+			char byte;
+			struct iovec iov = { &byte, 1 };
+			struct msghdr mh;
+			memset(&mh, 0, sizeof mh);
+			mh.msg_iov = &iov;
+			mh.msg_iovlen = 1;
+			mh.msg_control = ctl.b;
+			mh.msg_controllen = sizeof ctl.b;
+			if (recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0)
+				break;
+			for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+				size_t n;
+				if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+					continue;
+				n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+				for (size_t i = 0; i < n; i++) {
+					int inner;
+					memcpy(&inner, CMSG_DATA(c) + i * sizeof inner, sizeof inner);
+					defuse_close(inner, depth + 1);
+				}
+			}
+		}
+	}
+	close(fd);
+}
+
+void tk_fd_close_defused(int fd)
+{
+	defuse_close(fd, 0);
+}
+
 static void *drop_main(void *arg)
 {
 	struct drop_job *job = arg;
-	struct linger off = { 0, 0 };
 
-	for (size_t i = 0; i < job->n; i++) {
-		/* A socket lingering on its close is reset instead: the wait
-		 * its sender set up is not ours to sit through. */
-		(void)setsockopt(job->fds[i], SOL_SOCKET, SO_LINGER, &off, sizeof off);
-		close(job->fds[i]);
-	}
+	for (size_t i = 0; i < job->n; i++)
+		defuse_close(job->fds[i], 0);
 	atomic_fetch_sub(&job->owner->inflight, 1);
 	tk_fd_drops_put(job->owner);
 	free(job);

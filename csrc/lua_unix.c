@@ -48,7 +48,14 @@ static void ux_release(lua_State *L, struct tk_handle *h)
 	struct lunix *u = (struct lunix *)h;
 
 	(void)L;
-	close(h->fd);
+	/* A datagram socket's queue may still hold what senders passed,
+	 * released by its last close: that close is a closing thread's too. */
+	if (u->drops == NULL || tk_fd_drop(u->drops, &h->fd, 1) < 0) {
+		if (u->drops)
+			tk_fd_close_defused(h->fd);
+		else
+			close(h->fd);
+	}
 	tk_fd_drops_put(u->drops);
 	u->drops = NULL;
 }
@@ -317,10 +324,10 @@ static void sender_read(struct msghdr *mh, struct sender *s, struct tk_fd_drops 
 			if (n > SCM_FDS_MAX)
 				n = SCM_FDS_MAX;
 			memcpy(fds, CMSG_DATA(c), n * sizeof(int));
-			/* No thread to be had: closed here, as before. */
+			/* No thread to be had: defused and closed here. */
 			if (tk_fd_drop(drops, fds, n) < 0)
 				for (size_t i = 0; i < n; i++)
-					close(fds[i]);
+					tk_fd_close_defused(fds[i]);
 		}
 	}
 }

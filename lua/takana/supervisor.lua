@@ -648,6 +648,7 @@ end
 -- (never through a link, only a regular file of this user's), rotated by
 -- renames within that directory.
 function supervisor:_log_file(svc, dir, text)
+  if svc.log_halted then return end
   local name = svc.name .. ".log"
   if not svc.logf then
     local d, err = self:_logdir(dir)
@@ -664,15 +665,18 @@ function supervisor:_log_file(svc, dir, text)
   if svc.log_bytes >= self.log_size then
     -- Each file moves one place down, the current one last (it stays open
     -- meanwhile). A rename that fails (something else at a name: a
-    -- directory planted in a sticky log directory) stops the rotation with
-    -- the reason and writing goes on where it was: nothing is removed
-    -- that was not moved first.
+    -- directory planted in a sticky log directory) stops file logging for
+    -- this run with the reason: nothing is removed that was not moved
+    -- first, and the file does not grow past log_size (lines stay in
+    -- memory for `ctl logs`).
     local d = svc.logd
     for i = self.log_files - 1, 1, -1 do
       local ok, rerr, rerrno = d:rename(i == 1 and name or (name .. "." .. (i - 1)), name .. "." .. i)
       if not ok and rerrno ~= ENOENT then
-        svc.log_error = "rotation: " .. tostring(rerr)
-        svc.log_bytes = 0
+        svc.log_error = "rotation: " .. tostring(rerr) .. "; file logging stopped until the next run"
+        svc.log_halted = true
+        svc.logf:close()
+        svc.logf = nil
         return
       end
     end
@@ -1005,6 +1009,7 @@ function supervisor:_started(svc, child, cg, t, ch)
   svc.watchdog_s = svc.watchdog
   svc.watchdog_at, svc.watchdog_deadline, svc.watchdog_fired, svc.watchdog_triggered = nil, nil, nil, nil
   svc.main_exited = nil
+  svc.log_halted = nil -- a rotation that failed is tried again this run
   svc.out, svc.err = child.stdout, child.stderr
   -- (descriptors already open: only epoll's own ENOMEM could fail here)
   assert(self:_watch(child, function() self:_child_exit(svc) end))
