@@ -1,6 +1,7 @@
 /* luaopen_takana_core: the only exported symbol. Each concern registers its
  * functions from its own lua_*.c file. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -128,8 +129,22 @@ static void errno_open(lua_State *L)
 
 __attribute__((visibility("default"))) int luaopen_takana_core(lua_State *L);
 
+/* Keeps this module mapped until the process exits: threads of its own
+ * (fd_drop.c's closes, which may outlive the Lua state that started them)
+ * must never run code lua_close() has unloaded. */
+static const char module_anchor; /* an address inside this module */
+
+static void module_pin(void)
+{
+	Dl_info info;
+
+	if (dladdr(&module_anchor, &info) && info.dli_fname)
+		(void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
 int luaopen_takana_core(lua_State *L)
 {
+	module_pin();
 	tk_fork_watch();
 	lua_newtable(L);
 	lua_pushliteral(L, TK_VERSION);
