@@ -31,7 +31,8 @@ local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f"
   ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
 
 -- A JSON string of pure ASCII: control characters and every non-ASCII
--- character escaped as \uXXXX (a pair past U+FFFF), so what a service
+-- character escaped as a \u escape ("\u00e9"; a surrogate pair past
+-- U+FFFF), so what a service
 -- wrote reaches a terminal printing `ctl --json` inert (U+009B is CSI to
 -- one in UTF-8 mode); a byte that is not valid UTF-8 becomes U+FFFD.
 local function json_string(v)
@@ -101,8 +102,8 @@ end
 M.array = {}
 
 --- Encodes a Lua value as one line of JSON, pure ASCII: control and
--- non-ASCII characters escaped as \uXXXX, a byte that is not valid UTF-8
--- as U+FFFD.
+-- non-ASCII characters escaped as \u escapes ("\u00e9"), a byte that is
+-- not valid UTF-8 as U+FFFD.
 function M.json_encode(v)
   local out = {}
   encode(v, out)
