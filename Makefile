@@ -21,7 +21,11 @@ WARN := -Wall -Wextra -pedantic -Wshadow -Wcast-qual -Wcast-align \
 ifeq ($(WERROR),1)
 WARN += -Werror
 endif
-TK_CFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN) -I$(LUA_INCDIR) $(CFLAGS)
+# The core (csrc/core) is built without Lua's headers on its path, so it
+# cannot include them; the bindings (csrc/lua) see both. -MMD: each object
+# depends on the headers it includes, no more.
+TK_CFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN) -MMD -MP -Icsrc/core -Ibpf $(CFLAGS)
+BIND_CFLAGS := -I$(LUA_INCDIR) -Icsrc/lua
 
 # BPF=0 builds without clang, bpftool and libbpf: /proc is then the only
 # snapshot backend and takana.probe() says "built without BPF".
@@ -30,13 +34,10 @@ CLANG ?= clang
 LLVM_STRIP ?= llvm-strip
 BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 
-CORE_SRC := csrc/util.c csrc/fork.c csrc/proc_stat.c csrc/proc_scan.c csrc/snapshot.c csrc/process.c csrc/cgroup.c csrc/cgroup_id.c \
-	csrc/bpf_snapshot.c csrc/cmdline.c csrc/events.c csrc/procinfo.c csrc/cgroup_path.c csrc/signals.c csrc/safe_dir.c csrc/fd_drop.c
-BIND_SRC := csrc/lua_core.c csrc/lua_handle.c csrc/lua_snapshot.c csrc/lua_process.c csrc/lua_cgroup.c \
-	csrc/lua_events.c csrc/lua_dir.c csrc/lua_procinfo.c csrc/lua_signals.c csrc/lua_timer.c csrc/lua_self.c \
-	csrc/lua_unix.c csrc/lua_spawn.c csrc/lua_pipe.c
+CORE_SRC := $(sort $(wildcard csrc/core/*.c))
+BIND_SRC := $(sort $(wildcard csrc/lua/*.c))
 OBJS := $(patsubst csrc/%.c,$(OUT)/%.o,$(CORE_SRC) $(BIND_SRC))
-HDRS := $(wildcard csrc/*.h bpf/*.h)
+HDRS := $(wildcard csrc/core/*.h bpf/*.h)
 BPF_PROGS := kfunc iter events argv
 # argv is sleepable, which a light skeleton cannot say (the section name
 # "syscall.s" is newer than Debian 12's libbpf): libbpf's skeleton only.
@@ -60,10 +61,16 @@ $(OUT):
 $(OUT)/config: FORCE | $(OUT)
 	@echo "BPF=$(BPF) CFLAGS=$(CFLAGS)" | cmp -s - $@ || echo "BPF=$(BPF) CFLAGS=$(CFLAGS)" > $@
 
-$(OUT)/%.o: csrc/%.c $(HDRS) $(OUT)/config | $(OUT)
-	@echo "  CC $<"; $(CC) $(TK_CFLAGS) -c $< -o $@
+$(OUT)/core/%.o: csrc/core/%.c $(OUT)/config | $(OUT)
+	@mkdir -p $(@D); echo "  CC $<"; $(CC) $(TK_CFLAGS) -c $< -o $@
 
-$(OUT)/bpf_snapshot.o $(OUT)/events.o $(OUT)/cmdline.o: $(SKELS)
+$(OUT)/lua/%.o: csrc/lua/%.c $(OUT)/config | $(OUT)
+	@mkdir -p $(@D); echo "  CC $<"; $(CC) $(TK_CFLAGS) $(BIND_CFLAGS) -c $< -o $@
+
+# The skeletons are generated: every object waits for them (a first build
+# has no .d files to say which include them).
+$(OBJS): $(SKELS)
+-include $(OBJS:.o=.d)
 
 # BPF objects: CO-RE against bpf/vmlinux_min.h, never the build host's BTF;
 # DWARF stripped, BTF kept; embedded in the module as libbpf skeletons.
@@ -89,7 +96,7 @@ takana/core.so: $(OBJS)
 	$(CC) $(LIBFLAG) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LIBS) -pthread
 
 bench/takana_bench.so: bench/takana_bench.c $(CORE_SRC) $(HDRS) $(SKELS) $(OUT)/config
-	$(CC) $(filter-out -fvisibility=hidden,$(TK_CFLAGS)) -shared -Icsrc -o $@ bench/takana_bench.c $(CORE_SRC) $(LIBS) -pthread
+	$(CC) $(filter-out -fvisibility=hidden -MMD -MP,$(TK_CFLAGS)) -shared -o $@ bench/takana_bench.c $(CORE_SRC) $(LIBS) -pthread
 
 spec/fixture: spec/fixture.c
 	$(CC) -std=gnu11 -O2 $(WARN) -pthread -o $@ $<
@@ -162,7 +169,7 @@ FUZZ_NAMES := stat kv cn order procinfo safedir
 FUZZ_SRC := $(CORE_SRC)
 fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DTK_NO_BPF \
-		-Icsrc -o $@ $< $(FUZZ_SRC)
+		-Icsrc/core -Ibpf -o $@ $< $(FUZZ_SRC)
 
 fuzz: deps $(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
 	@for f in $(FUZZ_NAMES); do \

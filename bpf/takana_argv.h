@@ -1,4 +1,4 @@
-/* What the argv program (takana_argv.bpf.c) and user space (csrc/cmdline.c)
+/* What the argv program (takana_argv.bpf.c) and user space (csrc/core/cmdline.c)
  * share: one slot per record, and the text the arguments are copied to. */
 #ifndef TAKANA_ARGV_H
 #define TAKANA_ARGV_H

@@ -108,7 +108,7 @@ enum tk_field_kind {
  * by hand because its layout is the wire format (BPF objects, the mmaped
  * array) and is ordered for alignment, not for reading. A new integer
  * field: a member above, its @field line and a line here, its BPF fill
- * (takana_task.bpf.h) and its /proc fill (csrc/proc_stat.c). */
+ * (takana_task.bpf.h) and its /proc fill (csrc/core/proc_stat.c). */
 #define TK_FIELDS(X) \
 	X(PID, pid, pid, U32) \
 	X(PPID, ppid, ppid, U32) \
@@ -153,7 +153,7 @@ _Static_assert(TK_FLD_COUNT < 32, "a field selection (TK_F_ALL) is a 32-bit mask
 
 /* What the BPF programs write: the record with utime_ns/stime_ns still the
  * kernel's raw tick-sampled sums, plus what user space needs to split the
- * precise runtime as /proc does (tk_cputime_adjust in csrc/snapshot.c). */
+ * precise runtime as /proc does (tk_cputime_adjust in csrc/core/snapshot.c). */
 /* In a wire record's comm_len: the comm is NUL-terminated within its first
  * 16 bytes; user space measures it. */
 #define TK_WIRE_COMM_NUL 0xffffffffu

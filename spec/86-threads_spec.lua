@@ -81,7 +81,7 @@ describe("takana in several luv threads at once", function()
   end)
 
   -- Every /proc reader of the process draws its cached descriptors from one
-  -- budget (a quarter of RLIMIT_NOFILE, csrc/proc_scan.c). Readers that
+  -- budget (a quarter of RLIMIT_NOFILE, csrc/core/proc_scan.c). Readers that
   -- start at the same moment must not take it several times over. Run in a
   -- child with a small limit (256: a budget of 64) and more processes than
   -- that, in rounds of 4 fresh states released together.

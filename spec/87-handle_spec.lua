@@ -1,4 +1,4 @@
--- The handle base every descriptor-owning object shares (csrc/lua_handle.c):
+-- The handle base every descriptor-owning object shares (csrc/lua/lua_handle.c):
 -- one close for close/__gc/__close, one message for a closed object, the
 -- poll protocol, and a close that is safe under cqueues.
 local takana = require "takana"

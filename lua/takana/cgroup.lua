@@ -1,6 +1,6 @@
 --- cgroup v2 handles: O(1) accounting, limits that are applied and verified
 -- or fail with the reason, and the unit lifecycle. The C side
--- (csrc/lua_cgroup.c) owns descriptors and parsing; this file owns policy:
+-- (csrc/lua/lua_cgroup.c) owns descriptors and parsing; this file owns policy:
 -- where controllers live, why a section is absent, what a failed write means.
 --
 -- A handle's cgroup are exactly the documented ones; the raw writes,
@@ -897,7 +897,7 @@ local function refusals(self, fname, opts, verb)
   return holds, me
 end
 
--- The listing rounds of cg:signal (csrc/cgroup.c tk_cg_signal), skipping
+-- The listing rounds of cg:signal (csrc/core/cgroup.c tk_cg_signal), skipping
 -- the caller. Returns the count, or nil, message, errno, count.
 local function signal_rounds(self, fname, signo, me)
   local r = core.cgroup_signal(self, signo, me, SIGNAL_ROUNDS, SIGNAL_TIME)

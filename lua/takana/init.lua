@@ -171,10 +171,10 @@ M.errno = core.errno
 -- @treturn[2] nil, message, errno (ESRCH when the process is gone)
 M.pidfd = core.pidfd
 
--- process: documented with core.process (csrc/lua_procinfo.c).
+-- process: documented with core.process (csrc/lua/lua_procinfo.c).
 M.process = core.process
 
--- spawn: documented with core.spawn (csrc/lua_spawn.c); this checks
+-- spawn: documented with core.spawn (csrc/lua/lua_spawn.c); this checks
 -- the option names and resolves a cgroup path to a handle first.
 local spawn_options = {
   env = "any", cwd = "any", cgroup = "any", stdin = "any", stdout = "any", stderr = "any", setsid = "any",

@@ -19,7 +19,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
-#include "../bpf/takana_argv.h"
+#include "takana_argv.h"
 #include "skeletons.h"
 #endif
 

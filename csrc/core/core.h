@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "../bpf/takana_record.h"
-#include "../bpf/takana_event.h"
+#include "takana_record.h"
+#include "takana_event.h"
 
 /* ---- /proc/<pid>/stat parser (proc_stat.c) ---------------------------- */
 
