@@ -43,6 +43,11 @@ build = {
       INST_BINDIR = "$(BINDIR)",
    },
 }
+-- bin/takana finds its own tree (see the script): luarocks' wrapper would
+-- load luarocks.loader first, which costs more than a short command itself.
+deploy = {
+   wrap_bin_scripts = false,
+}
 test = {
    type = "busted",
 }

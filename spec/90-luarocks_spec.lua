@@ -24,5 +24,14 @@ describe("luarocks make", function()
     assert.equal(0, code, out)
     local share = dir .. "/tree/share/lua/5.4/takana/"
     assert.equal(share .. "util.lua " .. share .. "cgroup.lua " .. share .. "supervisor.lua " .. share .. "cli.lua ", out)
+    -- The command is installed as it is, not behind luarocks' wrapper (which
+    -- loads luarocks.loader first), and finds the tree's modules itself,
+    -- with no LUA_PATH, from any directory.
+    local installed = assert(io.open(dir .. "/tree/bin/takana")):read("a")
+    assert.equal(assert(io.open("bin/takana")):read("a"), installed)
+    code, out = H.run(("cd / && env -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 %s/tree/bin/takana ps -o pid,comm")
+      :format(dir))
+    assert.equal(0, code, out)
+    assert.matches("\n%s*1%s+%S", out)
   end)
 end)
