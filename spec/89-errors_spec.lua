@@ -182,6 +182,48 @@ describe("a failing public function returns nil, message, errno", function()
   end)
 end)
 
+describe("the control socket", function()
+  it("answers a refusal with the errno's name", function()
+    local path, name = H.test_cgroup_path()
+    if not path then pending("needs root and a cgroup2 mount") return end
+    if H.no_spawn then pending(H.no_spawn) return end
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -m 700 " .. dir))
+    local sock = dir .. "/ctl.sock"
+    local sup = assert(takana.supervisor { cgroup = name .. "/sup", runtime = dir, control = sock, signals = false })
+    local client
+    finally(function()
+      if client then
+        if client:alive() then client:signal("KILL") end
+        client:wait()
+        client:close()
+      end
+      sup:close()
+      os.execute("rm -rf " .. H.shell_quote(dir))
+      H.cgroup_cleanup(path)
+    end)
+    -- The client runs apart: the supervisor answers from its own loop.
+    local argv = { table.unpack(H.lua_argv) }
+    for _, a in ipairs { "-e", ([[
+      local S = require "takana.supervisor"
+      local r = assert(S.request(%q, { cmd = "start", name = "nope" }))
+      print(r.ok, r.errno, r.error)
+      r = assert(S.request(%q, { cmd = "bogus" }))
+      print(r.ok, r.errno)
+    ]]):format(sock, sock) } do argv[#argv + 1] = a end
+    argv.env = { LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;", LUA_CPATH = "./?.so;;", PATH = os.getenv("PATH") }
+    argv.stdout = "pipe"
+    client = assert(takana.spawn(argv))
+    for _ = 1, 400 do
+      if not client:alive() then break end
+      assert(sup:step(0.05) ~= nil)
+    end
+    assert.same({ exited = true, code = 0 }, client:wait())
+    assert.equal("false\tENOENT\tno service 'nope'\nfalse\tEINVAL\n", client.stdout:read("a"))
+  end)
+end)
+
 describe("a caller's mistake raises with nothing to strip", function()
   it("takana cgroup with a bad path: one line, no position", function()
     local code, out = H.run("LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " .. H.lua ..
