@@ -25,8 +25,8 @@ static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *re
 {
 	(void)req;
 	(void)out;
-	snprintf(why, why_len, "%s backend unavailable: this takana was built without BPF "
-	         "(make BPF=0)", b->name);
+	(void)b;
+	snprintf(why, why_len, "this takana was built without BPF (make BPF=0)");
 	return -ENOTSUP;
 }
 
@@ -881,11 +881,9 @@ static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *re
 
 	/* The programs read the kernel's start_boottime; /proc and
 	 * clock_gettime() add our time namespace's offset. */
-	err = tk_timens_offsets(&offsets, reason, sizeof reason);
-	if (err < 0) {
-		snprintf(why, why_len, "%s backend unavailable: %s", b->name, reason);
+	err = tk_timens_offsets(&offsets, why, why_len);
+	if (err < 0)
 		return err;
-	}
 	out->boot_offset_ns = offsets.boottime_ns;
 	pthread_mutex_lock(&t->lock);
 	if (fields != TK_F_WALK && !t->selectable && t->selectable_err == 0)
@@ -899,7 +897,7 @@ static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *re
 		t->runs++;
 	pthread_mutex_unlock(&t->lock);
 	if (err < 0)
-		snprintf(why, why_len, "%s backend unavailable: %s", b->name, reason);
+		snprintf(why, why_len, "%s", reason);
 	return err;
 }
 

@@ -205,7 +205,7 @@ struct tk_snap_backend {
 	int tier;                      /* enum tk_bpf_tier: loads (tk_bpf_info), or -1 */
 	int may_hide_init;             /* the kernel may hide init from it: read /proc then */
 	/* Appends the records to an empty out, in any order, each pid once;
-	 * returns 0, or -errno with the message (after "snapshot: ") in why. */
+	 * returns 0, or -errno with the reason in why. */
 	int (*run)(const struct tk_snap_backend *b, const struct tk_snap_req *req,
 	           struct tk_recbuf *out, char *why, size_t why_len);
 };
@@ -219,7 +219,8 @@ const struct tk_snap_backend *tk_snap_backend_find(const char *name);
  * (CLOCK_BOOTTIME, before the walk), the cgroup id lookups when cgroup_id
  * is asked for (0 for every record when no cgroup2 hierarchy is mounted),
  * pid order, and init from /proc when b's walk could not see it. On failure
- * out is freed and why holds the message after "snapshot: ". */
+ * out is freed and why holds the reason b cannot give a snapshot (the
+ * binding words it "snapshot: <name> backend unavailable: <reason>"). */
 int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *req,
                      struct tk_recbuf *out, uint64_t *time_ns, char *why, size_t why_len);
 

@@ -346,9 +346,8 @@ int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *
  * rather than a snapshot silently missing pid 1. want_id: whether its
  * cgroup_id is looked up (a cgroup2 hierarchy is mounted). out is in pid
  * order. */
-static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scanner *sc,
-                           uint32_t fields, int want_id, struct tk_recbuf *out,
-                           char *why, size_t why_len)
+static int add_hidden_init(struct tk_proc_scanner *sc, uint32_t fields, int want_id,
+                           struct tk_recbuf *out, char *why, size_t why_len)
 {
 	struct tk_record rec;
 	int err;
@@ -379,8 +378,8 @@ static int add_hidden_init(const struct tk_snap_backend *b, struct tk_proc_scann
 		err = tk_recbuf_insert(out, &rec);
 	}
 	if (err < 0) {
-		snprintf(why, why_len, "%s backend unavailable: init is hidden from BPF here; "
-		         "reading /proc/1: %s", b->name, strerror(-err));
+		snprintf(why, why_len, "init is hidden from BPF here; reading /proc/1: %s",
+		         strerror(-err));
 		return err;
 	}
 	out->from_proc++;
@@ -420,7 +419,7 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 	if (err == 0)
 		tk_recbuf_sort(out);
 	if (err == 0 && b->may_hide_init)
-		err = add_hidden_init(b, sc, (req->fields | TK_F_ALWAYS) & TK_F_WALK,
+		err = add_hidden_init(sc, (req->fields | TK_F_ALWAYS) & TK_F_WALK,
 		                      want_cgroup && !unmounted, out, why, why_len);
 	/* After a BPF walk; the proc walk read cmdline as it went. */
 	if (err == 0 && (req->fields & TK_F(CMDLINE)) && b->tier >= 0) {

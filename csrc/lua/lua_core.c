@@ -103,28 +103,52 @@ static int l_monotime(lua_State *L)
 	return 1;
 }
 
-/* core.errno: the constants the third return value is compared with, so
- * Lua code and specs name them instead of writing numbers. */
+/* The highest errno a syscall returns (the kernel's MAX_ERRNO): names are
+ * looked up below it. */
+#define ERRNO_MAX 4095
+
+/* core.errno: errno numbers and their stable names, both ways:
+ * errno.EMFILE == 24 and errno[24] == "EMFILE". The third value of a
+ * runtime failure is the number (luaposix's convention, so existing
+ * comparisons hold); the name is what a message never has to be searched
+ * for. Every name the C library knows is there, with its aliases
+ * (EWOULDBLOCK, EDEADLOCK, ENOTSUP) by name only: a number maps back to
+ * one name, the C library's. */
 static void errno_open(lua_State *L)
 {
 #define E(name) { #name, name }
-	static const struct { const char *name; int value; } codes[] = {
-		E(EPERM), E(ENOENT), E(ESRCH), E(EINTR), E(EIO), E(ENXIO), E(E2BIG),
-		E(ENOEXEC), E(EBADF), E(ECHILD), E(EAGAIN), E(ENOMEM), E(EACCES),
-		E(EFAULT), E(EBUSY), E(EEXIST), E(EXDEV), E(ENODEV), E(ENOTDIR),
-		E(EISDIR), E(EINVAL), E(ENFILE), E(EMFILE), E(ENOSPC), E(ESPIPE),
-		E(EROFS), E(EPIPE), E(ERANGE), E(EDEADLK), E(ENAMETOOLONG), E(ENOSYS),
-		E(ENOTEMPTY), E(ELOOP), E(ENODATA), E(EBADMSG), E(EOVERFLOW),
-		E(EOPNOTSUPP), E(ENOBUFS), E(ENOTCONN), E(ECONNREFUSED), E(ETIMEDOUT),
-		E(ESTALE), E(ECANCELED), E(EPROTO), E(EADDRINUSE),
+	static const struct { const char *name; int value; } aliases[] = {
+		E(EWOULDBLOCK), E(EDEADLOCK), E(ENOTSUP),
 	};
 #undef E
-	lua_createtable(L, 0, (int)(sizeof codes / sizeof codes[0]));
-	for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
-		lua_pushinteger(L, codes[i].value);
-		lua_setfield(L, -2, codes[i].name);
+	lua_createtable(L, 160, 160);
+	for (int e = 1; e <= ERRNO_MAX; e++) {
+		const char *name = strerrorname_np(e);
+
+		if (name == NULL)
+			continue;
+		lua_pushinteger(L, e);
+		lua_setfield(L, -2, name);
+		lua_pushstring(L, name);
+		lua_rawseti(L, -2, e);
+	}
+	for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+		lua_pushinteger(L, aliases[i].value);
+		lua_setfield(L, -2, aliases[i].name);
 	}
 	lua_setfield(L, -2, "errno");
+}
+
+/* core.strerror(n): the C library's text for errno n, the one messages
+ * end with, for Lua code that words a failure from its number. */
+static int l_strerror(lua_State *L)
+{
+	lua_Integer e = luaL_checkinteger(L, 1);
+
+	tk_check_nargs(L, 1);
+	luaL_argcheck(L, e >= 0 && e <= ERRNO_MAX, 1, "errno out of range (0..4095)");
+	lua_pushstring(L, strerror((int)e));
+	return 1;
 }
 
 __attribute__((visibility("default"))) int luaopen_takana_core(lua_State *L);
@@ -152,6 +176,8 @@ int luaopen_takana_core(lua_State *L)
 	lua_pushcfunction(L, l_monotime);
 	lua_setfield(L, -2, "monotime");
 	errno_open(L);
+	lua_pushcfunction(L, l_strerror);
+	lua_setfield(L, -2, "strerror");
 	tk_snapshot_open(L);
 	tk_process_open(L);
 	tk_procinfo_open(L);

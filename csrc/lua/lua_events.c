@@ -142,8 +142,11 @@ static const struct tk_ev_ops *backend_check(lua_State *L, int arg)
 }
 
 /* core.events_open(backend, mask, interval, buffer[, skipped[, queue]]) ->
- * stream | nil, why, errno. skipped: the reasons better backends were
- * passed over, kept as stream.skipped; queue: events held at most. */
+ * stream | nil, message, errno, reason. The message is "events: <backend>
+ * backend unavailable: <reason>"; the reason alone comes fourth, for
+ * stream.skipped and the probe, so no one strips the prefix. skipped: the
+ * reasons better backends were passed over, kept as stream.skipped; queue:
+ * events held at most. */
 static int l_events_open(lua_State *L)
 {
 	const struct tk_ev_ops *backend = backend_check(L, 1);
@@ -183,11 +186,13 @@ static int l_events_open(lua_State *L)
 		                     interval, (size_t)buffer, (size_t)queue, why, sizeof why);
 	}
 	if (err < 0) {
+		const char *reason = why[0] ? why : strerror(-err);
+
 		lua_pushnil(L);
-		lua_pushfstring(L, "events: %s backend unavailable: %s", backend->name,
-		                why[0] ? why : strerror(-err));
+		lua_pushfstring(L, "events: %s backend unavailable: %s", backend->name, reason);
 		lua_pushinteger(L, -err);
-		return 3;
+		lua_pushstring(L, reason);
+		return 4;
 	}
 	e->h.fd = e->ev.fd;
 	/* Its descriptors and ring are invisible to the collector: tell it,

@@ -827,8 +827,9 @@ static uint32_t fields_check(lua_State *L, int idx, uint32_t dflt)
 	return (uint32_t)f;
 }
 
-/* A snapshot through b, or nil, "snapshot: <why>", errno. upvalue 1: the
- * /proc scanner */
+/* A snapshot through b, or nil, "snapshot: <name> backend unavailable:
+ * <reason>", errno, reason: the reason alone comes fourth, for the probe,
+ * so no one strips the prefix. upvalue 1: the /proc scanner */
 static int snapshot_push(lua_State *L, const struct tk_snap_backend *b, uint32_t fields,
                          int use_cache)
 {
@@ -850,9 +851,10 @@ static int snapshot_push(lua_State *L, const struct tk_snap_backend *b, uint32_t
 	err = tk_snapshot_take(b, &req, &s->rb, &s->time_ns, why, sizeof why);
 	if (err < 0) {
 		lua_pushnil(L);
-		lua_pushfstring(L, "snapshot: %s", why);
+		lua_pushfstring(L, "snapshot: %s backend unavailable: %s", b->name, why);
 		lua_pushinteger(L, -err);
-		return 3;
+		lua_pushstring(L, why);
+		return 4;
 	}
 	gc_remember(&s->rb);
 	return 1;

@@ -107,15 +107,19 @@ static struct spawn_state *spawn_state_new(lua_State *L)
 	return st;
 }
 
-/* "bad argument #1 to 'spawn' (<message>)" */
+/* "bad argument #1 to 'spawn' (<message>)": 'spawn', or the name in
+ * upvalue 1 of the running function (core.ids's resolver, for a caller
+ * that checks spawn's options under its own name). */
 static int spawn_error(lua_State *L, const char *fmt, ...)
 {
+	const char *fname = lua_type(L, lua_upvalueindex(1)) == LUA_TSTRING
+	                    ? lua_tostring(L, lua_upvalueindex(1)) : "spawn";
 	va_list ap;
 
 	va_start(ap, fmt);
 	lua_pushvfstring(L, fmt, ap);
 	va_end(ap);
-	return luaL_error(L, "bad argument #1 to 'spawn' (%s)", lua_tostring(L, -1));
+	return luaL_error(L, "bad argument #1 to '%s' (%s)", fname, lua_tostring(L, -1));
 }
 
 static void *spawn_alloc(lua_State *L, size_t n, size_t size)
@@ -1033,16 +1037,13 @@ static int l_spawn(lua_State *L)
 	return 1;
 }
 
-/* core.ids(user, group) -> uid, gid: the ids spawn{user=, group=} would
- * set (a user's own group when group is nil); nil for what is not given.
- * Raises, as spawn does, for a name with no entry. */
-static int l_ids(lua_State *L)
+/* ids_resolve(user, group), upvalue 1 the function name errors give. */
+static int ids_resolve(lua_State *L)
 {
 	int has_user = !lua_isnoneornil(L, 1), has_group = !lua_isnoneornil(L, 2);
 	uid_t uid = 0;
 	gid_t gid = 0, pw_gid = 0;
 
-	tk_check_nargs(L, 2);
 	if (has_group)
 		gid = group_resolve(L, 2, "group");
 	if (has_user) {
@@ -1063,6 +1064,26 @@ static int l_ids(lua_State *L)
 		lua_pushinteger(L, gid);
 	else
 		lua_pushnil(L);
+	return 2;
+}
+
+/* core.ids(user, group[, fname]) -> uid, gid: the ids spawn{user=, group=}
+ * would set (a user's own group when group is nil); nil for what is not
+ * given. Raises, as spawn does, for a name with no entry, as argument 1 of
+ * fname (default "spawn"): the supervisor's service() raises it as its own,
+ * with no message to rewrite. */
+static int l_ids(lua_State *L)
+{
+	tk_check_nargs(L, 3);
+	lua_settop(L, 3);
+	if (lua_isnil(L, 3)) {
+		lua_pushliteral(L, "spawn");
+		lua_replace(L, 3);
+	}
+	luaL_checktype(L, 3, LUA_TSTRING);
+	lua_pushcclosure(L, ids_resolve, 1);
+	lua_insert(L, 1);
+	lua_call(L, 2, 2);
 	return 2;
 }
 

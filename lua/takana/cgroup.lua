@@ -103,16 +103,18 @@ local function mode_of(m)
 end
 
 -- Lexical checks before the kernel's own (openat2 RESOLVE_BENEATH...).
-local function check_path(fname, path)
-  if type(path) ~= "string" then argerror(fname, 1, "string expected, got " .. type(path)) end
-  if path:find("\0", 1, true) then argerror(fname, 1, "path contains a NUL byte") end
-  if #path > 4095 then argerror(fname, 1, "path longer than 4095 bytes") end
+-- level: as util.argerror's, from check_path's caller (2 blames the caller
+-- of the public function that calls check_path).
+local function check_path(fname, path, level)
+  if type(path) ~= "string" then argerror(fname, 1, "string expected, got " .. type(path), level) end
+  if path:find("\0", 1, true) then argerror(fname, 1, "path contains a NUL byte", level) end
+  if #path > 4095 then argerror(fname, 1, "path longer than 4095 bytes", level) end
   local parts = {}
   for comp in path:gmatch("[^/]+") do
     if comp == "." or comp == ".." then
-      argerror(fname, 1, "path component '" .. comp .. "' refused: paths stay beneath the cgroup2 mount")
+      argerror(fname, 1, "path component '" .. comp .. "' refused: paths stay beneath the cgroup2 mount", level)
     end
-    if #comp > 255 then argerror(fname, 1, "path component longer than 255 bytes") end
+    if #comp > 255 then argerror(fname, 1, "path component longer than 255 bytes", level) end
     parts[#parts + 1] = comp
   end
   return table.concat(parts, "/")
@@ -226,7 +228,7 @@ local M = setmetatable({}, {
       if not rel then return nil, err, errno end
       return open(rel)
     end
-    return open(check_path("cgroup", path))
+    return open(check_path("cgroup", path, 2))
   end,
 })
 
@@ -389,7 +391,9 @@ local function has_word(list, w)
   return (" " .. (list or ""):gsub("%s+", " ") .. " "):find(" " .. w .. " ", 1, true) ~= nil
 end
 
--- Why controller ctrl's files are missing in cg.
+-- Why controller ctrl's files are missing in cg; and when that is the
+-- parent not enabling it, the part of the reason that says so (toggle_reason
+-- words it for cgroup.controllers).
 local function controller_reason(cg, ctrl)
   local name = legacy_name[ctrl] or ctrl
   local info = proc_cgroups()[name]
@@ -409,8 +413,9 @@ local function controller_reason(cg, ctrl)
   end
   local parent = parent_of(cg.relpath)
   if not has_word(cg:get("cgroup.controllers"), ctrl) then
-    return ("%s is not enabled in the parent's cgroup.subtree_control (/%s): enable it there first "
-      .. "(takana.cgroup(%q):enable{%q})"):format(ctrl, parent, "/" .. parent, ctrl)
+    local not_in_parent = ("not enabled in the parent's cgroup.subtree_control (/%s): enable it there first "
+      .. "(takana.cgroup(%q):enable{%q})"):format(parent, "/" .. parent, ctrl)
+    return ctrl .. " is " .. not_in_parent, not_in_parent
   end
   return ("%s files are missing for an unknown reason"):format(ctrl)
 end
@@ -426,7 +431,7 @@ function cgroup:why(section, ...)
   local st, err = self:stat()
   if not st then return err end
   if st[section] then return nil end
-  if section == "memory" or section == "pids" then return controller_reason(self, section) end
+  if section == "memory" or section == "pids" then return (controller_reason(self, section)) end
   if section == "pressure" then
     if not read_file("/proc/pressure/cpu") then
       return "pressure stall information is off (kernel without CONFIG_PSI, or booted with psi=0)"
@@ -502,7 +507,7 @@ local function set_one(self, key, value)
         .. "booted with swapaccount=0)", errno
     end
     if not exists then
-      return nil, ("set %s: %s"):format(key, controller_reason(self, limits[key])), errno
+      return nil, ("set %s: %s"):format(key, (controller_reason(self, limits[key]))), errno
     end
     if errno == EINVAL then
       return nil, ("set %s: the kernel refused '%s' (Invalid argument)"):format(key, text), errno
@@ -577,7 +582,7 @@ function cgroup:mkdir(name, opts, ...)
   if not cg and errno == ENOTDIR then
     return nil, ("mkdir %s: exists, and is not a cgroup directory but a file of %s"):format(name, self.path), EEXIST
   end
-  if not cg then return nil, "mkdir " .. name .. ": " .. err:gsub("^cgroup ", ""), errno end
+  if not cg then return nil, "mkdir " .. name .. ": " .. err, errno end
   return cg
 end
 
@@ -593,13 +598,13 @@ end
 
 -- Why writing "+c"/"-c" to cg's cgroup.subtree_control failed, and what
 -- to do about it.
-local function toggle_reason(self, c, sign, err, errno)
+local function toggle_reason(self, c, sign, errno)
   local file = (self.relpath == "" and "/" or self.path .. "/") .. "cgroup.subtree_control"
   local available = self:get("cgroup.controllers") or ""
   if sign == "+" and not has_word(available, c) then
-    local why = controller_reason(self, c)
-    if why:match("^%S+ is not enabled in the parent's") then
-      why = ("%s is not in %s's cgroup.controllers: %s"):format(c, self.path, why:gsub("^%S+ is ", ""))
+    local why, not_in_parent = controller_reason(self, c)
+    if not_in_parent then
+      why = ("%s is not in %s's cgroup.controllers: %s"):format(c, self.path, not_in_parent)
     end
     return why
   end
@@ -617,7 +622,7 @@ local function toggle_reason(self, c, sign, err, errno)
     cause = ("the kernel knows no controller %q here (cgroup.controllers lists: %s)"):format(c,
       available:gsub("%s+$", "") ~= "" and available:gsub("%s+$", "") or "none")
   else
-    cause = err:gsub("^cgroup%.subtree_control: ", "")
+    cause = core.strerror(errno)
   end
   return ("cannot write '%s%s' to %s: %s"):format(sign, c, file, cause)
 end
@@ -625,9 +630,9 @@ end
 local function toggle(self, fname, list, sign)
   controller_list(fname, list)
   for _, c in ipairs(list) do
-    local ok, err, errno = core.cgroup_write(self, "cgroup.subtree_control", sign .. c)
+    local ok, _, errno = core.cgroup_write(self, "cgroup.subtree_control", sign .. c)
     if not ok then
-      return nil, ("%s %s: %s"):format(fname, c, toggle_reason(self, c, sign, err, errno)), errno
+      return nil, ("%s %s: %s"):format(fname, c, toggle_reason(self, c, sign, errno)), errno
     end
   end
   -- Verified: what the kernel reports now, not what was asked for.
@@ -990,8 +995,11 @@ local function wait_empty(self, fname, timeout)
   while true do
     local populated, n
     if fd then
-      local st, err, errno = self:state()
-      if not st then return nil, ("%s %s"):format(fname, (err:gsub("^state ", ""))), errno end
+      local st, _, errno = self:state()
+      if not st then
+        local what = errno == ENOENT and "the cgroup was removed (cgroup.events is gone)" or "cgroup.events"
+        return nil, ("%s %s: %s: %s"):format(fname, self.path, what, core.strerror(errno)), errno
+      end
       populated = st.populated
     else
       local procs, err, errno = core.cgroup_subtree_procs(self, MAX_DIRS)
@@ -1049,8 +1057,8 @@ function cgroup:children(opts, ...)
   opts = options("children", 1, opts, { handles = "boolean" })
   local why, werrno = removed(self, "children")
   if why then return nil, why, werrno end
-  local names, err, errno = core.cgroup_children(self)
-  if not names then return nil, ("children %s: %s"):format(self.path, err:gsub("^children: ", "")), errno end
+  local names, _, errno = core.cgroup_children(self)
+  if not names then return nil, ("children %s: %s"):format(self.path, core.strerror(errno)), errno end
   table.sort(names)
   if not opts.handles then return names end
   local handles = {}
@@ -1061,7 +1069,7 @@ function cgroup:children(opts, ...)
       handles[#handles + 1] = h
     elseif herrno ~= ENOENT then
       for _, o in ipairs(handles) do o:close() end
-      return nil, ("children %s: %s"):format(self.path, herr:gsub("^cgroup ", "")), herrno
+      return nil, ("children %s: %s"):format(self.path, herr), herrno
     end
   end
   return handles
@@ -1150,15 +1158,15 @@ function cgroup:remove(...)
     return nil, ("remove %s: the cgroup is populated (%d processes here or below); kill them first")
       :format(self.path, n), EBUSY
   end
-  local ok, err, errno
+  local ok, errno
   local delay = 0.001
   for _ = 1, 8 do
-    ok, err, errno = core.cgroup_rmdir(self)
+    ok, _, errno = core.cgroup_rmdir(self)
     if ok or errno ~= EBUSY then break end
     core.poll_fds({}, delay)
     delay = delay * 2
   end
-  if not ok then return nil, ("remove %s: %s"):format(self.path, err:gsub("^remove: ", "")), errno end
+  if not ok then return nil, ("remove %s: %s"):format(self.path, core.strerror(errno)), errno end
   self:close()
   return true
 end

@@ -291,8 +291,10 @@ function M.ps(args)
   -- descendants: exact, and no per-process read.
   local members
   if opts.cgroup then
+    -- A bad path raises at takana.cgroup's caller, here pcall: a C
+    -- function, so the message carries no position (the same below).
     local ok, cg, cerr = pcall(takana.cgroup, opts.cgroup == "/" and "" or opts.cgroup)
-    if not ok then usage_error("ps: --cgroup: " .. tostring(cg):gsub("^.-bad argument", "bad argument")) end
+    if not ok then usage_error("ps: --cgroup: " .. tostring(cg)) end
     if not cg then fail("ps: --cgroup: " .. cerr) end
     local pids, perr = cg:procs { recursive = true }
     cg:close()
@@ -537,7 +539,7 @@ function M.cgroup(args)
     local target = rest[1] == "/" and "" or rest[1]
     if target:match("^%d+$") then target = math.tointeger(tonumber(target)) or target end
     local ok, r, e = pcall(takana.cgroup, target)
-    if not ok then usage_error("cgroup: " .. tostring(r):gsub("^.-bad argument", "bad argument")) end
+    if not ok then usage_error("cgroup: " .. tostring(r)) end
     cg, err = r, e
   end
   if not cg then fail(err) end
@@ -653,8 +655,8 @@ function M.exposition(opts)
   end
   local monotime = takana.now
   local t0 = monotime()
-  local snap, err = takana.snapshot { backend = opts.backend or "auto" }
-  if not snap then return nil, err end
+  local snap, err, errno = takana.snapshot { backend = opts.backend or "auto" }
+  if not snap then return nil, err, errno end
   local cost = monotime() - t0
   metric("takana_snapshot_duration_seconds", "gauge", "Time the process snapshot took.",
     { backend = snap.backend }, cost)
@@ -683,10 +685,10 @@ function M.exposition(opts)
       { pid = p.pid, comm = p.comm }, p.rss_bytes)
   end
   for _, path in ipairs(opts.cgroups or {}) do
-    local cg, cerr = takana.cgroup(path)
-    if not cg then return nil, cerr end
-    local st, serr = cg:stat()
-    if not st then return nil, serr end
+    local cg, cerr, cerrno = takana.cgroup(path)
+    if not cg then return nil, cerr, cerrno end
+    local st, serr, serrno = cg:stat()
+    if not st then return nil, serr, serrno end
     local l = { cgroup = cg.path }
     if st.cpu then
       metric("takana_cgroup_cpu_usage_seconds_total", "counter", "cpu.stat usage.", l, st.cpu.usage_ns / 1e9)
@@ -709,8 +711,8 @@ function M.exposition(opts)
     cg:close()
   end
   for _, sock in ipairs(opts.supervisors or {}) do
-    local ok, serr = require("takana.supervisor").metrics(sock, metric)
-    if not ok then return nil, serr end
+    local ok, serr, serrno = require("takana.supervisor").metrics(sock, metric)
+    if not ok then return nil, serr, serrno end
   end
   return table.concat(out, "\n") .. "\n"
 end
@@ -727,7 +729,7 @@ function M.export(args)
   end
   for _, path in ipairs(cgroups) do
     local ok, cg, e = pcall(takana.cgroup, path)
-    if not ok then usage_error("export: --cgroup " .. printable(path) .. ": " .. tostring(cg):gsub("^.-bad argument", "bad argument")) end
+    if not ok then usage_error("export: --cgroup " .. printable(path) .. ": " .. tostring(cg)) end
     if not cg then fail("export: " .. e) end
     cg:close()
   end

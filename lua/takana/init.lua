@@ -1,11 +1,19 @@
 --- takana: see and steer Linux processes through the cheapest kernel
 -- interface available, with a portable fallback for each.
 --
--- Error convention (the same in every function):
+-- Error convention (the same in every function, and in takana.cgroup and
+-- takana.supervisor):
 --
 -- * a caller's mistake (wrong type, unknown option, out-of-range number)
 --   raises an error;
--- * a runtime failure returns `nil, "context: message", errno`.
+-- * a runtime failure returns `nil, "context: message", errno`. The
+--   message is for people and may change; errno is the number (as
+--   luaposix gives it), the one value to branch on:
+--   `errno == takana.errno.EMFILE`. `takana.errno[errno]` is its stable
+--   name ("EMFILE", as luv names errors), `takana.strerror(errno)` the C
+--   library's text. A failure that is no system call's (a limit the kernel
+--   reads back differently, a refusal of takana's own) carries the errno
+--   that says it best (EIO, EPERM, EBUSY...), never none.
 --
 -- @module takana
 local core = require "takana.core"
@@ -95,7 +103,9 @@ function M.snapshot(opts, ...)
     if not fields then argerror("snapshot", 1, why) end
   end
   if backend ~= "auto" then
-    return tiers[backend](opts, fields)
+    local snap, err, errno = tiers[backend](opts, fields)
+    if snap then return snap end
+    return nil, err, errno
   end
   for i, name in ipairs(snapshot_backends) do
     local snap, err, errno = tiers[name](opts, fields)
@@ -155,10 +165,20 @@ end
 --   two snapshots is in both lists.
 M.delta = core.delta
 
---- errno constants by name (`takana.errno.ESRCH`): what the third value
--- of a runtime failure is compared with.
+--- errno numbers and their stable names, both ways: `takana.errno.EMFILE`
+-- is 24 (what the third value of a runtime failure is compared with) and
+-- `takana.errno[24]` is "EMFILE". Every name the C library knows, aliases
+-- (EWOULDBLOCK, EDEADLOCK, ENOTSUP) included by name; a number maps back
+-- to one name.
 -- @table errno
 M.errno = core.errno
+
+--- The C library's text for an errno number ("Too many open files"), the
+-- text a failure's message ends with.
+-- @function strerror
+-- @int errno 0..4095
+-- @treturn string
+M.strerror = core.strerror
 
 --- Opens a pidfd on a process: signals reach that process even after its
 -- pid is reused, and the descriptor turns readable when it exits.
@@ -333,9 +353,9 @@ function M.events(t, ...)
   end
   local skipped = {}
   for i, name in ipairs(event_backends) do
-    local ev, why, errno = core.events_open(name, mask_for(name), t.interval, t.buffer, skipped, t.queue)
+    local ev, why, errno, reason = core.events_open(name, mask_for(name), t.interval, t.buffer, skipped, t.queue)
     if ev then return ev end
-    skipped[name] = (why:gsub("^events: %S+ backend unavailable: ", ""))
+    skipped[name] = reason
     if i == #event_backends then
       local better = {}
       for k = 1, i - 1 do better[k] = event_backends[k] .. ": " .. skipped[event_backends[k]] end
@@ -409,28 +429,18 @@ local function deep_copy(v)
   return c
 end
 
-local function mentions_shortage(v)
-  if type(v) == "string" then
-    return v:find("EMFILE") or v:find("ENFILE") or v:find("ENOMEM") or v:find("descriptor")
-  end
-  if type(v) == "table" then
-    for _, x in pairs(v) do
-      if mentions_shortage(x) then return true end
-    end
-  end
-  return false
-end
-
 -- What the first probe learned: the host does not change under a process,
 -- and a probe loads and attaches every backend (tens of ms).
 local probed
 
 -- What processes are read through: the kernel, BTF, the snapshot tiers
--- and /proc.
-local function probe_reading(section)
+-- and /proc. seen(errno) notes the errno of each failure; passing() notes
+-- a failure that may pass without one (see probe_fresh).
+local function probe_reading(section, seen, passing)
   section("kernel", function() return util.first_line("/proc/sys/kernel/osrelease") end)
   section("btf", function()
-    local btf = io.open("/sys/kernel/btf/vmlinux")
+    local btf, _, errno = io.open("/sys/kernel/btf/vmlinux")
+    seen(errno)
     if btf then btf:close() end
     return { ok = btf ~= nil, why = not btf and "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)" or nil }
   end)
@@ -438,9 +448,10 @@ local function probe_reading(section)
   section("snapshot", function()
     local t = {}
     for _, name in ipairs(snapshot_backends) do
-      local ok, snap, err = pcall(tiers[name], {})
-      local b = { ok = ok and snap ~= nil, why = (not ok and tostring(snap)) or err }
-      if b.why then b.why = b.why:gsub("^snapshot: %S+ backend unavailable: ", "") end
+      local ok, snap, _, errno, reason = pcall(tiers[name], {})
+      if not ok then passing() end
+      seen(errno)
+      local b = { ok = ok and snap ~= nil, why = (not ok and tostring(snap)) or reason }
       local info = b.ok and core.bpf_info and core.bpf_info(name)
       if info then b.load_ns = info.load_ns end
       t[name] = b
@@ -453,7 +464,11 @@ local function probe_reading(section)
   -- reader, takana's proc backend included.
   section("proc", function()
     local t = { ok = util.first_line("/proc/self/stat") ~= nil }
-    if not t.ok then t.why = "/proc is not mounted (or no descriptor is free to read it)" return t end
+    if not t.ok then
+      passing()
+      t.why = "/proc is not mounted (or no descriptor is free to read it)"
+      return t
+    end
     for _, mnt, fstype, super in util.mounts() or function() end do
       if mnt == "/proc" and fstype == "proc" then
         t.hidepid = super:match("hidepid=([^,]+)")
@@ -469,17 +484,21 @@ local function probe_reading(section)
 end
 
 -- The objects takana opens: pidfds, clone3 children, event streams,
--- cgroups.
-local function probe_objects(section)
+-- cgroups. seen and passing: as for probe_reading.
+local function probe_objects(section, seen, passing)
   section("pidfd", function()
     local self = util.first_line("/proc/self/stat")
-    local pok, p, perr = pcall(core.pidfd, self and tonumber(self:match("^%d+")) or 1)
+    local pok, p, perr, perrno = pcall(core.pidfd, self and tonumber(self:match("^%d+")) or 1)
+    if not pok then passing() end
+    seen(perrno)
     if pok and p then p:close() end
     return { ok = pok and p ~= nil, why = (not pok and tostring(p)) or perr }
   end)
 
   section("clone3", function()
-    local sok, child, serr = pcall(core.spawn, { "/bin/true", stdout = "null" })
+    local sok, child, serr, serrno = pcall(core.spawn, { "/bin/true", stdout = "null" })
+    if not sok then passing() end
+    seen(serrno)
     local t = { ok = sok and child ~= nil and child.mechanism == "clone3" }
     if not t.ok then
       t.why = (not sok and tostring(child)) or serr or "clone3 refused; spawn falls back to posix_spawn"
@@ -494,9 +513,11 @@ local function probe_objects(section)
     local t, all = {}, 0
     for _, bit in pairs(core.event_bits) do all = all | bit end
     for _, name in ipairs(event_backends) do
-      local ok, ev, why = pcall(core.events_open, name, name == "poll" and core.event_bits.fork or all, 1.0)
+      local ok, ev, _, errno, reason = pcall(core.events_open, name, name == "poll" and core.event_bits.fork or all, 1.0)
+      if not ok then passing() end
+      seen(errno)
       local e = { ok = ok and ev ~= nil }
-      if not e.ok then e.why = ((not ok and tostring(ev)) or why):gsub("^events: %S+ backend unavailable: ", "") end
+      if not e.ok then e.why = (not ok and tostring(ev)) or reason end
       if ok and ev then ev:close() end
       t[name] = e
       if e.ok and not t.backend then t.backend = name end
@@ -508,18 +529,29 @@ local function probe_objects(section)
   section("cgroup", function() return M.cgroup.probe() end)
 end
 
+-- A fresh probe, and whether it may be kept. A shortage passes (out of
+-- descriptors or memory: the errno of a failure says so), and so may a
+-- failure that raised or that has no errno to tell: a probe that met one
+-- is not kept.
 local function probe_fresh()
-  local r = {}
-  -- Each section is computed on its own: one that raises (no /proc, no
-  -- descriptors left) becomes { ok = false, why = ... } and the rest stand.
-  local function section(name, fn)
-    local ok, v = pcall(fn)
-    r[name] = ok and v or { ok = false, why = tostring(v) }
+  local r, keep = {}, true
+  local function passing() keep = false end
+  local function seen(errno)
+    if transient[errno] then keep = false end
   end
-  probe_reading(section)
+  -- Each section is computed on its own: one that raises (no /proc, no
+  -- descriptors left) or fails (nil, message, errno) becomes
+  -- { ok = false, why = ... } and the rest stand.
+  local function section(name, fn)
+    local ok, v, err, errno = pcall(fn)
+    if not ok then passing() end
+    seen(errno)
+    r[name] = ok and v or { ok = false, why = tostring(ok and err or v) }
+  end
+  probe_reading(section, seen, passing)
   if type(r.kernel) ~= "string" then r.kernel = nil end
-  probe_objects(section)
-  return r
+  probe_objects(section, seen, passing)
+  return r, keep
 end
 
 --- Subscribes to signals through a signalfd: they are blocked in the calling
@@ -603,9 +635,8 @@ M.environ = core.environ
 function M.probe(opts)
   opts = check_options("probe", 1, opts, { fresh = "boolean" })
   if opts.fresh or not probed then
-    local r = probe_fresh()
-    -- A shortage passes: a probe that met one is not kept.
-    probed = not mentions_shortage(r) and r or nil
+    local r, keep = probe_fresh()
+    probed = keep and r or nil
     return r
   end
   return deep_copy(probed)

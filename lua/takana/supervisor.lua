@@ -200,16 +200,22 @@ end
 
 --- Decodes one JSON text.
 -- @treturn[1] value
--- @treturn[2] nil, message
+-- @treturn[2] nil, message, EBADMSG
 function M.json_decode(s)
   if type(s) ~= "string" then argerror("json_decode", 1, "string expected, got " .. type(s)) end
   local ok, v, i = pcall(decode_value, s, 1, 0)
-  if not ok then return nil, v end
-  if skip(s, i) <= #s then return nil, ("json: trailing data at byte %d"):format(i) end
+  if not ok then return nil, v, EBADMSG end
+  if skip(s, i) <= #s then return nil, ("json: trailing data at byte %d"):format(i), EBADMSG end
   return v
 end
 
 -- ---- helpers ----
+
+-- A control request refused: the message, and the errno's stable name
+-- ("ENOENT") for a client to compare (M.metrics returns its number).
+local function refusal(message, errno)
+  return { ok = false, error = message, errno = E[errno] }
+end
 
 -- What a service sent (STATUS=) or caused (reasons) reaches an admin's
 -- terminal: every string in v, nested ones too, with control bytes shown
@@ -532,8 +538,10 @@ function supervisor:service(t, ...)
   -- The owner of the service's notify socket: its own user, so that it
   -- and root alone can reach it.
   if t.user ~= nil or t.group ~= nil then
-    local ok, uid, gid = pcall(core.ids, t.user, t.group)
-    if not ok then argerror("service", 1, tostring(uid):gsub("^.-%((.*)%)$", "%1")) end
+    -- Raised as service's own argument error (core.ids words it so);
+    -- raised again here to blame service's caller.
+    local ok, uid, gid = pcall(core.ids, t.user, t.group, "service")
+    if not ok then error(uid, 2) end
     svc.uid, svc.gid = uid, gid
   end
   -- Its name beneath the runtime directory; a short one where the service's
@@ -1651,7 +1659,7 @@ function supervisor:_accept()
     -- The socket is 0600 already; the peer's uid is checked as well, so a
     -- socket file moved or chmod'ed by mistake still admits nobody else.
     if uid ~= self.uid and uid ~= 0 then
-      c:write(M.json_encode { ok = false, error = "permission denied: uid " .. uid } .. "\n")
+      c:write(M.json_encode(refusal("permission denied: uid " .. uid, E.EACCES)) .. "\n")
       c:close()
     else
       local conn = { sock = c, inbuf = "", outbuf = "", pid = pid }
@@ -1680,7 +1688,7 @@ function supervisor:_conn_read(conn)
   end
   conn.inbuf = conn.inbuf .. data
   if #conn.inbuf > 65536 then
-    conn.outbuf = conn.outbuf .. M.json_encode { ok = false, error = "request longer than 64 KiB" } .. "\n"
+    conn.outbuf = conn.outbuf .. M.json_encode(refusal("request longer than 64 KiB", E.EMSGSIZE)) .. "\n"
     conn.inbuf = ""
   end
   while true do
@@ -1717,15 +1725,15 @@ local commands = { status = true, start = true, stop = true, restart = true, sig
 
 function supervisor:_command(line)
   local req, err = M.json_decode(line)
-  if type(req) ~= "table" then return { ok = false, error = "bad request: " .. tostring(err or "an object expected") } end
+  if type(req) ~= "table" then return refusal("bad request: " .. tostring(err or "an object expected"), EBADMSG) end
   local cmd = req.cmd
   if not commands[cmd] then
-    return { ok = false, error = "unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs)" }
+    return refusal("unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs)", E.EINVAL)
   end
   local name = req.name
   if cmd == "status" and name == nil then return { ok = true, services = self:status(), pid = self.pid } end
   local svc = type(name) == "string" and self.services[name]
-  if not svc then return { ok = false, error = "no service '" .. tostring(name) .. "'" } end
+  if not svc then return refusal("no service '" .. tostring(name) .. "'", ENOENT) end
   if cmd == "status" then return { ok = true, services = { self:status_of(svc) } } end
   if cmd == "logs" then
     local n = math.tointeger(req.lines) or 50
@@ -1734,12 +1742,12 @@ function supervisor:_command(line)
   end
   if cmd == "signal" then
     local ok, sig = pcall(signum, "signal", 2, req.signal or "TERM")
-    if not ok then return { ok = false, error = "bad signal '" .. tostring(req.signal) .. "'" } end
-    local r, e = self:signal(name, sig)
-    return r and { ok = true } or { ok = false, error = e }
+    if not ok then return refusal("bad signal '" .. tostring(req.signal) .. "'", E.EINVAL) end
+    local r, e, errno = self:signal(name, sig)
+    return r and { ok = true } or refusal(e, errno)
   end
-  local r, e = self[cmd](self, name)
-  return r and { ok = true } or { ok = false, error = e }
+  local r, e, errno = self[cmd](self, name)
+  return r and { ok = true } or refusal(e, errno)
 end
 
 -- ---- client ----
@@ -1836,7 +1844,11 @@ end
 function M.metrics(sock, metric)
   local r, err, errno = M.request(sock, { cmd = "status" })
   if not r then return nil, "supervisor " .. sock .. ": " .. err, errno end
-  if not r.ok then return nil, "supervisor " .. sock .. ": " .. tostring(r.error) end
+  if not r.ok then
+    -- EPROTO: a refusal without an errno name this host knows.
+    local n = type(r.errno) == "string" and E[r.errno]
+    return nil, "supervisor " .. sock .. ": " .. tostring(r.error), math.type(n) == "integer" and n or E.EPROTO
+  end
   for _, s in ipairs(r.services or {}) do
     local l = { service = s.name, supervisor = sock }
     metric("takana_service_up", "gauge", "1 when the service is running (and ready).", l,
