@@ -101,7 +101,7 @@ void tk_signals_open_lib(lua_State *L);
 void tk_timer_open_lib(lua_State *L);
 void tk_self_open(lua_State *L);
 
-/* Shared by pidfds and process objects (lua_process.c): a timeout in
+/* Shared by pidfds and process objects (lua_pidfd.c): a timeout in
  * seconds (nil: -1, forever) as ms, and wait. */
 #include <sys/types.h>
 #include "process.h"
@@ -121,7 +121,7 @@ void tk_cgroup_path_open(lua_State *L);
 void tk_spawn_open(lua_State *L);
 void tk_pipe_open(lua_State *L);
 
-/* lua_process.c, for lua_spawn.c: a closed pidfd object pushed, then
+/* lua_pidfd.c, for lua_spawn.c: a closed pidfd object pushed, then
  * filled once the child exists (an allocation failure leaves no child
  * without an owner). */
 void tk_pidfd_new(lua_State *L);
