@@ -43,7 +43,7 @@ int tk_push_error(lua_State *L, const char *ctx, int err);
 /* Raises "bad argument #i (no more than n arguments expected)" on extras. */
 void tk_check_nargs(lua_State *L, int max);
 /* /proc/<pid>/cmdline's bytes as the array of arguments process:cmdline()
- * and the snapshot's cmdline field give (lua_procinfo.c). */
+ * and the snapshot's cmdline field give (lua_process.c). */
 void tk_push_argv(lua_State *L, const char *buf, size_t len);
 /* A signal by number (0..NSIG-1) or name ("TERM", "SIGTERM", "term"):
  * tk_signal_parse returns it, or -1 with *why set (a static string);
@@ -108,7 +108,7 @@ void tk_self_open(lua_State *L);
 int64_t tk_timeout_check(lua_State *L, int idx);
 int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *reaped,
                        struct tk_exit *status);
-/* takana.process (lua_procinfo.c), and snap:process for lua_snapshot.c. */
+/* takana.process (lua_process.c), and snap:process for lua_snapshot.c. */
 void tk_procinfo_open(lua_State *L);
 int tk_snapshot_process(lua_State *L);
 /* The start time of pid's record in the snapshot at idx (raising for a
