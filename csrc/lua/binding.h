@@ -5,9 +5,11 @@
 
 #include <lua.h>
 #include <lauxlib.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "core.h"
+#include "process.h"
 
 #ifdef __clang_analyzer__
 /* The static analyzer does not know that these longjmp out of the caller;
@@ -101,13 +103,29 @@ void tk_signals_open_lib(lua_State *L);
 void tk_timer_open_lib(lua_State *L);
 void tk_self_open(lua_State *L);
 
-/* Shared by pidfds and process objects (lua_pidfd.c): a timeout in
- * seconds (nil: -1, forever) as ms, and wait. */
-#include <sys/types.h>
-#include "process.h"
+/* The one timeout parser (lua_time.c): seconds, 0..1 year, at idx as
+ * milliseconds rounded up; raises on anything else. nil or absent waits
+ * forever (TK_WAIT_FOREVER), as README's "Error convention" says. The drains
+ * signals:read and timer:read document nil as "do not wait": they take
+ * luaL_opt(L, tk_timeout_check, idx, 0), the default explicit at the call. */
+#define TK_WAIT_FOREVER ((int64_t)-1)
 int64_t tk_timeout_check(lua_State *L, int idx);
-int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *reaped,
-                       struct tk_exit *status);
+
+/* What pidfds and process objects have in common, their first member: both
+ * run the same signal, alive and wait (lua_pidfd.c) on it. */
+struct tk_pidfd_obj {
+	struct tk_handle h; /* first: the handle base; h.fd is the pidfd */
+	pid_t pid;
+	int reaped;         /* status below is final */
+	struct tk_exit status;
+	/* Pushes nil, message, errno for the failure err (-errno) of method
+	 * what, in the wording of the object's class; returns 3. */
+	int (*fail)(lua_State *L, const struct tk_pidfd_obj *o, const char *what, int err);
+};
+/* :signal(sig), :alive() and :wait([timeout]) of the object o at index 1. */
+int tk_pidfd_obj_signal(lua_State *L, struct tk_pidfd_obj *o);
+int tk_pidfd_obj_alive(lua_State *L, struct tk_pidfd_obj *o);
+int tk_pidfd_obj_wait(lua_State *L, struct tk_pidfd_obj *o);
 /* takana.process (lua_process.c), and snap:process for lua_snapshot.c. */
 void tk_procinfo_open(lua_State *L);
 int tk_snapshot_process(lua_State *L);
