@@ -575,17 +575,6 @@ static int l_cgroup_find(lua_State *L)
 	return 1;
 }
 
-/* core.signum(sig) -> the signal number of a name or number; raises on
- * anything else (the Lua side words the error for its own function). */
-static int l_signum(lua_State *L)
-{
-	int sig = tk_signal_check(L, 1);
-
-	tk_check_nargs(L, 1);
-	lua_pushinteger(L, sig);
-	return 1;
-}
-
 /* core.cgroup_signal(cg, sig, skip_pid, max_rounds, timeout_s) ->
  * {signalled=, rounds=, listed=, errno=?, failed_pid=?, failed_errno=?}:
  * errno/error are set when the rounds stopped early (EBUSY: the bound),
@@ -962,7 +951,6 @@ void tk_cgroup_open(lua_State *L)
 		{ "is_pidfd", l_is_pidfd },
 		{ "pidfd_cgroup_id", l_pidfd_cgroup_id },
 		{ "kv_parse", l_kv_parse },
-		{ "signum", l_signum },
 		{ "cgroup_signal", l_cgroup_signal },
 		{ "cgroup_children", l_cgroup_children },
 		{ "psi_parse", l_psi_parse },
