@@ -83,11 +83,13 @@ void tk_handle_forget_fd(lua_State *L, int fd);
 void tk_handle_newclass(lua_State *L, const char *mt, const luaL_Reg *methods,
                         lua_CFunction index, lua_CFunction tostring);
 
-/* Registrars, one per binding file. Each adds its functions to the module
- * table on the top of the stack. */
-void tk_snapshot_open(lua_State *L);
-void tk_process_open(lua_State *L);
-void tk_cgroup_open(lua_State *L);
+/* Registrars, one per binding file, all named tk_<object>_open_lib (the
+ * core's tk_<object>_open opens the object itself: tk_pidfd_open,
+ * tk_timer_open). Each adds its functions to the module table on the top
+ * of the stack. */
+void tk_snapshot_open_lib(lua_State *L);
+void tk_pidfd_open_lib(lua_State *L);
+void tk_cgroup_open_lib(lua_State *L);
 void tk_events_open_lib(lua_State *L);
 /* The directory fd of the cgroup handle at idx (lua_cgroup.c); raises when
  * it is none or closed. */
@@ -98,10 +100,10 @@ void tk_dir_open_lib(lua_State *L);
  * by_start_time: senders told by start time even where SCM_PIDFD exists. */
 int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name, int dgram,
                  mode_t mode, uid_t uid, gid_t gid, int by_start_time);
-void tk_unix_open(lua_State *L);
+void tk_unix_open_lib(lua_State *L);
 void tk_signals_open_lib(lua_State *L);
 void tk_timer_open_lib(lua_State *L);
-void tk_self_open(lua_State *L);
+void tk_self_open_lib(lua_State *L);
 
 /* The one timeout parser (lua_time.c): seconds, 0..1 year, at idx as
  * milliseconds rounded up; raises on anything else. nil or absent waits
@@ -127,17 +129,17 @@ int tk_pidfd_obj_signal(lua_State *L, struct tk_pidfd_obj *o);
 int tk_pidfd_obj_alive(lua_State *L, struct tk_pidfd_obj *o);
 int tk_pidfd_obj_wait(lua_State *L, struct tk_pidfd_obj *o);
 /* takana.process (lua_process.c), and snap:process for lua_snapshot.c. */
-void tk_procinfo_open(lua_State *L);
+void tk_process_open_lib(lua_State *L);
 int tk_snapshot_process(lua_State *L);
 /* The start time of pid's record in the snapshot at idx (raising for a
  * non-snapshot), whatever its field selection: 1, or 0 when pid is not in
  * it (lua_snapshot.c). */
 int tk_snapshot_start_ns(lua_State *L, int idx, uint32_t pid, uint64_t *start_ns);
 /* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
-void tk_cgroup_path_open(lua_State *L);
+void tk_cgroup_path_open_lib(lua_State *L);
 
-void tk_spawn_open(lua_State *L);
-void tk_pipe_open(lua_State *L);
+void tk_spawn_open_lib(lua_State *L);
+void tk_pipe_open_lib(lua_State *L);
 
 /* lua_pidfd.c, for lua_spawn.c: a closed pidfd object pushed, then
  * filled once the child exists (an allocation failure leaves no child

@@ -928,7 +928,7 @@ static int l_mounts_changed(lua_State *L)
 	return 1;
 }
 
-void tk_cgroup_open(lua_State *L)
+void tk_cgroup_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "stat", cg_stat },
@@ -1032,7 +1032,7 @@ static int l_cgroup_ids(lua_State *L)
 	return 1;
 }
 
-void tk_cgroup_path_open(lua_State *L)
+void tk_cgroup_path_open_lib(lua_State *L)
 {
 	static const luaL_Reg funcs[] = {
 		{ "cgroup_path_by_handle", l_cgroup_path_by_handle },

@@ -165,16 +165,18 @@ int luaopen_takana_core(lua_State *L)
 	lua_pushcfunction(L, l_signum);
 	lua_setfield(L, -2, "signum");
 	errno_open(L);
-	tk_snapshot_open(L);
-	tk_process_open(L);
-	tk_procinfo_open(L);
-	tk_cgroup_path_open(L);
-	tk_cgroup_open(L);
+	tk_snapshot_open_lib(L);
+	tk_pidfd_open_lib(L);
+	tk_spawn_open_lib(L);
+	tk_pipe_open_lib(L);
+	tk_process_open_lib(L);
+	tk_cgroup_path_open_lib(L);
+	tk_cgroup_open_lib(L);
 	tk_events_open_lib(L);
 	tk_dir_open_lib(L);
 	tk_signals_open_lib(L);
 	tk_timer_open_lib(L);
-	tk_self_open(L);
-	tk_unix_open(L);
+	tk_self_open_lib(L);
+	tk_unix_open_lib(L);
 	return 1;
 }

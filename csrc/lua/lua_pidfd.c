@@ -344,7 +344,7 @@ static int l_poll_fds(lua_State *L)
 	return 1;
 }
 
-void tk_process_open(lua_State *L)
+void tk_pidfd_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "signal", pidfd_signal },
@@ -362,6 +362,4 @@ void tk_process_open(lua_State *L)
 	tk_handle_newclass(L, TK_PIDFD_MT, methods, pidfd_index, pidfd_tostring);
 	lua_pop(L, 1);
 	luaL_setfuncs(L, funcs, 0);
-	tk_spawn_open(L);
-	tk_pipe_open(L);
 }

@@ -395,7 +395,7 @@ static int pipe_write(lua_State *L)
 	return 1;
 }
 
-void tk_pipe_open(lua_State *L)
+void tk_pipe_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "read", pipe_read },

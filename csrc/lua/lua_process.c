@@ -879,7 +879,7 @@ static int l_user_name(lua_State *L)
 	return 1;
 }
 
-void tk_procinfo_open(lua_State *L)
+void tk_process_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "cmdline", proc_cmdline },
