@@ -585,17 +585,18 @@ static int l_cgroup_signal(lua_State *L)
 	lua_Integer sig = luaL_checkinteger(L, 2);
 	lua_Integer skip = luaL_checkinteger(L, 3);
 	lua_Integer rounds = luaL_checkinteger(L, 4);
-	lua_Number timeout = luaL_checknumber(L, 5);
 	struct tk_cg_signal_result res;
+	int64_t timeout_ms;
 	int r;
 
+	/* Required: a bound, never the parser's nil (forever). */
+	(void)luaL_checknumber(L, 5);
+	timeout_ms = tk_timeout_check(L, 5);
 	tk_check_nargs(L, 5);
 	luaL_argcheck(L, sig >= 0 && sig < 65, 2, "signal number out of range");
 	luaL_argcheck(L, skip >= 0 && skip <= 0x7fffffff, 3, "pid out of range");
 	luaL_argcheck(L, rounds > 0 && rounds <= 1 << 20, 4, "round bound out of range");
-	luaL_argcheck(L, timeout >= 0 && timeout <= 86400, 5, "timeout out of range");
-	r = tk_cg_signal(cg->h.fd, (int)sig, (int)skip, 100000, (int)rounds,
-	                 (int64_t)(timeout * 1000.0), &res);
+	r = tk_cg_signal(cg->h.fd, (int)sig, (int)skip, 100000, (int)rounds, timeout_ms, &res);
 	lua_createtable(L, 0, 6);
 	lua_pushinteger(L, res.signalled);
 	lua_setfield(L, -2, "signalled");
