@@ -681,6 +681,32 @@ describe("audit item 19: spawn, timeouts and arguments", function()
     c:wait()
   end)
 
+  it("every waiting method takes its timeout the same way (one parser)", function()
+    if H.no_spawn then pending(H.no_spawn) return end
+    local c = assert(takana.spawn { "true", stdout = "pipe" })
+    local c2 = assert(takana.spawn { "true" })
+    local proc = assert(takana.process(c2))
+    local tm = assert(takana.timer())
+    local waits = {
+      function(t) return c:wait(t) end,
+      function(t) return proc:wait(t) end,
+      function(t) return c.stdout:read_line(t) end,
+      function(t) return c.stdout:read_all(t) end,
+      function(t) return tm:read(t) end,
+    }
+    for i, w in ipairs(waits) do
+      for _, bad in ipairs { -1, 0/0, math.huge, 86400 * 366, {} } do
+        assert.has_error(function() w(bad) end, nil, ("wait #%d, timeout %s"):format(i, tostring(bad)))
+      end
+    end
+    -- nil: forever, except the drains, where it does not wait.
+    assert.same({ exited = true, code = 0 }, c:wait(nil))
+    assert.same({ exited = true, code = 0 }, proc:wait(nil))
+    assert.equal("", c.stdout:read_all(nil))
+    assert.equal(0, tm:read(nil))
+    tm:close(); proc:close(); c2:close(); c.stdout:close(); c:close()
+  end)
+
   it("pidfd:wait running out is nil, message, ETIMEDOUT", function()
     if H.no_spawn then pending(H.no_spawn) return end
     local c = assert(takana.spawn { "sleep", "30" })

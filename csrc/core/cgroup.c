@@ -17,6 +17,7 @@
 #include <linux/openat2.h>
 
 #include "cgroup.h"
+#include "clock.h"
 #include "process.h"
 #include "util.h"
 

@@ -26,35 +26,15 @@
 #include <linux/sched.h>
 
 #include "cgroup.h"
+#include "clock.h"
 #include "core.h"
 #include "process.h"
 #include "util.h"
+#include "wait.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
 #endif
-
-int64_t tk_monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int tk_timeout_slice(int64_t timeout_ms, int64_t deadline_ms)
-{
-	int64_t left;
-
-	if (timeout_ms < 0)
-		return -1;
-	if (timeout_ms == 0)
-		return 0;
-	left = deadline_ms - tk_monotonic_ms();
-	if (left <= 0)
-		return 0;
-	return left > INT32_MAX ? INT32_MAX : (int)left;
-}
 
 int tk_pidfd_open(pid_t pid)
 {
@@ -150,23 +130,18 @@ int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out)
 	int r;
 
 	if (timeout_ms >= 0) {
-		struct pollfd p = { .fd = pidfd, .events = POLLIN };
-		int64_t deadline = tk_monotonic_ms() + timeout_ms;
+		int64_t deadline = tk_deadline_ms(timeout_ms);
 		/* WNOHANG first: a non-child fails with ECHILD now, not after the timeout. */
 		r = waitid_pidfd(pidfd, WNOHANG, &info, &ru);
 		if (r < 0)
 			return r;
 		if (info.si_pid != 0)
 			goto done;
-		for (;;) {
-			r = poll(&p, 1, tk_timeout_slice(timeout_ms, deadline));
-			if (r > 0)
-				break;
-			if (r < 0 && errno != EINTR)
-				return -errno;
-			if (timeout_ms == 0 || tk_monotonic_ms() >= deadline)
-				return -ETIMEDOUT;
-		}
+		r = tk_wait_fd(pidfd, POLLIN, deadline);
+		if (r < 0)
+			return r;
+		if (r == 0)
+			return -ETIMEDOUT;
 	}
 	r = waitid_pidfd(pidfd, 0, &info, &ru);
 	if (r < 0)

@@ -6,15 +6,6 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
-/* Timeouts are accepted up to a year. poll and epoll_wait take an int of
- * milliseconds (24.8 days at most), so longer waits go in slices towards a
- * CLOCK_MONOTONIC deadline instead of wrapping to a negative, endless one. */
-#define TK_TIMEOUT_MAX_S (86400.0 * 365)
-int64_t tk_monotonic_ms(void);
-/* The next poll timeout: -1 for forever (timeout_ms < 0), else the time left
- * to deadline_ms (0 once past it), at most INT32_MAX. */
-int tk_timeout_slice(int64_t timeout_ms, int64_t deadline_ms);
-
 struct tk_exit {
 	int signaled;   /* killed by a signal (code is the signal) */
 	int core;       /* ... and dumped core */

@@ -1,4 +1,4 @@
-/* signalfd subscriptions with per-thread hold counts, and timerfds.
+/* signalfd subscriptions with per-thread hold counts.
  *
  * A signal mask belongs to a thread, not to the process: blocking here
  * covers the calling thread only. A signal sent to the process goes to any
@@ -9,18 +9,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/signalfd.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "process.h"
 #include "signals.h"
 #include "util.h"
 
@@ -158,70 +155,4 @@ int tk_signals_read(int fd, struct signalfd_siginfo *out)
 	if (n < 0)
 		return errno == EAGAIN ? 0 : -errno;
 	return n == (ssize_t)sizeof *out ? 1 : -EIO;
-}
-
-int tk_timer_open(void)
-{
-	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	return fd < 0 ? -errno : fd;
-}
-
-static struct timespec ns_to_ts(uint64_t ns)
-{
-	struct timespec ts;
-
-	ts.tv_sec = (time_t)(ns / 1000000000u);
-	ts.tv_nsec = (long)(ns % 1000000000u);
-	return ts;
-}
-
-int tk_timer_set(int fd, uint64_t after_ns, uint64_t every_ns)
-{
-	struct itimerspec its;
-
-	its.it_value = ns_to_ts(after_ns);
-	its.it_interval = ns_to_ts(every_ns);
-	return timerfd_settime(fd, 0, &its, NULL) < 0 ? -errno : 0;
-}
-
-int tk_timer_get(int fd, uint64_t *next_ns, uint64_t *every_ns)
-{
-	struct itimerspec its;
-
-	if (timerfd_gettime(fd, &its) < 0)
-		return -errno;
-	*next_ns = (uint64_t)its.it_value.tv_sec * 1000000000u + (uint64_t)its.it_value.tv_nsec;
-	*every_ns = (uint64_t)its.it_interval.tv_sec * 1000000000u + (uint64_t)its.it_interval.tv_nsec;
-	return 0;
-}
-
-int64_t tk_timer_read(int fd)
-{
-	uint64_t count;
-	ssize_t n;
-
-	do
-		n = read(fd, &count, sizeof count);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return errno == EAGAIN ? 0 : -errno;
-	if (n != (ssize_t)sizeof count)
-		return -EIO;
-	return count > INT64_MAX ? INT64_MAX : (int64_t)count;
-}
-
-int tk_wait_readable(int fd, int64_t timeout_ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int64_t deadline = timeout_ms > 0 ? tk_monotonic_ms() + timeout_ms : 0;
-
-	for (;;) {
-		int r = poll(&p, 1, tk_timeout_slice(timeout_ms, deadline));
-		if (r > 0)
-			return 1;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		if (timeout_ms == 0 || (timeout_ms > 0 && tk_monotonic_ms() >= deadline))
-			return 0;
-	}
 }

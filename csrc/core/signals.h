@@ -1,5 +1,4 @@
-/* Signals as descriptors, timers and clocks: the C core behind
- * takana.signals and takana.timer. */
+/* Signals as descriptors: the C core behind takana.signals. */
 #ifndef TAKANA_SIGNALS_H
 #define TAKANA_SIGNALS_H
 
@@ -33,17 +32,5 @@ int tk_signals_open(tk_sigbits set);
 void tk_signals_release(tk_sigbits set);
 /* Reads one signal: 1, 0 when none is pending, or -errno. */
 int tk_signals_read(int fd, struct signalfd_siginfo *out);
-
-/* timerfds on CLOCK_MONOTONIC. after_ns 0 disarms (callers wanting "now"
- * pass 1); every_ns 0 makes a one-shot. */
-int tk_timer_open(void);
-int tk_timer_set(int fd, uint64_t after_ns, uint64_t every_ns);
-int tk_timer_get(int fd, uint64_t *next_ns, uint64_t *every_ns);
-/* Expirations since the last read or set: a count, 0 when none, or -errno. */
-int64_t tk_timer_read(int fd);
-
-/* Waits until fd is readable or timeout_ms (-1: forever) runs out: 1, 0 on
- * timeout, -errno. EINTR restarts towards the same deadline. */
-int tk_wait_readable(int fd, int64_t timeout_ms);
 
 #endif

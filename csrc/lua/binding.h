@@ -5,9 +5,11 @@
 
 #include <lua.h>
 #include <lauxlib.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "core.h"
+#include "process.h"
 
 #ifdef __clang_analyzer__
 /* The static analyzer does not know that these longjmp out of the caller;
@@ -43,7 +45,7 @@ int tk_push_error(lua_State *L, const char *ctx, int err);
 /* Raises "bad argument #i (no more than n arguments expected)" on extras. */
 void tk_check_nargs(lua_State *L, int max);
 /* /proc/<pid>/cmdline's bytes as the array of arguments process:cmdline()
- * and the snapshot's cmdline field give (lua_procinfo.c). */
+ * and the snapshot's cmdline field give (lua_process.c). */
 void tk_push_argv(lua_State *L, const char *buf, size_t len);
 /* A signal by number (0..NSIG-1) or name ("TERM", "SIGTERM", "term"):
  * tk_signal_parse returns it, or -1 with *why set (a static string);
@@ -81,11 +83,13 @@ void tk_handle_forget_fd(lua_State *L, int fd);
 void tk_handle_newclass(lua_State *L, const char *mt, const luaL_Reg *methods,
                         lua_CFunction index, lua_CFunction tostring);
 
-/* Registrars, one per binding file. Each adds its functions to the module
- * table on the top of the stack. */
-void tk_snapshot_open(lua_State *L);
-void tk_process_open(lua_State *L);
-void tk_cgroup_open(lua_State *L);
+/* Registrars, one per binding file, all named tk_<object>_open_lib (the
+ * core's tk_<object>_open opens the object itself: tk_pidfd_open,
+ * tk_timer_open). Each adds its functions to the module table on the top
+ * of the stack. */
+void tk_snapshot_open_lib(lua_State *L);
+void tk_pidfd_open_lib(lua_State *L);
+void tk_cgroup_open_lib(lua_State *L);
 void tk_events_open_lib(lua_State *L);
 /* The directory fd of the cgroup handle at idx (lua_cgroup.c); raises when
  * it is none or closed. */
@@ -96,30 +100,46 @@ void tk_dir_open_lib(lua_State *L);
  * by_start_time: senders told by start time even where SCM_PIDFD exists. */
 int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name, int dgram,
                  mode_t mode, uid_t uid, gid_t gid, int by_start_time);
-void tk_unix_open(lua_State *L);
+void tk_unix_open_lib(lua_State *L);
 void tk_signals_open_lib(lua_State *L);
 void tk_timer_open_lib(lua_State *L);
-void tk_self_open(lua_State *L);
+void tk_self_open_lib(lua_State *L);
 
-/* Shared by pidfds and process objects (lua_pidfd.c): a timeout in
- * seconds (nil: -1, forever) as ms, and wait. */
-#include <sys/types.h>
-#include "process.h"
+/* The one timeout parser (lua_time.c): seconds, 0..1 year, at idx as
+ * milliseconds rounded up; raises on anything else. nil or absent waits
+ * forever (TK_WAIT_FOREVER), as README's "Error convention" says. The drains
+ * signals:read and timer:read document nil as "do not wait": they take
+ * luaL_opt(L, tk_timeout_check, idx, 0), the default explicit at the call. */
+#define TK_WAIT_FOREVER ((int64_t)-1)
 int64_t tk_timeout_check(lua_State *L, int idx);
-int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *reaped,
-                       struct tk_exit *status);
-/* takana.process (lua_procinfo.c), and snap:process for lua_snapshot.c. */
-void tk_procinfo_open(lua_State *L);
+
+/* What pidfds and process objects have in common, their first member: both
+ * run the same signal, alive and wait (lua_pidfd.c) on it. */
+struct tk_pidfd_obj {
+	struct tk_handle h; /* first: the handle base; h.fd is the pidfd */
+	pid_t pid;
+	int reaped;         /* status below is final */
+	struct tk_exit status;
+	/* Pushes nil, message, errno for the failure err (-errno) of method
+	 * what, in the wording of the object's class; returns 3. */
+	int (*fail)(lua_State *L, const struct tk_pidfd_obj *o, const char *what, int err);
+};
+/* :signal(sig), :alive() and :wait([timeout]) of the object o at index 1. */
+int tk_pidfd_obj_signal(lua_State *L, struct tk_pidfd_obj *o);
+int tk_pidfd_obj_alive(lua_State *L, struct tk_pidfd_obj *o);
+int tk_pidfd_obj_wait(lua_State *L, struct tk_pidfd_obj *o);
+/* takana.process (lua_process.c), and snap:process for lua_snapshot.c. */
+void tk_process_open_lib(lua_State *L);
 int tk_snapshot_process(lua_State *L);
 /* The start time of pid's record in the snapshot at idx (raising for a
  * non-snapshot), whatever its field selection: 1, or 0 when pid is not in
  * it (lua_snapshot.c). */
 int tk_snapshot_start_ns(lua_State *L, int idx, uint32_t pid, uint64_t *start_ns);
 /* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
-void tk_cgroup_path_open(lua_State *L);
+void tk_cgroup_path_open_lib(lua_State *L);
 
-void tk_spawn_open(lua_State *L);
-void tk_pipe_open(lua_State *L);
+void tk_spawn_open_lib(lua_State *L);
+void tk_pipe_open_lib(lua_State *L);
 
 /* lua_pidfd.c, for lua_spawn.c: a closed pidfd object pushed, then
  * filled once the child exists (an allocation failure leaves no child

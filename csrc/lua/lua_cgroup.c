@@ -575,17 +575,6 @@ static int l_cgroup_find(lua_State *L)
 	return 1;
 }
 
-/* core.signum(sig) -> the signal number of a name or number; raises on
- * anything else (the Lua side words the error for its own function). */
-static int l_signum(lua_State *L)
-{
-	int sig = tk_signal_check(L, 1);
-
-	tk_check_nargs(L, 1);
-	lua_pushinteger(L, sig);
-	return 1;
-}
-
 /* core.cgroup_signal(cg, sig, skip_pid, max_rounds, timeout_s) ->
  * {signalled=, rounds=, listed=, errno=?, failed_pid=?, failed_errno=?}:
  * errno/error are set when the rounds stopped early (EBUSY: the bound),
@@ -596,17 +585,18 @@ static int l_cgroup_signal(lua_State *L)
 	lua_Integer sig = luaL_checkinteger(L, 2);
 	lua_Integer skip = luaL_checkinteger(L, 3);
 	lua_Integer rounds = luaL_checkinteger(L, 4);
-	lua_Number timeout = luaL_checknumber(L, 5);
 	struct tk_cg_signal_result res;
+	int64_t timeout_ms;
 	int r;
 
+	/* Required: a bound, never the parser's nil (forever). */
+	(void)luaL_checknumber(L, 5);
+	timeout_ms = tk_timeout_check(L, 5);
 	tk_check_nargs(L, 5);
 	luaL_argcheck(L, sig >= 0 && sig < 65, 2, "signal number out of range");
 	luaL_argcheck(L, skip >= 0 && skip <= 0x7fffffff, 3, "pid out of range");
 	luaL_argcheck(L, rounds > 0 && rounds <= 1 << 20, 4, "round bound out of range");
-	luaL_argcheck(L, timeout >= 0 && timeout <= 86400, 5, "timeout out of range");
-	r = tk_cg_signal(cg->h.fd, (int)sig, (int)skip, 100000, (int)rounds,
-	                 (int64_t)(timeout * 1000.0), &res);
+	r = tk_cg_signal(cg->h.fd, (int)sig, (int)skip, 100000, (int)rounds, timeout_ms, &res);
 	lua_createtable(L, 0, 6);
 	lua_pushinteger(L, res.signalled);
 	lua_setfield(L, -2, "signalled");
@@ -939,7 +929,7 @@ static int l_mounts_changed(lua_State *L)
 	return 1;
 }
 
-void tk_cgroup_open(lua_State *L)
+void tk_cgroup_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "stat", cg_stat },
@@ -962,7 +952,6 @@ void tk_cgroup_open(lua_State *L)
 		{ "is_pidfd", l_is_pidfd },
 		{ "pidfd_cgroup_id", l_pidfd_cgroup_id },
 		{ "kv_parse", l_kv_parse },
-		{ "signum", l_signum },
 		{ "cgroup_signal", l_cgroup_signal },
 		{ "cgroup_children", l_cgroup_children },
 		{ "psi_parse", l_psi_parse },
@@ -1044,7 +1033,7 @@ static int l_cgroup_ids(lua_State *L)
 	return 1;
 }
 
-void tk_cgroup_path_open(lua_State *L)
+void tk_cgroup_path_open_lib(lua_State *L)
 {
 	static const luaL_Reg funcs[] = {
 		{ "cgroup_path_by_handle", l_cgroup_path_by_handle },

@@ -94,6 +94,17 @@ void tk_signal_push_name(lua_State *L, int sig)
 		lua_pushfstring(L, "%d", sig);
 }
 
+/* core.signum(sig) -> the signal number of a name or number; raises on
+ * anything else (the Lua side words the error for its own function). */
+static int l_signum(lua_State *L)
+{
+	int sig = tk_signal_check(L, 1);
+
+	tk_check_nargs(L, 1);
+	lua_pushinteger(L, sig);
+	return 1;
+}
+
 /* core.monotime(): CLOCK_MONOTONIC seconds, for timeouts in the Lua front. */
 static int l_monotime(lua_State *L)
 {
@@ -175,19 +186,23 @@ int luaopen_takana_core(lua_State *L)
 	lua_setfield(L, -2, "_VERSION");
 	lua_pushcfunction(L, l_monotime);
 	lua_setfield(L, -2, "monotime");
+	lua_pushcfunction(L, l_signum);
+	lua_setfield(L, -2, "signum");
 	errno_open(L);
 	lua_pushcfunction(L, l_strerror);
 	lua_setfield(L, -2, "strerror");
-	tk_snapshot_open(L);
-	tk_process_open(L);
-	tk_procinfo_open(L);
-	tk_cgroup_path_open(L);
-	tk_cgroup_open(L);
+	tk_snapshot_open_lib(L);
+	tk_pidfd_open_lib(L);
+	tk_spawn_open_lib(L);
+	tk_pipe_open_lib(L);
+	tk_process_open_lib(L);
+	tk_cgroup_path_open_lib(L);
+	tk_cgroup_open_lib(L);
 	tk_events_open_lib(L);
 	tk_dir_open_lib(L);
 	tk_signals_open_lib(L);
 	tk_timer_open_lib(L);
-	tk_self_open(L);
-	tk_unix_open(L);
+	tk_self_open_lib(L);
+	tk_unix_open_lib(L);
 	return 1;
 }

@@ -21,21 +21,26 @@
 #include <stdint.h>
 
 #include "binding.h"
+#include "clock.h"
 #include "process.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
 
 struct lpidfd {
-	struct tk_handle h; /* first: the handle base (lua_handle.c) */
-	pid_t pid;
-	int reaped;       /* status below is final */
-	struct tk_exit status;
+	struct tk_pidfd_obj o; /* first: the handle base and what process objects share */
 	const char *mechanism;
 };
 
 static struct lpidfd *pidfd_check(lua_State *L, int idx)
 {
 	return (struct lpidfd *)tk_handle_check(L, idx, TK_PIDFD_MT);
+}
+
+/* A pidfd's failure: "ctx: strerror", as tk_push_error words it. */
+static int pidfd_fail(lua_State *L, const struct tk_pidfd_obj *o, const char *what, int err)
+{
+	(void)o;
+	return tk_push_error(L, what, err);
 }
 
 /* Created closed, then filled: an allocation failure leaves nothing open. */
@@ -50,8 +55,8 @@ void tk_pidfd_fill(lua_State *L, int idx, int fd, pid_t pid, const char *mechani
 {
 	struct lpidfd *p = luaL_checkudata(L, idx, TK_PIDFD_MT);
 
-	p->h.fd = fd;
-	p->pid = pid;
+	p->o.h.fd = fd;
+	p->o.pid = pid;
 	p->mechanism = mechanism;
 	tk_handle_opened(L, fd);
 }
@@ -60,22 +65,10 @@ static struct lpidfd *pidfd_new(lua_State *L)
 {
 	struct lpidfd *p = lua_newuserdatauv(L, sizeof *p, 1);
 	memset(p, 0, sizeof *p);
-	tk_handle_init(&p->h, "pidfd", "r", NULL);
+	tk_handle_init(&p->o.h, "pidfd", "r", NULL);
+	p->o.fail = pidfd_fail;
 	luaL_setmetatable(L, TK_PIDFD_MT);
 	return p;
-}
-
-/* Converts seconds (nil = forever) to milliseconds, rounding up. A year
- * is 3.2e10 ms, past an int: the waits below take it in slices. */
-int64_t tk_timeout_check(lua_State *L, int idx)
-{
-	lua_Number s;
-
-	if (lua_isnoneornil(L, idx))
-		return -1;
-	s = luaL_checknumber(L, idx);
-	luaL_argcheck(L, s >= 0 && s <= TK_TIMEOUT_MAX_S, idx, "timeout must be 0..1 year (seconds)");
-	return (int64_t)ceil(s * 1000.0);
 }
 
 /* Opens a pidfd on a process.
@@ -101,8 +94,8 @@ static int l_pidfd(lua_State *L)
 		snprintf(ctx, sizeof ctx, "pidfd %d", (int)pid);
 		return tk_push_error(L, ctx, fd);
 	}
-	p->h.fd = fd;
-	p->pid = (pid_t)pid;
+	p->o.h.fd = fd;
+	p->o.pid = (pid_t)pid;
 	p->mechanism = "pidfd_open";
 	tk_handle_opened(L, fd);
 	return 1;
@@ -115,14 +108,18 @@ static int l_pidfd(lua_State *L)
  * @treturn[2] nil, message, errno (ESRCH once the process is gone) */
 static int pidfd_signal(lua_State *L)
 {
-	struct lpidfd *p = pidfd_check(L, 1);
+	return tk_pidfd_obj_signal(L, &pidfd_check(L, 1)->o);
+}
+
+int tk_pidfd_obj_signal(lua_State *L, struct tk_pidfd_obj *o)
+{
 	int sig = tk_signal_check(L, 2);
 	int r;
 
 	tk_check_nargs(L, 2);
-	r = tk_pidfd_signal(p->h.fd, sig);
+	r = tk_pidfd_signal(o->h.fd, sig);
 	if (r < 0)
-		return tk_push_error(L, "signal", r);
+		return o->fail(L, o, "signal", r);
 	lua_pushboolean(L, 1);
 	return 1;
 }
@@ -132,13 +129,17 @@ static int pidfd_signal(lua_State *L)
  * @function pidfd:alive */
 static int pidfd_alive(lua_State *L)
 {
-	struct lpidfd *p = pidfd_check(L, 1);
+	return tk_pidfd_obj_alive(L, &pidfd_check(L, 1)->o);
+}
+
+int tk_pidfd_obj_alive(lua_State *L, struct tk_pidfd_obj *o)
+{
 	int r;
 
 	tk_check_nargs(L, 1);
-	r = tk_pidfd_alive(p->h.fd);
+	r = tk_pidfd_alive(o->h.fd);
 	if (r < 0)
-		return tk_push_error(L, "alive", r);
+		return o->fail(L, o, "alive", r);
 	lua_pushboolean(L, r);
 	return 1;
 }
@@ -171,42 +172,38 @@ static void exit_push(lua_State *L, const struct tk_exit *e)
  * (waitid(2) on the pidfd) */
 static int pidfd_wait(lua_State *L)
 {
-	struct lpidfd *p = pidfd_check(L, 1);
-	int64_t timeout = tk_timeout_check(L, 2);
-
-	tk_check_nargs(L, 2);
-	return tk_pidfd_wait_push(L, p->h.fd, p->pid, timeout, &p->reaped, &p->status);
+	return tk_pidfd_obj_wait(L, &pidfd_check(L, 1)->o);
 }
 
-/* pidfd:wait and process:wait: reaps once into *status, then returns the
- * same table on every call. */
-int tk_pidfd_wait_push(lua_State *L, int fd, pid_t pid, int64_t timeout, int *reaped,
-                       struct tk_exit *status)
+/* Reaps once into o->status, then returns the same table on every call. */
+int tk_pidfd_obj_wait(lua_State *L, struct tk_pidfd_obj *o)
 {
+	int64_t timeout = tk_timeout_check(L, 2);
 	int r;
 
-	if (!*reaped) {
-		r = tk_pidfd_wait(fd, timeout, status);
+	tk_check_nargs(L, 2);
+	if (!o->reaped) {
+		r = tk_pidfd_wait(o->h.fd, timeout, &o->status);
 		if (r == -ETIMEDOUT) {
 			char secs[32];
 			snprintf(secs, sizeof secs, "%g", (double)timeout / 1000.0);
 			lua_pushnil(L);
 			lua_pushfstring(L, "wait: process %d still running after %s s (wait again, "
-			                "or signal it)", (int)pid, secs);
+			                "or signal it)", (int)o->pid, secs);
 			lua_pushinteger(L, ETIMEDOUT);
 			return 3;
 		}
 		if (r == -ECHILD) {
 			lua_pushnil(L);
-			lua_pushfstring(L, "wait: process %d is not a child of this process", (int)pid);
+			lua_pushfstring(L, "wait: process %d is not a child of this process", (int)o->pid);
 			lua_pushinteger(L, ECHILD);
 			return 3;
 		}
 		if (r < 0)
 			return tk_push_error(L, "wait", r);
-		*reaped = 1;
+		o->reaped = 1;
 	}
-	exit_push(L, status);
+	exit_push(L, &o->status);
 	return 1;
 }
 
@@ -220,16 +217,16 @@ static int pidfd_usage(lua_State *L)
 	struct lpidfd *p = luaL_checkudata(L, 1, TK_PIDFD_MT);
 
 	tk_check_nargs(L, 1);
-	if (!p->reaped) {
+	if (!p->o.reaped) {
 		lua_pushnil(L);
 		return 1;
 	}
 	lua_createtable(L, 0, 3);
-	lua_pushinteger(L, tk_u64_int(p->status.utime_ns));
+	lua_pushinteger(L, tk_u64_int(p->o.status.utime_ns));
 	lua_setfield(L, -2, "utime_ns");
-	lua_pushinteger(L, tk_u64_int(p->status.stime_ns));
+	lua_pushinteger(L, tk_u64_int(p->o.status.stime_ns));
 	lua_setfield(L, -2, "stime_ns");
-	lua_pushinteger(L, tk_u64_int(p->status.maxrss_bytes));
+	lua_pushinteger(L, tk_u64_int(p->o.status.maxrss_bytes));
 	lua_setfield(L, -2, "maxrss_bytes");
 	return 1;
 }
@@ -237,10 +234,10 @@ static int pidfd_usage(lua_State *L)
 static int pidfd_tostring(lua_State *L)
 {
 	struct lpidfd *p = luaL_checkudata(L, 1, TK_PIDFD_MT);
-	if (p->h.fd < 0)
-		lua_pushfstring(L, "takana.Pidfd (pid %d, closed)", (int)p->pid);
+	if (p->o.h.fd < 0)
+		lua_pushfstring(L, "takana.Pidfd (pid %d, closed)", (int)p->o.pid);
 	else
-		lua_pushfstring(L, "takana.Pidfd (pid %d, fd %d)", (int)p->pid, p->h.fd);
+		lua_pushfstring(L, "takana.Pidfd (pid %d, fd %d)", (int)p->o.pid, p->o.h.fd);
 	return 1;
 }
 
@@ -253,7 +250,7 @@ static int pidfd_index(lua_State *L)
 	if (lua_type(L, 2) == LUA_TSTRING) {
 		const char *key = lua_tostring(L, 2);
 		if (strcmp(key, "pid") == 0) {
-			lua_pushinteger(L, p->pid);
+			lua_pushinteger(L, p->o.pid);
 			return 1;
 		}
 		if (strcmp(key, "mechanism") == 0) {
@@ -347,7 +344,7 @@ static int l_poll_fds(lua_State *L)
 	return 1;
 }
 
-void tk_process_open(lua_State *L)
+void tk_pidfd_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "signal", pidfd_signal },
@@ -365,6 +362,4 @@ void tk_process_open(lua_State *L)
 	tk_handle_newclass(L, TK_PIDFD_MT, methods, pidfd_index, pidfd_tostring);
 	lua_pop(L, 1);
 	luaL_setfuncs(L, funcs, 0);
-	tk_spawn_open(L);
-	tk_pipe_open(L);
 }

@@ -24,8 +24,9 @@
 #include <unistd.h>
 
 #include "binding.h"
-#include "process.h"
+#include "clock.h"
 #include "util.h"
+#include "wait.h"
 
 #define PIPE_CHUNK ((size_t)64 * 1024)
 #define PIPE_READ_MAX ((lua_Integer)TK_BYTES_MAX)
@@ -240,18 +241,13 @@ static int pipe_lines(lua_State *L)
 	return 1;
 }
 
-/* Waits until the pipe is readable or the deadline passes: 1, 0 on
- * timeout, or -errno. */
-static int pipe_wait(struct lpipe *p, int64_t timeout_ms, int64_t deadline)
+/* Waits until the pipe is readable or the deadline passes: 1, 0 at the
+ * deadline, or -errno. */
+static int pipe_wait(struct lpipe *p, int64_t deadline)
 {
-	struct pollfd pfd = { .fd = p->h.fd, .events = POLLIN };
-	int r = poll(&pfd, 1, tk_timeout_slice(timeout_ms, deadline));
+	int r = tk_wait_fd(p->h.fd, POLLIN, deadline);
 
-	if (r < 0)
-		return errno == EINTR ? 1 : -errno;
-	if (r == 0 && timeout_ms >= 0 && tk_monotonic_ms() >= deadline)
-		return 0;
-	return 1;
+	return r > 0 ? 1 : r;
 }
 
 static int timeout_error(lua_State *L, const char *what, int64_t timeout_ms)
@@ -276,7 +272,7 @@ static int pipe_read_line(lua_State *L)
 {
 	struct lpipe *p = pipe_check(L, 1, 0);
 	int64_t timeout = tk_timeout_check(L, 2);
-	int64_t deadline = timeout > 0 ? tk_monotonic_ms() + timeout : 0;
+	int64_t deadline = tk_deadline_ms(timeout);
 
 	tk_check_nargs(L, 2);
 	for (;;) {
@@ -290,7 +286,7 @@ static int pipe_read_line(lua_State *L)
 			lua_pushnil(L);
 			return 1;
 		}
-		r = pipe_wait(p, timeout, deadline);
+		r = pipe_wait(p, deadline);
 		if (r < 0)
 			return tk_push_error(L, "read_line: poll", r);
 		if (r == 0)
@@ -307,7 +303,7 @@ static int pipe_read_all(lua_State *L)
 {
 	struct lpipe *p = pipe_check(L, 1, 0);
 	int64_t timeout = tk_timeout_check(L, 2);
-	int64_t deadline = timeout > 0 ? tk_monotonic_ms() + timeout : 0;
+	int64_t deadline = tk_deadline_ms(timeout);
 
 	tk_check_nargs(L, 2);
 	while (!p->eof) {
@@ -317,7 +313,7 @@ static int pipe_read_all(lua_State *L)
 			continue;
 		if (n != -EAGAIN)
 			return tk_push_error(L, "read_all", (int)n);
-		r = pipe_wait(p, timeout, deadline);
+		r = pipe_wait(p, deadline);
 		if (r < 0)
 			return tk_push_error(L, "read_all: poll", r);
 		if (r == 0)
@@ -399,7 +395,7 @@ static int pipe_write(lua_State *L)
 	return 1;
 }
 
-void tk_pipe_open(lua_State *L)
+void tk_pipe_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "read", pipe_read },

@@ -190,7 +190,7 @@ static int l_proc_is_ours(lua_State *L)
 	return 1;
 }
 
-void tk_self_open(lua_State *L)
+void tk_self_open_lib(lua_State *L)
 {
 	static const luaL_Reg funcs[] = {
 		{ "getpid", l_getpid },

@@ -8,7 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,8 +16,9 @@
 #include <unistd.h>
 
 #include "binding.h"
-#include "process.h"
+#include "clock.h"
 #include "signals.h"
+#include "wait.h"
 
 struct lsignals {
 	struct tk_handle h;   /* first: the shared close/poll protocol */
@@ -43,19 +44,6 @@ static void signals_release(lua_State *L, struct tk_handle *h)
 	if (s->held && pthread_equal(s->owner, pthread_self()))
 		tk_signals_release(s->set);
 	s->held = 0;
-}
-
-/* Seconds (nil: do not wait) to milliseconds, rounding up. */
-static int64_t wait_ms_check(lua_State *L, int idx)
-{
-	lua_Number t;
-
-	if (lua_isnoneornil(L, idx))
-		return 0;
-	t = luaL_checknumber(L, idx);
-	luaL_argcheck(L, t >= 0 && t <= TK_TIMEOUT_MAX_S, idx,
-	              "timeout must be 0..1 year (seconds), or nil not to wait");
-	return (int64_t)ceil(t * 1000.0);
 }
 
 static void set_int(lua_State *L, const char *k, lua_Integer v)
@@ -103,7 +91,7 @@ static void siginfo_push(lua_State *L, const struct signalfd_siginfo *si)
 static int signals_read_one(lua_State *L, struct lsignals *s, int64_t wait_ms)
 {
 	struct signalfd_siginfo si;
-	int64_t deadline = wait_ms > 0 ? tk_monotonic_ms() + wait_ms : 0;
+	int64_t deadline = tk_deadline_ms(wait_ms);
 
 	for (;;) {
 		int r = tk_signals_read(s->h.fd, &si);
@@ -117,10 +105,10 @@ static int signals_read_one(lua_State *L, struct lsignals *s, int64_t wait_ms)
 			return 0;
 		/* Another reader of the same signal may take it first: wait for
 		 * what is left of the timeout, then try again. */
-		r = tk_wait_readable(s->h.fd, tk_timeout_slice(wait_ms, deadline));
+		r = tk_wait_fd(s->h.fd, POLLIN, deadline);
 		if (r < 0)
 			return tk_push_error(L, "signals: poll", r);
-		if (r == 0 && tk_monotonic_ms() >= deadline)
+		if (r == 0)
 			return 0;
 	}
 }
@@ -128,7 +116,7 @@ static int signals_read_one(lua_State *L, struct lsignals *s, int64_t wait_ms)
 /*** Takes one pending signal.
  * @function signals:read
  * @number[opt] timeout seconds to wait for one (0..1 year); nil or absent:
- *   do not wait
+ *   do not wait (a drain: unlike every other timeout, where nil waits forever)
  * @treturn[1] table `signo`, `name` ("TERM"), `code` (si_code: 0 for kill(),
  *   SI_QUEUE -1, SI_TKILL -6, CLD_* for CHLD), `pid` and `uid` of the sender
  *   (the child for CHLD), `status` (CHLD: the exit code, or the signal that
@@ -139,7 +127,9 @@ static int signals_read_one(lua_State *L, struct lsignals *s, int64_t wait_ms)
 static int signals_read(lua_State *L)
 {
 	struct lsignals *s = signals_check(L, 1);
-	int64_t wait_ms = wait_ms_check(L, 2);
+	/* nil does not wait, as documented: explicit here, against the
+	 * parser's nil (forever). */
+	int64_t wait_ms = luaL_opt(L, tk_timeout_check, 2, 0);
 	int n;
 
 	tk_check_nargs(L, 2);

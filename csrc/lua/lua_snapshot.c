@@ -1145,7 +1145,7 @@ static void name_lists_open(lua_State *L)
 	lua_setfield(L, -2, "snapshot_backends");
 }
 
-void tk_snapshot_open(lua_State *L)
+void tk_snapshot_open_lib(lua_State *L)
 {
 	static const luaL_Reg funcs[] = {
 		{ "delta", l_delta },

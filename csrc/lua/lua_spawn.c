@@ -1087,7 +1087,7 @@ static int l_ids(lua_State *L)
 	return 2;
 }
 
-void tk_spawn_open(lua_State *L)
+void tk_spawn_open_lib(lua_State *L)
 {
 	lua_pushcfunction(L, l_spawn);
 	lua_setfield(L, -2, "spawn");

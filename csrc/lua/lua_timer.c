@@ -9,13 +9,15 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "binding.h"
-#include "process.h"
-#include "signals.h"
+#include "clock.h"
+#include "timer.h"
+#include "wait.h"
 
 struct ltimer {
 	struct tk_handle h;   /* first: the shared close/poll protocol */
@@ -91,21 +93,17 @@ static int timer_cancel(lua_State *L)
 /*** Expirations since the last read (or set), and resets the count.
  * @function timer:read
  * @number[opt] timeout seconds to wait for one (0..1 year); nil or absent:
- *   do not wait
+ *   do not wait (a drain: unlike every other timeout, where nil waits forever)
  * @treturn[1] int expirations, 0 when none yet
  * @treturn[2] nil, message, errno */
 static int timer_read(lua_State *L)
 {
 	struct ltimer *t = timer_check(L, 1);
-	int64_t wait_ms = 0, deadline = 0, n;
+	/* nil does not wait, as documented: explicit here, against the
+	 * parser's nil (forever). */
+	int64_t wait_ms = luaL_opt(L, tk_timeout_check, 2, 0);
+	int64_t deadline = tk_deadline_ms(wait_ms), n;
 
-	if (!lua_isnoneornil(L, 2)) {
-		lua_Number s = luaL_checknumber(L, 2);
-		luaL_argcheck(L, s >= 0 && s <= TK_TIMEOUT_MAX_S, 2,
-		              "timeout must be 0..1 year (seconds), or nil not to wait");
-		wait_ms = (int64_t)ceil(s * 1000.0);
-		deadline = tk_monotonic_ms() + wait_ms;
-	}
 	tk_check_nargs(L, 2);
 	for (;;) {
 		int r;
@@ -113,10 +111,10 @@ static int timer_read(lua_State *L)
 		n = tk_timer_read(t->h.fd);
 		if (n != 0 || wait_ms == 0)
 			break;
-		r = tk_wait_readable(t->h.fd, tk_timeout_slice(wait_ms, deadline));
+		r = tk_wait_fd(t->h.fd, POLLIN, deadline);
 		if (r < 0)
 			return tk_push_error(L, "timer: poll", r);
-		if (r == 0 && tk_monotonic_ms() >= deadline)
+		if (r == 0)
 			break;
 	}
 	if (n < 0)

@@ -497,7 +497,7 @@ static int ux_kind(lua_State *L)
 	return 1;
 }
 
-void tk_unix_open(lua_State *L)
+void tk_unix_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "recv", ux_recv },

@@ -191,7 +191,7 @@ M.strerror = core.strerror
 -- @treturn[2] nil, message, errno (ESRCH when the process is gone)
 M.pidfd = core.pidfd
 
--- process: documented with core.process (csrc/lua/lua_procinfo.c).
+-- process: documented with core.process (csrc/lua/lua_process.c).
 M.process = core.process
 
 -- spawn: documented with core.spawn (csrc/lua/lua_spawn.c); this checks

@@ -22,11 +22,10 @@
 #include "procinfo.h"
 
 struct lproc {
-	struct tk_handle h;  /* h.fd: the pidfd, readable once the process exits */
+	/* first: the handle base (o.h.fd: the pidfd, readable once the process
+	 * exits) and what pidfd methods run on */
+	struct tk_pidfd_obj o;
 	int dirfd;           /* /proc/<pid>, opened while the pidfd's process ran */
-	pid_t pid;
-	int reaped;
-	struct tk_exit status;
 };
 
 #define AFFINITY_MAX 8192
@@ -48,7 +47,7 @@ static struct lproc *proc_check(lua_State *L, int idx)
 
 static struct tk_pref pref_of(const struct lproc *p)
 {
-	struct tk_pref r = { p->h.fd, p->dirfd, p->pid };
+	struct tk_pref r = { p->o.h.fd, p->dirfd, p->o.pid };
 	return r;
 }
 
@@ -61,14 +60,21 @@ static int proc_error(lua_State *L, const struct lproc *p, const char *what, int
 	lua_pushnil(L);
 	if (e == ESRCH)
 		lua_pushfstring(L, "process %d: %s: the process has exited (its pid may belong to "
-		                "another process now)", (int)p->pid, what);
+		                "another process now)", (int)p->o.pid, what);
 	else if (e == EACCES || e == EPERM)
 		lua_pushfstring(L, "process %d: %s: %s (another user's process: run as its owner, "
-		                "or as root)", (int)p->pid, what, strerror(e));
+		                "or as root)", (int)p->o.pid, what, strerror(e));
 	else
-		lua_pushfstring(L, "process %d: %s: %s", (int)p->pid, what, strerror(e));
+		lua_pushfstring(L, "process %d: %s: %s", (int)p->o.pid, what, strerror(e));
 	lua_pushinteger(L, e);
 	return 3;
+}
+
+/* The same wording for the pidfd methods the object shares (signal,
+ * alive): o is the first member of a struct lproc. */
+static int proc_fail(lua_State *L, const struct tk_pidfd_obj *o, const char *what, int err)
+{
+	return proc_error(L, (const struct lproc *)o, what, err);
 }
 
 /* Reads a whole file of the process into a Lua string left on the stack
@@ -98,9 +104,10 @@ static int proc_push_open(lua_State *L, pid_t pid, int from_pidfd, struct lproc 
 	int fd = -1, r;
 
 	memset(p, 0, sizeof *p);
-	tk_handle_init(&p->h, "process", "r", proc_release);
+	tk_handle_init(&p->o.h, "process", "r", proc_release);
+	p->o.fail = proc_fail;
 	p->dirfd = -1;
-	p->pid = pid;
+	p->o.pid = pid;
 	luaL_setmetatable(L, TK_PROCESS_MT);
 	*out = p;
 	/* Duplicated only now that nothing can raise before it is owned. */
@@ -112,9 +119,9 @@ static int proc_push_open(lua_State *L, pid_t pid, int from_pidfd, struct lproc 
 	r = tk_pref_open(pid, fd, &pr);
 	if (r < 0)
 		return r;
-	p->h.fd = pr.pidfd;
+	p->o.h.fd = pr.pidfd;
 	p->dirfd = pr.dirfd;
-	p->pid = pr.pid;
+	p->o.pid = pr.pid;
 	tk_handle_opened(L, pr.dirfd > pr.pidfd ? pr.dirfd : pr.pidfd);
 	return 0;
 }
@@ -598,7 +605,7 @@ static int proc_setlimit(lua_State *L)
 	if (r == -EPERM) {
 		lua_pushnil(L);
 		lua_pushfstring(L, "process %d: setlimit %s: %s (raising a hard limit needs "
-		                "CAP_SYS_RESOURCE; so does another user's process)", (int)p->pid,
+		                "CAP_SYS_RESOURCE; so does another user's process)", (int)p->o.pid,
 		                tk_limit_names[res], strerror(EPERM));
 		lua_pushinteger(L, EPERM);
 		return 3;
@@ -748,43 +755,22 @@ static int proc_cgroup(lua_State *L)
  * @treturn[2] nil, message, errno */
 static int proc_signal(lua_State *L)
 {
-	struct lproc *p = proc_check(L, 1);
-	int sig = tk_signal_check(L, 2);
-	int r;
-
-	tk_check_nargs(L, 2);
-	r = tk_pidfd_signal(p->h.fd, sig);
-	if (r < 0)
-		return proc_error(L, p, "signal", r);
-	lua_pushboolean(L, 1);
-	return 1;
+	return tk_pidfd_obj_signal(L, &proc_check(L, 1)->o);
 }
 
 /*** Whether the process still runs (false once it exited, even unreaped).
  * @function process:alive */
 static int proc_alive(lua_State *L)
 {
-	struct lproc *p = proc_check(L, 1);
-	int r;
-
-	tk_check_nargs(L, 1);
-	r = tk_pidfd_alive(p->h.fd);
-	if (r < 0)
-		return proc_error(L, p, "alive", r);
-	lua_pushboolean(L, r);
-	return 1;
+	return tk_pidfd_obj_alive(L, &proc_check(L, 1)->o);
 }
 
 /*** Waits for a child to exit and reaps it; as `pidfd:wait`.
  * @function process:wait
- * @number[opt] timeout seconds; nil waits forever */
+ * @number[opt] timeout seconds (0..1 year); nil waits forever */
 static int proc_wait(lua_State *L)
 {
-	struct lproc *p = proc_check(L, 1);
-	int64_t timeout = tk_timeout_check(L, 2);
-
-	tk_check_nargs(L, 2);
-	return tk_pidfd_wait_push(L, p->h.fd, p->pid, timeout, &p->reaped, &p->status);
+	return tk_pidfd_obj_wait(L, &proc_check(L, 1)->o);
 }
 
 /* upvalue 1: methods */
@@ -793,7 +779,7 @@ static int proc_index(lua_State *L)
 	struct lproc *p = luaL_checkudata(L, 1, TK_PROCESS_MT);
 
 	if (lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "pid") == 0) {
-		lua_pushinteger(L, p->pid);
+		lua_pushinteger(L, p->o.pid);
 		return 1;
 	}
 	lua_pushvalue(L, 2);
@@ -805,10 +791,10 @@ static int proc_tostring(lua_State *L)
 {
 	struct lproc *p = luaL_checkudata(L, 1, TK_PROCESS_MT);
 
-	if (p->h.fd < 0)
-		lua_pushfstring(L, "takana.Process (pid %d, closed)", (int)p->pid);
+	if (p->o.h.fd < 0)
+		lua_pushfstring(L, "takana.Process (pid %d, closed)", (int)p->o.pid);
 	else
-		lua_pushfstring(L, "takana.Process (pid %d, pidfd %d)", (int)p->pid, p->h.fd);
+		lua_pushfstring(L, "takana.Process (pid %d, pidfd %d)", (int)p->o.pid, p->o.h.fd);
 	return 1;
 }
 
@@ -893,7 +879,7 @@ static int l_user_name(lua_State *L)
 	return 1;
 }
 
-void tk_procinfo_open(lua_State *L)
+void tk_process_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "cmdline", proc_cmdline },

@@ -1,0 +1,33 @@
+/* CLOCK_MONOTONIC in milliseconds: the clock of every timeout. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <time.h>
+
+#include "clock.h"
+
+int64_t tk_monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t tk_deadline_ms(int64_t timeout_ms)
+{
+	return timeout_ms < 0 ? -1 : tk_monotonic_ms() + timeout_ms;
+}
+
+int tk_timeout_slice(int64_t timeout_ms, int64_t deadline_ms)
+{
+	int64_t left;
+
+	if (timeout_ms < 0)
+		return -1;
+	if (timeout_ms == 0)
+		return 0;
+	left = deadline_ms - tk_monotonic_ms();
+	if (left <= 0)
+		return 0;
+	return left > INT32_MAX ? INT32_MAX : (int)left;
+}
