@@ -135,23 +135,6 @@ int tk_cg_removed(int dirfd)
 	       (errno == ENOENT || errno == ENODEV);
 }
 
-int tk_cg_write(int dirfd, const char *file, const char *value, size_t len)
-{
-	int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-	int err = 0;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, value, len);
-	if (n < 0)
-		err = -errno;
-	else if ((size_t)n != len)
-		err = -EIO;
-	close(fd);
-	return err;
-}
-
 int tk_cg_rmdir(int mount_fd, const char *rel, int dirfd)
 {
 	const char *slash = strrchr(rel, '/');

@@ -29,8 +29,6 @@ int tk_cg_read_each(int dirfd, const char *file, tk_chunk_cb cb, void *ctx);
 int tk_cg_mkdir(int dirfd, const char *name);
 /* 1 when dirfd's cgroup was removed (its cgroup.controllers is gone). */
 int tk_cg_removed(int dirfd);
-/* One write(2) of value into dirfd/file. */
-int tk_cg_write(int dirfd, const char *file, const char *value, size_t len);
 
 /* rmdir of the directory dirfd is open on, reached as rel beneath
  * mount_fd: the parent is opened beneath the mount (tk_cg_open), and the

@@ -10,6 +10,8 @@
 
 #include "takana_record.h"
 #include "takana_event.h"
+#include "fork.h"
+#include "util.h"
 
 /* ---- /proc/<pid>/stat parser (proc_stat.c) ---------------------------- */
 
@@ -54,6 +56,9 @@ void tk_recbuf_sort(struct tk_recbuf *rb);
 /* Inserts in pid order unless the pid is there already. Requires a sorted
  * buffer; linear, for the odd record added after a sort. */
 int tk_recbuf_insert(struct tk_recbuf *rb, const struct tk_record *rec);
+/* Room for n more bytes of cmdline text at *at, not yet counted in
+ * text_len. 0, -E2BIG or -ENOMEM. */
+int tk_recbuf_text_reserve(struct tk_recbuf *rb, size_t n, char **at);
 /* Binary search; NULL when absent. Requires a sorted buffer. */
 const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid);
 /* Sorts n keys (pid << 32 | anything), stable, by pid; every pid must be
@@ -87,9 +92,6 @@ enum tk_join { TK_JOIN_GONE, TK_JOIN_NEW, TK_JOIN_SAME };
 typedef int (*tk_join_fn)(void *ctx, enum tk_join what, const struct tk_record *a,
                           const struct tk_record *b);
 int tk_recbuf_join(const struct tk_recbuf *a, const struct tk_recbuf *b, tk_join_fn fn, void *ctx);
-
-uint64_t tk_clock_ns(clockid_t clock);
-uint64_t tk_boottime_ns(void);
 
 /* Sets out's utime/stime: a BPF record's precise runtime split as /proc
  * splits it. tk_cputime_split is the same on raw values: *utime and *stime
@@ -132,6 +134,9 @@ void tk_proc_scanner_close(struct tk_proc_scanner *s);
 void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s);
 /* Descriptors cached by every scanner of the process together. */
 size_t tk_proc_cached_fds_total(void);
+/* Opens the caller's scanner on first use; the cgroup id cache it was lent
+ * stays lent. */
+int tk_proc_scanner_ensure_open(struct tk_proc_scanner *s);
 /* Reads init's record, keeping /proc/1/stat open (init never changes
  * identity). Returns 0 or -errno. */
 int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out);
@@ -210,9 +215,11 @@ struct tk_snap_backend {
 	           struct tk_recbuf *out, char *why, size_t why_len);
 };
 
-/* Best first; the last (proc) works wherever /proc is mounted. Ends with a
- * NULL name. */
-extern const struct tk_snap_backend tk_snap_backends[];
+/* Best first; the last (proc) works wherever /proc is mounted. Ends with
+ * NULL. Each backend's entry is in its own file: bpf_snapshot.c, proc_scan.c. */
+extern const struct tk_snap_backend *const tk_snap_backends[];
+extern const struct tk_snap_backend tk_snap_backend_kfunc, tk_snap_backend_iter;
+extern const struct tk_snap_backend tk_snap_backend_proc;
 const struct tk_snap_backend *tk_snap_backend_find(const char *name);
 
 /* One snapshot through b, for every backend alike: the time stamp
@@ -244,9 +251,6 @@ void tk_cmdline_release(void);
 /* The same process: the same pid and a start time within one clock tick. */
 int tk_same_process(const struct tk_record *a, const struct tk_record *b, uint64_t tick);
 
-/* The proc backend's run (snapshot.c). */
-int tk_snap_proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
-                     struct tk_recbuf *out, char *why, size_t why_len);
 
 /* ---- BPF backends (bpf_snapshot.c) --------------------------------------- */
 
@@ -276,16 +280,6 @@ int tk_bpf_kfunc_set_capacity(size_t capacity);
 /* Unloads both tiers; the next snapshot loads again. */
 void tk_bpf_release(void);
 
-/* fork() safety (fork.c): tk_fork_watch registers, once per process, the
- * handlers that call each concern's tk_*_fork; tk_fork_generation() moves
- * on in every child. */
-enum tk_fork_phase { TK_FORK_PREPARE, TK_FORK_PARENT, TK_FORK_CHILD };
-void tk_fork_watch(void);
-unsigned tk_fork_generation(void);
-void tk_bpf_fork(enum tk_fork_phase phase);           /* tiers, argv, events, load lock */
-void tk_cmdline_fork(enum tk_fork_phase phase);
-void tk_events_fork(enum tk_fork_phase phase);
-void tk_cgroup_mount_fork(enum tk_fork_phase phase);
 
 /* Descriptors handed to us by another process, closed on short-lived
  * threads of their own (fd_drop.c): their last close may block as long as
@@ -301,22 +295,6 @@ int tk_fd_drop(struct tk_fd_drops *d, const int *fds, size_t n);
  * a unix socket emptied and what it held defused first, then close. */
 void tk_fd_close_defused(int fd);
 
-#ifndef TK_NO_BPF
-/* For other BPF objects (events): a load between these two is serialised
- * with libbpf's messages captured, and tk_bpf_explain writes the reason of
- * a failed one: needs is a kernel BTF type of kind needs_kind the program
- * cannot work without, there since Linux `since`. */
-void tk_bpf_load_begin(void);
-void tk_bpf_load_end(void);
-/* A load failed for want of descriptors or memory: worth another try. */
-bool tk_bpf_load_transient(int err);
-void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
-                    int err, char *why, size_t why_len);
-/* Whether to try an object's light skeleton first (TAKANA_BPF_LOADER), and
- * whether a light load's failure would be libbpf's too (no retry then). */
-int tk_bpf_light_wanted(void);
-int tk_bpf_light_final(int err);
-#endif
 
 /* ---- process events (events.c) -------------------------------------------- */
 

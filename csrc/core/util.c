@@ -142,3 +142,43 @@ int tk_timens_offsets(struct tk_timens *out, char *why, size_t why_len)
 	atomic_store(&timens_stamp, gen);
 	return 0;
 }
+
+/* Learnt at load, our time namespace's offsets stay known after an
+ * unshare(CLONE_NEWTIME), which hides them until the next exec. A failure
+ * is reported by the first use that needs them. */
+__attribute__((constructor)) static void timens_learn(void)
+{
+	struct tk_timens offsets;
+
+	(void)tk_timens_offsets(&offsets, NULL, 0);
+}
+
+uint64_t tk_clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t tk_boottime_ns(void)
+{
+	return tk_clock_ns(CLOCK_BOOTTIME);
+}
+
+int tk_cg_write(int dirfd, const char *file, const char *value, size_t len)
+{
+	int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+	int err = 0;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, value, len);
+	if (n < 0)
+		err = -errno;
+	else if ((size_t)n != len)
+		err = -EIO;
+	close(fd);
+	return err;
+}

@@ -17,6 +17,7 @@
 
 #include "binding.h"
 #include "cgroup.h"
+#include "util.h"
 
 #define READ_BUF 8192
 

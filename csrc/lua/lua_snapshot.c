@@ -961,6 +961,7 @@ static int l_bpf_release(lua_State *L)
 {
 	tk_check_nargs(L, 0);
 	tk_bpf_release();
+	tk_cmdline_release();
 	return 0;
 }
 
@@ -1136,8 +1137,8 @@ static void name_lists_open(lua_State *L)
 	}
 	lua_setfield(L, -2, "record_fields");
 	lua_newtable(L);
-	for (int i = 0; tk_snap_backends[i].name != NULL; i++) {
-		lua_pushstring(L, tk_snap_backends[i].name);
+	for (int i = 0; tk_snap_backends[i] != NULL; i++) {
+		lua_pushstring(L, tk_snap_backends[i]->name);
 		lua_rawseti(L, -2, i + 1);
 	}
 	lua_setfield(L, -2, "snapshot_backends");
