@@ -1,7 +1,6 @@
 /* Loading a BPF object the same way for every one of them (bpf_load.h):
  * the light skeleton, then libbpf's; libbpf's messages captured under one
  * lock; and, when the load failed, a reason a person can act on. */
-#ifndef TK_NO_BPF
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,11 +10,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <bpf/btf.h>
-#include <bpf/libbpf.h>
-
 #include "bpf_load.h"
 #include "fork.h"
+
+/* Without BPF (make BPF=0) there is nothing to load: the file is empty. */
+#ifndef TK_NO_BPF
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
 
 /* TAKANA_BPF_LOADER=libbpf skips the light skeletons (to compare, or on a
  * kernel whose loader program misbehaves). */
