@@ -1,3 +1,4 @@
+#include "fork.h"
 #include "util.h"
 
 #include <errno.h>
@@ -9,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core.h"
 
 ssize_t tk_read_small(int dirfd, const char *path, char *buf, size_t cap)
 {
@@ -149,8 +149,9 @@ int tk_timens_offsets(struct tk_timens *out, char *why, size_t why_len)
 __attribute__((constructor)) static void timens_learn(void)
 {
 	struct tk_timens offsets;
+	char why[160];
 
-	(void)tk_timens_offsets(&offsets, NULL, 0);
+	(void)tk_timens_offsets(&offsets, why, sizeof why);
 }
 
 uint64_t tk_clock_ns(clockid_t clock)
