@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "bpf_snapshot.h"
+#include "fork.h"
 #include "util.h"
 
 #ifdef TK_NO_BPF

@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "cgroup.h"
-#include "core.h"
+#include "cgroup_id.h"
+#include "cgroup_path.h"
+#include "fork.h"
 #include "util.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270

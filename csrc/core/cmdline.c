@@ -12,7 +12,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "cmdline.h"
+#include "fork.h"
+#include "proc_scan.h"
+#include "proc_stat.h"
+#include "recbuf.h"
 #include "util.h"
 
 #ifndef TK_NO_BPF

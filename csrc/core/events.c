@@ -29,7 +29,8 @@
 #include <linux/connector.h>
 #include <linux/netlink.h>
 
-#include "core.h"
+#include "events.h"
+#include "fork.h"
 #include "util.h"
 
 /* ---- the queue ---------------------------------------------------------- */

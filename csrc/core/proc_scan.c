@@ -22,7 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "cgroup_id.h"
+#include "fork.h"
+#include "proc_scan.h"
 #include "util.h"
 
 #define DENTS_BUF ((size_t)64 * 1024)

@@ -26,8 +26,9 @@
 #include <linux/sched.h>
 
 #include "cgroup.h"
-#include "core.h"
+#include "proc_stat.h"
 #include "process.h"
+#include "recbuf.h"
 #include "util.h"
 
 #ifndef P_PIDFD

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "proc_stat.h"
+#include "recbuf.h"
 #include "util.h"
 
 struct tk_record *tk_recbuf_push(struct tk_recbuf *rb)

@@ -6,7 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "bpf_snapshot.h"
+#include "cgroup_id.h"
+#include "cmdline.h"
+#include "proc_scan.h"
+#include "snapshot.h"
 #include "util.h"
 
 /* Init is always there in the initial pid namespace, yet some kernels hide
