@@ -87,7 +87,7 @@ $(OUT)/takana_%.skel.h: $(OUT)/takana_%.bpf.o
 # Light skeletons of the same objects: a loader program does the CO-RE
 # relocation and the BTF lookups in the kernel, against the kernel's own
 # parsed BTF, so the process never reads /sys/kernel/btf/vmlinux (5.5 MB).
-# Tried first; the libbpf skeleton above is the fallback (bpf_snapshot.c).
+# Tried first; the libbpf skeleton above is the fallback (bpf_load.c).
 $(OUT)/takana_%.lskel.h: $(OUT)/takana_%.bpf.o
 	@echo "  GEN $@"; $(BPFTOOL) gen skeleton -L $< name takana_$*_light > $@
 
@@ -96,7 +96,7 @@ takana/core.so: $(OBJS)
 	$(CC) $(LIBFLAG) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LIBS) -pthread
 
 bench/takana_bench.so: bench/takana_bench.c $(CORE_SRC) $(HDRS) $(SKELS) $(OUT)/config
-	$(CC) $(filter-out -fvisibility=hidden -MMD -MP,$(TK_CFLAGS)) -shared -o $@ bench/takana_bench.c $(CORE_SRC) $(LIBS) -pthread
+	$(CC) $(filter-out -fvisibility=hidden -MMD -MP,$(TK_CFLAGS)) -I$(LUA_INCDIR) -shared -o $@ bench/takana_bench.c $(CORE_SRC) $(LIBS) -pthread
 
 spec/fixture: spec/fixture.c
 	$(CC) -std=gnu11 -O2 $(WARN) -pthread -o $@ $<

@@ -16,7 +16,9 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "core.h"
+#include "clock.h"
+#include "proc_stat.h"
+#include "util.h"
 
 static uint64_t now_ns(void)
 {

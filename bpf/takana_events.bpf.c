@@ -55,26 +55,7 @@ __u64 lost[TK_EV_TYPES];
  * initial one (0 then): pids are translated into it. Set by the loader. */
 const volatile __u32 reader_pidns = 0;
 
-/* What is read of pid numbering, beyond vmlinux_min.h (CO-RE flavours:
- * the same layout on 6.1 and later, numbers[] a flexible array since 6.5). */
-struct ns_common___tk {
-	unsigned int inum;
-} __attribute__((preserve_access_index));
-
-struct pid_namespace___tk {
-	struct ns_common___tk ns;
-} __attribute__((preserve_access_index));
-
-struct upid___tk {
-	int nr;
-	struct pid_namespace___tk *ns;
-} __attribute__((preserve_access_index));
-
-struct pid___tk {
-	unsigned int level;
-	struct upid___tk numbers[1];
-} __attribute__((preserve_access_index));
-
+/* The ___tk flavours of pid numbering are in takana_core_fixes.bpf.h. */
 #define MAX_PID_NS_LEVEL 32
 
 /* pid_nr_ns(): the number a struct pid has in the reader's namespace, 0

@@ -7,6 +7,7 @@
 #include "vmlinux_min.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "takana_core_fixes.bpf.h"
 #include "takana_record.h"
 
 #define PF_WQ_WORKER      0x00000020u
@@ -17,9 +18,6 @@
 #define TASK_RTLOCK_WAIT  0x1000u
 #define MMF_DUMPABLE_MASK 3ul
 #define SUID_DUMP_USER    1ul
-#define MM_FILEPAGES      0
-#define MM_ANONPAGES      1
-#define MM_SHMEMPAGES     3
 #define NICE_BASE         120         /* MAX_RT_PRIO + NICE_WIDTH / 2 */
 
 /* Set by the loader before load. */
@@ -44,10 +42,7 @@ static __always_inline __u32 task_state_letter(struct task_struct *t)
 {
 	__u32 st, rep;
 
-	if (bpf_core_field_exists(t->__state))
-		st = t->__state;
-	else
-		st = (__u32)((struct task_struct___state_long *)t)->state;
+	st = task_state_word(t);
 	rep = (st | (__u32)t->exit_state) & TASK_REPORT;
 	if (st == TASK_IDLE)
 		rep = TASK_REPORT_IDLE;
@@ -62,39 +57,6 @@ static __always_inline __u32 task_state_letter(struct task_struct *t)
 	if (rep & 0x02) return 'D';
 	if (rep & 0x01) return 'S';
 	return 'R';
-}
-
-static __always_inline __u64 counter_positive(__s64 v)
-{
-	return v > 0 ? (__u64)v : 0;
-}
-
-/* get_mm_rss(): file + anon + shmem pages, each read as
- * percpu_counter_read_positive() (6.2+) or atomic_long_read() before.
- * The pre-6.2 counters are read with bpf_probe_read_kernel: before 6.2 the
- * verifier cannot walk a direct load through an array of the typedef
- * atomic_long_t ("Type 'atomic_long_t' is not a struct", seen on 6.1). */
-static __always_inline __u64 mm_rss_pages(struct mm_struct *mm)
-{
-	if (bpf_core_type_exists(struct mm_rss_stat)) {
-		struct mm_struct___atomic_rss *old = (void *)mm;
-
-		return counter_positive(BPF_CORE_READ(old, rss_stat.count[MM_FILEPAGES].counter)) +
-		       counter_positive(BPF_CORE_READ(old, rss_stat.count[MM_ANONPAGES].counter)) +
-		       counter_positive(BPF_CORE_READ(old, rss_stat.count[MM_SHMEMPAGES].counter));
-	}
-	return counter_positive(mm->rss_stat[MM_FILEPAGES].count) +
-	       counter_positive(mm->rss_stat[MM_ANONPAGES].count) +
-	       counter_positive(mm->rss_stat[MM_SHMEMPAGES].count);
-}
-
-static __always_inline unsigned long mm_flags_word(struct mm_struct *mm)
-{
-	struct mm_struct___flags_bitmap *bitmap = (void *)mm;
-
-	if (bpf_core_field_exists(bitmap->flags))
-		return bitmap->flags.__mm_flags[0];
-	return mm->flags;
 }
 
 /* The owner /proc/<pid> shows: root for kernel threads and for processes
@@ -137,7 +99,7 @@ static __always_inline void kthread_name(struct task_struct *t, struct tk_record
 	__u32 off;
 	long n;
 
-	if (!bpf_core_field_exists(t->worker_private))
+	if (!task_has_worker_private(t))
 		return;
 	k = BPF_CORE_READ(t, worker_private);
 	if (!k)
@@ -153,10 +115,9 @@ static __always_inline void kthread_name(struct task_struct *t, struct tk_record
 	w = BPF_CORE_READ(k, data);
 	if (!w)
 		return;
-	/* Since 6.9 a rescuer's comm is "kworker/R-" and a truncated wq name
-	 * that /proc completes; before, it is the wq name itself and /proc
-	 * shows just that (seen on Debian's 6.1: "rcu_gp"). */
-	if (bpf_core_field_exists(w->rescue_wq) && comm_is_rescuer(r->comm) &&
+	/* Before 6.9 a rescuer's comm is the wq name itself and /proc shows
+	 * just that (seen on Debian's 6.1: "rcu_gp"). */
+	if (worker_has_rescue_wq(w) && comm_is_rescuer(r->comm) &&
 	    (rescue_wq = BPF_CORE_READ(w, rescue_wq))) {
 		n = bpf_probe_read_kernel_str(&r->comm[RESCUER_PREFIX_LEN], sizeof rescue_wq->name,
 		                              &rescue_wq->name);

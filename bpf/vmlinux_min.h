@@ -4,8 +4,9 @@
  * build host: the build must not depend on the build host's kernel.
  *
  * Only the fields read are declared; their order and offsets here mean
- * nothing. Renamed or retyped fields have ___flavor variants next to the
- * main type. */
+ * nothing. Renamed or retyped fields are declared here as the newest
+ * kernels have them; their older variants (___flavour types and the tests
+ * that choose) are in takana_core_fixes.bpf.h. */
 #ifndef TAKANA_VMLINUX_MIN_H
 #define TAKANA_VMLINUX_MIN_H
 
@@ -121,26 +122,6 @@ struct mm_struct {
 	struct percpu_counter rss_stat[4];
 };
 
-struct mm_flags_word {
-	unsigned long __mm_flags[1];
-};
-
-struct mm_struct___flags_bitmap {     /* 6.18: mm_flags_t */
-	struct mm_flags_word flags;
-};
-
-typedef struct {
-	long counter;
-} atomic_long_t;
-
-struct mm_rss_stat {
-	atomic_long_t count[4];
-};
-
-struct mm_struct___atomic_rss {       /* before 6.2 */
-	struct mm_rss_stat rss_stat;
-};
-
 struct sched_entity {
 	__u64 sum_exec_runtime;
 };
@@ -208,10 +189,6 @@ struct task_struct {
 	unsigned long min_flt;
 	unsigned long maj_flt;
 	char comm[16];
-};
-
-struct task_struct___state_long {     /* before 5.14 */
-	long state;
 };
 
 struct seq_file;

@@ -3,8 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "cgroup.h"
+#include "cgroup_parse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

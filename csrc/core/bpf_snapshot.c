@@ -7,15 +7,15 @@
  *        mapping while the tier's lock is held.
  * iter:  an iter/task link; each snapshot creates an iterator fd and reads
  *        fixed-size records from it.
- * And the table of every snapshot backend, these two and /proc's, for
- * tk_snapshot_take (snapshot.c). */
+ * And these two's entries in the table of snapshot backends (snapshot.c). */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "clock.h"
+#include "bpf_snapshot.h"
+#include "fork.h"
 #include "util.h"
 
 #ifdef TK_NO_BPF
@@ -46,24 +46,19 @@ void tk_bpf_release(void)
 {
 }
 
-void tk_bpf_fork(enum tk_fork_phase phase)
-{
-	(void)phase;
-}
-
 
 #else
 
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
+#include "bpf_load.h"
 #include "skeletons.h"
 
 #define WHY_LEN 320
@@ -125,121 +120,6 @@ struct tier {
 	size_t order_cap;
 };
 
-/* TAKANA_BPF_LOADER=libbpf skips the light skeletons (to compare, or on a
- * kernel whose loader program misbehaves). */
-int tk_bpf_light_wanted(void)
-{
-	const char *v = getenv("TAKANA_BPF_LOADER");
-
-	return v == NULL || strcmp(v, "libbpf") != 0;
-}
-
-/* A light load that failed for a reason libbpf's load would meet too is
- * not tried again through libbpf. */
-int tk_bpf_light_final(int err)
-{
-	return err == -EPERM || err == -EACCES || err == -EMFILE || err == -ENFILE;
-}
-
-/* libbpf's messages go to one buffer while a load runs (the load lock is
- * global because libbpf's print hook is). The last "libbpf:" line is kept
- * for the reason of a failed load. */
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-static char libbpf_last[200];
-
-static int libbpf_capture(enum libbpf_print_level level, const char *fmt, va_list ap)
-{
-	char line[sizeof libbpf_last];
-	size_t len;
-	va_list copy;
-
-	/* TAKANA_BPF_DEBUG=1 shows libbpf's whole output, verifier log included. */
-	if (getenv("TAKANA_BPF_DEBUG") != NULL) {
-		va_copy(copy, ap);
-		vfprintf(stderr, fmt, copy);
-		va_end(copy);
-	}
-	if (level == LIBBPF_DEBUG)
-		return 0;
-	vsnprintf(line, sizeof line, fmt, ap);
-	len = strlen(line);
-	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == ' '))
-		line[--len] = '\0';
-	if (len > 0)
-		memcpy(libbpf_last, line, len + 1);
-	return 0;
-}
-
-/* Whether a kernel release ("6.8.0-45-generic") is older than "major.minor". */
-static bool release_before(const char *release, const char *since)
-{
-	unsigned rmaj = 0, rmin = 0, smaj = 0, smin = 0;
-
-	if (sscanf(release, "%u.%u", &rmaj, &rmin) != 2 || sscanf(since, "%u.%u", &smaj, &smin) != 2)
-		return false;
-	return rmaj < smaj || (rmaj == smaj && rmin < smin);
-}
-
-/* Turns a failed load into what a person can act on. Order matters: the
- * missing prerequisite is the reason, not the errno it happened to cause.
- * needs: a kernel BTF type the program cannot work without, and since. */
-void tk_bpf_explain(const char *needs, int needs_kind, const char *since,
-                    int err, char *why, size_t why_len)
-{
-	struct utsname uts;
-	struct btf *btf;
-	int has = -1;
-
-	if (uname(&uts) != 0)
-		strcpy(uts.release, "?");
-	if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
-		snprintf(why, why_len, "no kernel BTF: /sys/kernel/btf/vmlinux is missing "
-		         "(kernel %s built without CONFIG_DEBUG_INFO_BTF)", uts.release);
-		return;
-	}
-	/* EACCES to root is the verifier's refusal, told below. */
-	if (err == -EPERM || (err == -EACCES && geteuid() != 0)) {
-		if (geteuid() == 0)
-			snprintf(why, why_len, "EPERM: the kernel refused BPF even to root "
-			         "(lockdown, seccomp or a user namespace?)");
-		else
-			snprintf(why, why_len, "EPERM: loading BPF needs CAP_BPF and CAP_PERFMON (or root)");
-		return;
-	}
-	btf = btf__load_vmlinux_btf();
-	if (btf != NULL) {
-		has = btf__find_by_name_kind(btf, needs, needs_kind) > 0;
-		btf__free(btf);
-	}
-	if (has == 0) {
-		snprintf(why, why_len, "kernel %s too old: no %s (needs Linux >= %s)",
-		         uts.release, needs, since);
-		return;
-	}
-	/* The function is there, yet a refusal on a kernel older than since
-	 * is the age still: program types gain kfuncs after the kfuncs
-	 * themselves (a syscall program may call generic ones since 6.10). */
-	if ((err == -EACCES || err == -EINVAL) && release_before(uts.release, since)) {
-		snprintf(why, why_len, "kernel %s too old: needs Linux >= %s (the verifier refused "
-		         "the program%s%s)", uts.release, since, libbpf_last[0] ? ": " : "", libbpf_last);
-		return;
-	}
-	snprintf(why, why_len, "BPF load failed on kernel %s: %s%s%s", uts.release,
-	         strerror(-err), libbpf_last[0] ? " -- " : "", libbpf_last);
-}
-
-void tk_bpf_load_begin(void)
-{
-	pthread_mutex_lock(&load_lock);
-	libbpf_set_print(libbpf_capture);
-	libbpf_last[0] = '\0';
-}
-
-void tk_bpf_load_end(void)
-{
-	pthread_mutex_unlock(&load_lock);
-}
-
 /* Current thread count (an upper bound on processes) from /proc/loadavg. */
 static size_t estimate_processes(void)
 {
@@ -293,67 +173,82 @@ static void iter_unload(struct tier *t)
 	memset(&t->threads, 0, sizeof t->threads);
 }
 
-/* The light skeleton: no BTF read in this process; the kernel relocates. */
-static int kfunc_load_light(struct tier *t, size_t capacity, size_t page)
-{
-	struct takana_kfunc_light *skel = takana_kfunc_light__open();
-	int err;
+/* What a kfunc load is given (setup) and takes (adopt). */
+struct kfunc_load_ctx {
+	struct tier *t;
+	size_t capacity, page;
+};
 
-	if (skel == NULL)
-		return -ENOMEM;
-	skel->rodata->page_size = page;
-	skel->rodata->fill_all = !t->selectable;
-	skel->maps.records.max_entries = (uint32_t)capacity;
-	err = takana_kfunc_light__load(skel);
-	if (err != 0) {
-		err = err < 0 ? err : -EINVAL;
-		snprintf(libbpf_last, sizeof libbpf_last, "light skeleton: %s", strerror(-err));
-		takana_kfunc_light__destroy(skel);
-		return err;
-	}
-	t->kfunc_light = skel;
-	t->prog_fd = skel->progs.snapshot_kfunc.prog_fd;
-	t->total = &skel->bss->total;
-	t->foreign_pidns = &skel->bss->foreign_pidns;
-	t->want_fields = &skel->data->want_fields;
-	return skel->maps.records.map_fd;
+TK_BPF_SKEL_STEPS(takana_kfunc_light)
+TK_BPF_SKEL_STEPS(takana_kfunc)
+TK_BPF_SKEL_STEPS(takana_iter_light)
+TK_BPF_SKEL_ATTACH_STEP(takana_iter_light)
+TK_BPF_SKEL_STEPS(takana_iter)
+
+static int kfunc_light_setup(void *skel, void *ctx)
+{
+	struct takana_kfunc_light *s = skel;
+	const struct kfunc_load_ctx *c = ctx;
+
+	s->rodata->page_size = c->page;
+	s->rodata->fill_all = !c->t->selectable;
+	s->maps.records.max_entries = (uint32_t)c->capacity;
+	return 0;
 }
 
-static int kfunc_load_libbpf(struct tier *t, size_t capacity, size_t page)
+/* Returns the records map's fd, which kfunc_load maps. */
+static int kfunc_light_adopt(void *skel, void *ctx)
 {
-	struct takana_kfunc *skel = takana_kfunc__open();
-	int err;
+	struct takana_kfunc_light *s = skel;
+	struct tier *t = ((struct kfunc_load_ctx *)ctx)->t;
 
-	if (skel == NULL)
-		return -errno;
-	skel->rodata->page_size = page;
-	skel->rodata->fill_all = !t->selectable;
-	err = bpf_map__set_max_entries(skel->maps.records, (uint32_t)capacity);
-	if (err == 0)
-		err = takana_kfunc__load(skel);
-	if (err != 0) {
-		takana_kfunc__destroy(skel);
-		return err < 0 ? err : -EINVAL;
-	}
-	t->kfunc = skel;
-	t->prog_fd = bpf_program__fd(skel->progs.snapshot_kfunc);
-	t->total = &skel->bss->total;
-	t->foreign_pidns = &skel->bss->foreign_pidns;
-	t->want_fields = &skel->data->want_fields;
-	return bpf_map__fd(skel->maps.records);
+	t->kfunc_light = s;
+	t->prog_fd = s->progs.snapshot_kfunc.prog_fd;
+	t->total = &s->bss->total;
+	t->foreign_pidns = &s->bss->foreign_pidns;
+	t->want_fields = &s->data->want_fields;
+	return s->maps.records.map_fd;
 }
+
+static int kfunc_libbpf_setup(void *skel, void *ctx)
+{
+	struct takana_kfunc *s = skel;
+	const struct kfunc_load_ctx *c = ctx;
+
+	s->rodata->page_size = c->page;
+	s->rodata->fill_all = !c->t->selectable;
+	return bpf_map__set_max_entries(s->maps.records, (uint32_t)c->capacity);
+}
+
+static int kfunc_libbpf_adopt(void *skel, void *ctx)
+{
+	struct takana_kfunc *s = skel;
+	struct tier *t = ((struct kfunc_load_ctx *)ctx)->t;
+
+	t->kfunc = s;
+	t->prog_fd = bpf_program__fd(s->progs.snapshot_kfunc);
+	t->total = &s->bss->total;
+	t->foreign_pidns = &s->bss->foreign_pidns;
+	t->want_fields = &s->data->want_fields;
+	return bpf_map__fd(s->maps.records);
+}
+
+static const struct tk_bpf_loader kfunc_loader = {
+	.name = "kfunc",
+	.light = { takana_kfunc_light_open_step, kfunc_light_setup, takana_kfunc_light_load_step,
+	           NULL, kfunc_light_adopt, takana_kfunc_light_destroy_step },
+	.libbpf = { takana_kfunc_open_step, kfunc_libbpf_setup, takana_kfunc_load_step,
+	            NULL, kfunc_libbpf_adopt, takana_kfunc_destroy_step },
+};
 
 static int kfunc_load(struct tier *t, size_t capacity)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct kfunc_load_ctx ctx = { t, capacity, page };
 	size_t bytes;
 	void *map;
-	int fd = -EINVAL;
+	int fd = tk_bpf_load(&kfunc_loader, &ctx);
 
-	if (tk_bpf_light_wanted())
-		fd = kfunc_load_light(t, capacity, page);
-	if (fd < 0 && !tk_bpf_light_final(fd))
-		fd = kfunc_load_libbpf(t, capacity, page);
 	if (fd < 0)
 		return fd;
 	bytes = (capacity * sizeof(struct tk_wire_record) + page - 1) / page * page;
@@ -362,7 +257,7 @@ static int kfunc_load(struct tier *t, size_t capacity)
 		int err = -errno;
 
 		kfunc_unload(t);
-		snprintf(libbpf_last, sizeof libbpf_last, "mmap of the record array: %s", strerror(-err));
+		tk_bpf_load_note("mmap of the record array: %s", strerror(-err));
 		return err;
 	}
 	t->records = map;
@@ -372,70 +267,70 @@ static int kfunc_load(struct tier *t, size_t capacity)
 	return 0;
 }
 
-static int iter_load_light(struct tier *t, uint64_t page)
+static int iter_light_setup(void *skel, void *ctx)
 {
-	struct takana_iter_light *skel = takana_iter_light__open();
-	int err;
-
-	if (skel == NULL)
-		return -ENOMEM;
-	skel->rodata->page_size = page;
-	err = takana_iter_light__load(skel);
-	if (err == 0)
-		err = takana_iter_light__attach(skel);
-	if (err != 0) {
-		err = err < 0 ? err : -EINVAL;
-		snprintf(libbpf_last, sizeof libbpf_last, "light skeleton: %s", strerror(-err));
-		takana_iter_light__destroy(skel);
-		return err;
-	}
-	t->iter_light = skel;
-	t->prog_fd = skel->progs.snapshot_iter.prog_fd;
-	t->link_fd = skel->links.snapshot_iter_fd;
-	t->foreign_pidns = &skel->bss->foreign_pidns;
-	t->want_fields = &skel->data->want_fields;
+	(void)ctx;
+	((struct takana_iter_light *)skel)->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
 	return 0;
 }
 
-static int iter_load_libbpf(struct tier *t, uint64_t page)
+static int iter_light_adopt(void *skel, void *ctx)
 {
-	struct takana_iter *skel = takana_iter__open();
-	int err;
+	struct takana_iter_light *s = skel;
+	struct tier *t = ctx;
 
-	if (skel == NULL)
-		return -errno;
-	skel->rodata->page_size = page;
-	err = takana_iter__load(skel);
-	if (err != 0) {
-		takana_iter__destroy(skel);
-		return err < 0 ? err : -EINVAL;
-	}
-	t->link = bpf_program__attach_iter(skel->progs.snapshot_iter, NULL);
-	if (t->link == NULL) {
-		err = -errno;
-		takana_iter__destroy(skel);
-		return err;
-	}
-	t->iter = skel;
-	t->prog_fd = bpf_program__fd(skel->progs.snapshot_iter);
+	t->iter_light = s;
+	t->prog_fd = s->progs.snapshot_iter.prog_fd;
+	t->link_fd = s->links.snapshot_iter_fd;
+	t->foreign_pidns = &s->bss->foreign_pidns;
+	t->want_fields = &s->data->want_fields;
+	return 0;
+}
+
+static int iter_libbpf_setup(void *skel, void *ctx)
+{
+	(void)ctx;
+	((struct takana_iter *)skel)->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	return 0;
+}
+
+static int iter_libbpf_attach(void *skel, void *ctx)
+{
+	struct tier *t = ctx;
+
+	t->link = bpf_program__attach_iter(((struct takana_iter *)skel)->progs.snapshot_iter, NULL);
+	return t->link == NULL ? -errno : 0;
+}
+
+static int iter_libbpf_adopt(void *skel, void *ctx)
+{
+	struct takana_iter *s = skel;
+	struct tier *t = ctx;
+
+	t->iter = s;
+	t->prog_fd = bpf_program__fd(s->progs.snapshot_iter);
 	t->link_fd = bpf_link__fd(t->link);
-	t->foreign_pidns = &skel->bss->foreign_pidns;
-	t->want_fields = &skel->data->want_fields;
+	t->foreign_pidns = &s->bss->foreign_pidns;
+	t->want_fields = &s->data->want_fields;
 	return 0;
 }
+
+static const struct tk_bpf_loader iter_loader = {
+	.name = "iter",
+	.light = { takana_iter_light_open_step, iter_light_setup, takana_iter_light_load_step,
+	           takana_iter_light_attach_step, iter_light_adopt, takana_iter_light_destroy_step },
+	.libbpf = { takana_iter_open_step, iter_libbpf_setup, takana_iter_load_step,
+	            iter_libbpf_attach, iter_libbpf_adopt, takana_iter_destroy_step },
+};
 
 static int iter_load(struct tier *t)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	int err = -EINVAL;
+	int err;
 
 	t->readbuf = malloc(ITER_READ_RECORDS * sizeof *t->readbuf);
 	if (t->readbuf == NULL)
 		return -ENOMEM;
-	if (tk_bpf_light_wanted())
-		err = iter_load_light(t, page);
-	if (err < 0 && !tk_bpf_light_final(err))
-		err = iter_load_libbpf(t, page);
+	err = tk_bpf_load(&iter_loader, t);
 	if (err < 0)
 		iter_unload(t);
 	else
@@ -526,12 +421,6 @@ static int kfunc_reload(struct tier *t)
 
 #define LOAD_SHORTAGE_RETRIES 16
 #define LOAD_SHORTAGE_PAUSE_NS 1000000000ull
-
-bool tk_bpf_load_transient(int err)
-{
-	return err == -EMFILE || err == -ENFILE || err == -ENOMEM || err == -EAGAIN ||
-	       err == -EINTR || err == -ENOBUFS;
-}
 
 /* Loads a tier on first use; a failed load is remembered with its reason
  * unless it was a passing shortage. Called with t->lock held. */
@@ -844,27 +733,24 @@ static struct tier tiers[TK_TIER_COUNT] = {
 
 /* A child of fork() shares its parent's programs and maps: the records
  * array and the selection global would take both processes' runs at once.
- * The child drops its copies and loads its own at its first snapshot. The
- * locks are taken in the order the code nests them: a tier's (or the argv
- * program's, or the streams') before the load lock. */
-void tk_bpf_fork(enum tk_fork_phase phase)
+ * The child drops its copies and loads its own at its first snapshot. */
+static void tiers_fork(enum tk_fork_phase phase)
 {
 	if (phase == TK_FORK_PREPARE) {
 		for (int i = 0; i < TK_TIER_COUNT; i++)
 			pthread_mutex_lock(&tiers[i].lock);
-		tk_cmdline_fork(phase);
-		tk_events_fork(phase);
-		pthread_mutex_lock(&load_lock);
 		return;
 	}
-	pthread_mutex_unlock(&load_lock);
-	tk_events_fork(phase);
-	tk_cmdline_fork(phase);
 	for (int i = TK_TIER_COUNT - 1; i >= 0; i--) {
 		if (phase == TK_FORK_CHILD)
 			tiers[i].inherited = tiers[i].state > 0;
 		pthread_mutex_unlock(&tiers[i].lock);
 	}
+}
+
+__attribute__((constructor)) static void tiers_fork_register(void)
+{
+	tk_fork_register(TK_FORK_RANK_TIERS, tiers_fork);
 }
 
 /* A snapshot backend's run for either tier: records in pid order, with the
@@ -937,12 +823,10 @@ int tk_bpf_kfunc_set_capacity(size_t capacity)
 	return 0;
 }
 
-/* Closes every program, map and link (the argv program's too): nothing is
- * pinned, so the kernel frees them. Also run when the module is unloaded or
- * the process exits. */
+/* Closes every program, map and link: nothing is pinned, so the kernel
+ * frees them. Also run when the module is unloaded or the process exits. */
 __attribute__((destructor)) void tk_bpf_release(void)
 {
-	tk_cmdline_release();
 	for (int i = 0; i < TK_TIER_COUNT; i++) {
 		pthread_mutex_lock(&tiers[i].lock);
 		tiers[i].unload(&tiers[i]);
@@ -957,24 +841,14 @@ __attribute__((destructor)) void tk_bpf_release(void)
 
 #endif
 
-/* ---- the snapshot backends, best first ------------------------------------ */
+/* ---- the BPF snapshot backends (snapshot.c lists them) --------------------- */
 
-const struct tk_snap_backend tk_snap_backends[] = {
-	{ .name = "kfunc", .default_fields = TK_F_WALK, .tier = TK_TIER_KFUNC,
-	  .may_hide_init = 1, .run = bpf_run },
-	{ .name = "iter", .default_fields = TK_F_WALK, .tier = TK_TIER_ITER,
-	  .may_hide_init = 1, .run = bpf_run },
-	/* By default every field but cgroup_id: reading <pid>/cgroup too
-	 * would double the cost of every /proc snapshot. */
-	{ .name = "proc", .default_fields = TK_F_WALK & ~TK_F(CGROUP), .tier = -1,
-	  .run = tk_snap_proc_run },
-	{ .name = NULL },
+const struct tk_snap_backend tk_snap_backend_kfunc = {
+	.name = "kfunc", .default_fields = TK_F_WALK, .tier = TK_TIER_KFUNC,
+	.may_hide_init = 1, .run = bpf_run,
 };
 
-const struct tk_snap_backend *tk_snap_backend_find(const char *name)
-{
-	for (const struct tk_snap_backend *b = tk_snap_backends; b->name != NULL; b++)
-		if (strcmp(b->name, name) == 0)
-			return b;
-	return NULL;
-}
+const struct tk_snap_backend tk_snap_backend_iter = {
+	.name = "iter", .default_fields = TK_F_WALK, .tier = TK_TIER_ITER,
+	.may_hide_init = 1, .run = bpf_run,
+};

@@ -1,6 +1,5 @@
-/* cgroup v2 files: opened beneath the mount with no way out, read with pread
- * on kept descriptors, and parsed by pure functions (flat-keyed files and
- * pressure lines). */
+/* cgroup v2 files: opened beneath the mount with no way out, and read with
+ * pread on kept descriptors (their parsers are in cgroup_parse.c). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -134,23 +133,6 @@ int tk_cg_removed(int dirfd)
 	/* Every cgroup, the root included, has cgroup.controllers. */
 	return faccessat(dirfd, "cgroup.controllers", F_OK, 0) < 0 &&
 	       (errno == ENOENT || errno == ENODEV);
-}
-
-int tk_cg_write(int dirfd, const char *file, const char *value, size_t len)
-{
-	int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-	int err = 0;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, value, len);
-	if (n < 0)
-		err = -errno;
-	else if ((size_t)n != len)
-		err = -EIO;
-	close(fd);
-	return err;
 }
 
 int tk_cg_rmdir(int mount_fd, const char *rel, int dirfd)
@@ -716,87 +698,5 @@ int tk_pidfd_cgroup_id(int pidfd, uint64_t *id)
 	if (!(info.mask & TK_PIDFD_INFO_CGROUPID) || info.cgroupid == 0)
 		return -EOPNOTSUPP;
 	*id = info.cgroupid;
-	return 0;
-}
-
-/* Lines of "key value": one space, value without spaces, no empty key. */
-int tk_kv_parse(const char *buf, size_t len, tk_kv_cb cb, void *ctx)
-{
-	const char *p = buf, *end = buf + len;
-
-	while (p < end) {
-		const char *eol = memchr(p, '\n', (size_t)(end - p));
-		const char *sp;
-		if (eol == NULL)
-			eol = end;
-		sp = memchr(p, ' ', (size_t)(eol - p));
-		if (sp == NULL || sp == p || sp + 1 >= eol || memchr(sp + 1, ' ', (size_t)(eol - sp - 1)))
-			return -EBADMSG;
-		cb(ctx, p, (size_t)(sp - p), sp + 1, (size_t)(eol - sp - 1));
-		p = eol + 1;
-	}
-	return 0;
-}
-
-static int parse_fixed2(const char **pp, const char *end, double *out)
-{
-	const char *p = *pp;
-	double v = 0, scale = 1;
-	int digits = 0, frac = 0;
-
-	while (p < end && ((*p >= '0' && *p <= '9') || (*p == '.' && !frac))) {
-		if (*p == '.') {
-			frac = 1;
-		} else {
-			v = v * 10 + (*p - '0');
-			if (frac)
-				scale *= 10;
-			digits++;
-		}
-		p++;
-		if (digits > 18)
-			return -EBADMSG;
-	}
-	if (digits == 0)
-		return -EBADMSG;
-	*out = v / scale;
-	*pp = p;
-	return 0;
-}
-
-static int expect_word(const char **pp, const char *end, const char *w)
-{
-	size_t n = strlen(w);
-	if ((size_t)(end - *pp) < n || memcmp(*pp, w, n) != 0)
-		return -EBADMSG;
-	*pp += n;
-	return 0;
-}
-
-/* "some avg10=0.00 avg60=0.00 avg300=0.00 total=123" (or "full ..."). */
-int tk_psi_parse_line(const char *line, size_t len, struct tk_psi_line *out)
-{
-	const char *p = line, *end = line + len;
-	struct tk_psi_line r;
-	uint64_t total;
-
-	if (len > 0 && line[len - 1] == '\n')
-		end--;
-	if (expect_word(&p, end, "some ") == 0)
-		r.full = 0;
-	else if (expect_word(&p, end, "full ") == 0)
-		r.full = 1;
-	else
-		return -EBADMSG;
-	if (expect_word(&p, end, "avg10=") < 0 || parse_fixed2(&p, end, &r.avg10) < 0 ||
-	    expect_word(&p, end, " avg60=") < 0 || parse_fixed2(&p, end, &r.avg60) < 0 ||
-	    expect_word(&p, end, " avg300=") < 0 || parse_fixed2(&p, end, &r.avg300) < 0 ||
-	    expect_word(&p, end, " total=") < 0)
-		return -EBADMSG;
-	p = tk_parse_u64(p, end, UINT64_MAX, &total);
-	if (p != end)
-		return -EBADMSG;
-	r.total_us = total;
-	*out = r;
 	return 0;
 }

@@ -1,4 +1,4 @@
-/* cgroup v2 file access and parsers: the C core behind takana.cgroup. */
+/* cgroup v2 file access (cgroup.c): the C core behind takana.cgroup. */
 #ifndef TAKANA_CGROUP_H
 #define TAKANA_CGROUP_H
 
@@ -29,8 +29,6 @@ int tk_cg_read_each(int dirfd, const char *file, tk_chunk_cb cb, void *ctx);
 int tk_cg_mkdir(int dirfd, const char *name);
 /* 1 when dirfd's cgroup was removed (its cgroup.controllers is gone). */
 int tk_cg_removed(int dirfd);
-/* One write(2) of value into dirfd/file. */
-int tk_cg_write(int dirfd, const char *file, const char *value, size_t len);
 
 /* rmdir of the directory dirfd is open on, reached as rel beneath
  * mount_fd: the parent is opened beneath the mount (tk_cg_open), and the
@@ -90,31 +88,9 @@ int tk_pidfd_pid(int pidfd, int *pid);
  * -ENOTTY or -EINVAL before that, -ESRCH once the process was reaped. */
 int tk_pidfd_cgroup_id(int pidfd, uint64_t *id);
 
-typedef void (*tk_kv_cb)(void *ctx, const char *key, size_t klen,
-                         const char *val, size_t vlen);
-/* Flat-keyed "key value" lines; -EBADMSG on anything else (pure). */
-int tk_kv_parse(const char *buf, size_t len, tk_kv_cb cb, void *ctx);
-
-struct tk_psi_line {
-	int full;                 /* 0: "some", 1: "full" */
-	double avg10, avg60, avg300;
-	uint64_t total_us;
-};
-/* One pressure line; -EBADMSG on anything else (pure). */
-int tk_psi_parse_line(const char *line, size_t len, struct tk_psi_line *out);
-
-/* cgroup_path.c: the path of cgroup id beneath mount_fd, relative to it
- * ("" for the mount's root), by open_by_handle_at: -EPERM without
- * CAP_DAC_READ_SEARCH, -ESTALE (or -ENOENT) when no such cgroup exists,
- * -EXDEV when it lies outside the mount's view. */
-int tk_cg_path_by_handle(int mount_fd, uint64_t id, char *out, size_t cap);
-/* Calls cb(ctx, id, relpath) for the mount's root ("") and every cgroup
- * beneath it, parents first, at most max_dirs (-E2BIG past that). */
 /* Each subdirectory of fd, its name and inode number (a cgroup's id), in
  * readdir order; stops at the first non-zero return. */
 typedef int (*tk_cg_subdir_cb)(void *ctx, int parent_fd, const char *name, uint64_t ino);
 int tk_cg_each_subdir(int fd, tk_cg_subdir_cb cb, void *ctx);
-typedef int (*tk_cg_id_cb)(void *ctx, uint64_t id, const char *rel);
-int tk_cg_walk_ids(int mount_fd, int max_dirs, tk_cg_id_cb cb, void *ctx);
 
 #endif

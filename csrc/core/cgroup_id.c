@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "cgroup.h"
-#include "core.h"
+#include "cgroup_id.h"
+#include "cgroup_path.h"
+#include "fork.h"
 #include "util.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
@@ -33,12 +35,17 @@ static char mount_cached[TK_CG_PATH_MAX];
  * cgroup namespace's root, "/../.." when it was mounted above it. */
 static char mount_root_cached[TK_CG_PATH_MAX];
 
-void tk_cgroup_mount_fork(enum tk_fork_phase phase)
+static void mount_fork(enum tk_fork_phase phase)
 {
 	if (phase == TK_FORK_PREPARE)
 		pthread_mutex_lock(&mount_lock);
 	else
 		pthread_mutex_unlock(&mount_lock);
+}
+
+__attribute__((constructor)) static void mount_fork_register(void)
+{
+	tk_fork_register(TK_FORK_RANK_CGROUP_MOUNT, mount_fork);
 }
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "cgroup_path.h"
 
 /* include/linux/exportfs.h: the handle kernfs encodes, a u64 id. */
 #define FILEID_KERNFS 0xfe

@@ -1,4 +1,5 @@
-/* CLOCK_MONOTONIC in milliseconds: the clock of every timeout. */
+/* The clocks: nanoseconds of any clock (CLOCK_BOOTTIME stamps records and
+ * events), and CLOCK_MONOTONIC in milliseconds, the clock of every timeout. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <time.h>
@@ -30,4 +31,17 @@ int tk_timeout_slice(int64_t timeout_ms, int64_t deadline_ms)
 	if (left <= 0)
 		return 0;
 	return left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+uint64_t tk_clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t tk_boottime_ns(void)
+{
+	return tk_clock_ns(CLOCK_BOOTTIME);
 }

@@ -1,8 +1,10 @@
-/* CLOCK_MONOTONIC in milliseconds, and the deadlines timeouts become. */
+/* The clocks: nanoseconds of any clock, CLOCK_MONOTONIC in milliseconds,
+ * and the deadlines timeouts become. */
 #ifndef TAKANA_CLOCK_H
 #define TAKANA_CLOCK_H
 
 #include <stdint.h>
+#include <time.h>
 
 /* Timeouts are accepted up to a year. poll and epoll_wait take an int of
  * milliseconds (24.8 days at most), so longer waits go in slices towards a
@@ -15,5 +17,8 @@ int64_t tk_deadline_ms(int64_t timeout_ms);
 /* The next poll timeout: -1 for forever (timeout_ms < 0), else the time left
  * to deadline_ms (0 once past it), at most INT32_MAX. */
 int tk_timeout_slice(int64_t timeout_ms, int64_t deadline_ms);
+
+uint64_t tk_clock_ns(clockid_t clock);
+uint64_t tk_boottime_ns(void);
 
 #endif

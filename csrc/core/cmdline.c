@@ -12,7 +12,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "cmdline.h"
+#include "fork.h"
+#include "proc_scan.h"
+#include "proc_stat.h"
+#include "recbuf.h"
 #include "util.h"
 
 #ifndef TK_NO_BPF
@@ -20,33 +24,9 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "takana_argv.h"
+#include "bpf_load.h"
 #include "skeletons.h"
 #endif
-
-/* cmdline can be as long as the exec limits allow (a quarter of the
- * stack rlimit). The first read takes what nearly every process has: each
- * read() copies from the process's memory afresh, so an exec between two
- * would join two command lines. */
-#define PROC_READ_FIRST (128u << 10)
-
-bool tk_cmdline_missing(int errnum)
-{
-	return errnum == ENOENT || errnum == ESRCH || errnum == EACCES || errnum == EPERM;
-}
-
-static int text_reserve(struct tk_recbuf *rb, size_t n, char **at)
-{
-	if (rb->text_len + n > UINT32_MAX)
-		return -E2BIG;
-	if (rb->text_len + n > rb->text_cap) {
-		char *text = tk_grow(rb->text, &rb->text_cap, rb->text_len + n, 1, 1 << 16);
-		if (text == NULL)
-			return -ENOMEM;
-		rb->text = text;
-	}
-	*at = rb->text + rb->text_len;
-	return 0;
-}
 
 /* 1 when the record's process still holds its pid now (its start time, as
  * /proc shows it, is the record's): pid reuse needs its holder reaped, so
@@ -69,33 +49,6 @@ static int proc_same_process(int proc_fd, const struct tk_record *r, const struc
 	if (n <= 0 || (size_t)n == sizeof buf || tk_stat_parse(buf, (size_t)n, u, &now) < 0)
 		return 0;
 	return tk_same_process(r, &now, u->ns_per_tick);
-}
-
-int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r)
-{
-	size_t start = out->text_len, len = 0, want = PROC_READ_FIRST;
-	char *at;
-	ssize_t n;
-	int err;
-
-	r->cmdline_len = TK_CMDLINE_NONE;
-	for (;;) {
-		err = text_reserve(out, len + want, &at);
-		if (err < 0)
-			return err;
-		n = read(fd, out->text + start + len, want);
-		if (n < 0)
-			return -errno;
-		len += (size_t)n;
-		/* Short is the end: both of the kernel's readers stop there. */
-		if ((size_t)n < want)
-			break;
-		want *= 2;
-	}
-	r->cmdline_off = (uint32_t)start;
-	r->cmdline_len = (uint32_t)len;
-	out->text_len = start + len;
-	return 0;
 }
 
 /* One record's arguments from /proc, appended to out->text; nil (NONE)
@@ -154,37 +107,50 @@ static void argv_unload(void)
 	argv_prog.state = 0;
 }
 
-static int argv_load(void)
+TK_BPF_SKEL_STEPS(takana_argv)
+
+static int argv_setup(void *skel, void *ctx)
 {
-	struct takana_argv *skel;
+	(void)ctx;
+	return bpf_program__set_flags(((struct takana_argv *)skel)->progs.read_argv, BPF_F_SLEEPABLE);
+}
+
+/* The skeleton maps .bss; the arrays are mapped here. */
+static int argv_adopt(void *skel, void *ctx)
+{
+	struct takana_argv *s = skel;
 	void *slots, *text;
 	int err;
 
-	skel = takana_argv__open();
-	if (skel == NULL)
-		return -errno;
-	err = bpf_program__set_flags(skel->progs.read_argv, BPF_F_SLEEPABLE);
-	if (err == 0)
-		err = takana_argv__load(skel);
-	if (err != 0) {
-		takana_argv__destroy(skel);
-		return err < 0 ? err : -EINVAL;
-	}
-	argv_prog.skel = skel;
-	/* The skeleton maps .bss; the arrays are mapped here. */
+	(void)ctx;
 	slots = mmap(NULL, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS, PROT_READ | PROT_WRITE,
-	             MAP_SHARED, bpf_map__fd(skel->maps.slots), 0);
-	argv_prog.slots = slots == MAP_FAILED ? NULL : slots;
-	text = mmap(NULL, TK_ARGV_TEXT, PROT_READ, MAP_SHARED, bpf_map__fd(skel->maps.text), 0);
-	argv_prog.text = text == MAP_FAILED ? NULL : text;
-	if (slots == MAP_FAILED || text == MAP_FAILED) {
+	             MAP_SHARED, bpf_map__fd(s->maps.slots), 0);
+	if (slots == MAP_FAILED)
+		return -errno;
+	text = mmap(NULL, TK_ARGV_TEXT, PROT_READ, MAP_SHARED, bpf_map__fd(s->maps.text), 0);
+	if (text == MAP_FAILED) {
 		err = -errno;
-		argv_unload();
+		munmap(slots, sizeof(struct tk_argv_slot) * TK_ARGV_SLOTS);
 		return err;
 	}
-	argv_prog.prog_fd = bpf_program__fd(skel->progs.read_argv);
+	argv_prog.skel = s;
+	argv_prog.slots = slots;
+	argv_prog.text = text;
+	argv_prog.prog_fd = bpf_program__fd(s->progs.read_argv);
 	argv_prog.loads++;
 	return 0;
+}
+
+/* Sleepable, which the light skeleton cannot load: libbpf's only. */
+static const struct tk_bpf_loader argv_loader = {
+	.name = "argv",
+	.libbpf = { takana_argv_open_step, argv_setup, takana_argv_load_step,
+	            NULL, argv_adopt, takana_argv_destroy_step },
+};
+
+static int argv_load(void)
+{
+	return tk_bpf_load(&argv_loader, NULL);
 }
 
 /* One run over records [first, first + n): what it read goes into out's
@@ -222,7 +188,7 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 		    (sl->off > TK_ARGV_TEXT || sl->len > TK_ARGV_TEXT - sl->off))
 			return -EIO;
 	}
-	err = text_reserve(out, argv_prog.skel->bss->used, &at);
+	err = tk_recbuf_text_reserve(out, argv_prog.skel->bss->used, &at);
 	if (err < 0)
 		return err;
 	for (uint32_t i = 0; i < done; i++) {
@@ -253,9 +219,9 @@ static long argv_run(struct tk_recbuf *out, size_t first, size_t n, uint8_t *ask
 	return done;
 }
 
-/* As the snapshot tiers (tk_bpf_fork): a child of fork() would share the
+/* As the snapshot tiers (bpf_snapshot.c tiers_fork): a child of fork() would share the
  * slots and the text with its parent, so it loads its own. */
-void tk_cmdline_fork(enum tk_fork_phase phase)
+static void argv_fork(enum tk_fork_phase phase)
 {
 	if (phase == TK_FORK_PREPARE) {
 		pthread_mutex_lock(&argv_prog.lock);
@@ -264,6 +230,11 @@ void tk_cmdline_fork(enum tk_fork_phase phase)
 	if (phase == TK_FORK_CHILD)
 		argv_prog.inherited = argv_prog.state > 0;
 	pthread_mutex_unlock(&argv_prog.lock);
+}
+
+__attribute__((constructor)) static void argv_fork_register(void)
+{
+	tk_fork_register(TK_FORK_RANK_ARGV, argv_fork);
 }
 
 /* Every record through the argv program, those it leaves marked in
@@ -322,7 +293,9 @@ int tk_cmdline_bpf_state(unsigned *loads, char *why, size_t why_len)
 	return state;
 }
 
-void tk_cmdline_release(void)
+/* Also run when the module is unloaded or the process exits, as the
+ * tiers' tk_bpf_release. */
+__attribute__((destructor)) void tk_cmdline_release(void)
 {
 	pthread_mutex_lock(&argv_prog.lock);
 	argv_unload();

@@ -29,7 +29,9 @@
 #include <linux/connector.h>
 #include <linux/netlink.h>
 
-#include "core.h"
+#include "clock.h"
+#include "events.h"
+#include "fork.h"
 #include "util.h"
 
 /* ---- the queue ---------------------------------------------------------- */
@@ -1126,6 +1128,7 @@ static void bpf_close(struct tk_events *ev)
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include "bpf_load.h"
 #include "skeletons.h"
 
 /* The program claims each exit once, yet on Debian's 6.1 two threads of
@@ -1387,61 +1390,81 @@ static uint32_t exit_claims_entries(void)
 	return (uint32_t)(ncpu < 16 ? ncpu * 4096 : 65536);
 }
 
-static int shared_load_light(struct tk_ev_shared *sh, uint32_t pidns)
-{
-	struct takana_events_light *skel = takana_events_light__open();
-	uint32_t claims = exit_claims_entries();
-	int err;
+/* What the events object's load is given (setup) and fills (adopt). */
+struct shared_load_ctx {
+	struct tk_ev_shared *sh;
+	uint32_t pidns;
+};
 
-	if (skel == NULL)
-		return -ENOMEM;
-	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
-	skel->rodata->reader_pidns = pidns;
-	skel->maps.events.max_entries = (uint32_t)sh->ring_bytes;
+TK_BPF_SKEL_STEPS(takana_events_light)
+TK_BPF_SKEL_STEPS(takana_events)
+
+static int events_light_setup(void *skel, void *ctx)
+{
+	struct takana_events_light *s = skel;
+	const struct shared_load_ctx *c = ctx;
+	uint32_t claims = exit_claims_entries();
+
+	s->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	s->rodata->reader_pidns = c->pidns;
+	s->maps.events.max_entries = (uint32_t)c->sh->ring_bytes;
 	if (claims)
-		skel->maps.exit_claims.max_entries = claims;
-	err = takana_events_light__load(skel);
-	if (err != 0) {
-		takana_events_light__destroy(skel);
-		return err < 0 ? err : -EINVAL;
-	}
-	sh->light = skel;
-	sh->prog_fd[TK_EV_FORK] = skel->progs.on_fork.prog_fd;
-	sh->prog_fd[TK_EV_EXEC] = skel->progs.on_exec.prog_fd;
-	sh->prog_fd[TK_EV_EXIT] = skel->progs.on_exit.prog_fd;
-	sh->prog_fd[TK_EV_COMM] = skel->progs.on_rename.prog_fd;
-	sh->ring_fd = skel->maps.events.map_fd;
-	sh->lost = skel->bss->lost;
+		s->maps.exit_claims.max_entries = claims;
 	return 0;
 }
 
-static int shared_load_libbpf(struct tk_ev_shared *sh, uint32_t pidns)
+static int events_light_adopt(void *skel, void *ctx)
 {
-	struct takana_events *skel = takana_events__open();
-	uint32_t claims = exit_claims_entries();
-	int err;
+	struct takana_events_light *s = skel;
+	struct tk_ev_shared *sh = ((struct shared_load_ctx *)ctx)->sh;
 
-	if (skel == NULL)
-		return -errno;
-	skel->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
-	skel->rodata->reader_pidns = pidns;
-	bpf_map__set_max_entries(skel->maps.events, (uint32_t)sh->ring_bytes);
+	sh->light = s;
+	sh->prog_fd[TK_EV_FORK] = s->progs.on_fork.prog_fd;
+	sh->prog_fd[TK_EV_EXEC] = s->progs.on_exec.prog_fd;
+	sh->prog_fd[TK_EV_EXIT] = s->progs.on_exit.prog_fd;
+	sh->prog_fd[TK_EV_COMM] = s->progs.on_rename.prog_fd;
+	sh->ring_fd = s->maps.events.map_fd;
+	sh->lost = s->bss->lost;
+	return 0;
+}
+
+static int events_libbpf_setup(void *skel, void *ctx)
+{
+	struct takana_events *s = skel;
+	const struct shared_load_ctx *c = ctx;
+	uint32_t claims = exit_claims_entries();
+
+	s->rodata->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+	s->rodata->reader_pidns = c->pidns;
+	bpf_map__set_max_entries(s->maps.events, (uint32_t)c->sh->ring_bytes);
 	if (claims)
-		bpf_map__set_max_entries(skel->maps.exit_claims, claims);
-	err = takana_events__load(skel);
-	if (err != 0) {
-		takana_events__destroy(skel);
-		return err < 0 ? err : -EINVAL;
-	}
-	sh->skel = skel;
+		bpf_map__set_max_entries(s->maps.exit_claims, claims);
+	return 0;
+}
+
+static int events_libbpf_adopt(void *skel, void *ctx)
+{
+	struct takana_events *s = skel;
+	struct tk_ev_shared *sh = ((struct shared_load_ctx *)ctx)->sh;
+
+	sh->skel = s;
 	for (int t = 0; t < TK_EV_TYPES; t++)
 		if (prog_names[t] != NULL)
 			sh->prog_fd[t] = bpf_program__fd(
-				bpf_object__find_program_by_name(skel->obj, prog_names[t]));
-	sh->ring_fd = bpf_map__fd(skel->maps.events);
-	sh->lost = skel->bss->lost;
+				bpf_object__find_program_by_name(s->obj, prog_names[t]));
+	sh->ring_fd = bpf_map__fd(s->maps.events);
+	sh->lost = s->bss->lost;
 	return 0;
 }
+
+/* The programs are attached per stream, by type (shared_attach). */
+static const struct tk_bpf_loader events_loader = {
+	.name = "events",
+	.light = { takana_events_light_open_step, events_light_setup, takana_events_light_load_step,
+	           NULL, events_light_adopt, takana_events_light_destroy_step },
+	.libbpf = { takana_events_open_step, events_libbpf_setup, takana_events_load_step,
+	            NULL, events_libbpf_adopt, takana_events_destroy_step },
+};
 
 /* Called with shared_lock held. */
 static int shared_load(size_t ring, struct tk_ev_shared **out, char *why, size_t why_len)
@@ -1471,11 +1494,7 @@ static int shared_load(size_t ring, struct tk_ev_shared **out, char *why, size_t
 		return -ENOMEM;
 	}
 	tk_bpf_load_begin();
-	err = -EINVAL;
-	if (tk_bpf_light_wanted())
-		err = shared_load_light(sh, pidns);
-	if (err < 0 && !tk_bpf_light_final(err))
-		err = shared_load_libbpf(sh, pidns);
+	err = tk_bpf_load(&events_loader, &(struct shared_load_ctx){ sh, pidns });
 	if (err < 0) {
 		tk_bpf_explain("bpf_ringbuf", BTF_KIND_STRUCT, "5.8", err, why, why_len);
 		err = explain_fds(err, why, why_len);
@@ -1618,7 +1637,7 @@ static int bpf_join(struct tk_events *ev, struct tk_ev_shared *sh, char *why, si
  * whichever process drains first, so both would lose events. The child's
  * new streams load their own object; the streams it inherited refuse to
  * read (EXDEV): a stream belongs to the process that opened it. */
-void tk_events_fork(enum tk_fork_phase phase)
+static void events_fork(enum tk_fork_phase phase)
 {
 	if (phase == TK_FORK_PREPARE) {
 		pthread_mutex_lock(&shared_lock);
@@ -1630,6 +1649,11 @@ void tk_events_fork(enum tk_fork_phase phase)
 		shared_list = NULL;
 	}
 	pthread_mutex_unlock(&shared_lock);
+}
+
+__attribute__((constructor)) static void events_fork_register(void)
+{
+	tk_fork_register(TK_FORK_RANK_EVENTS, events_fork);
 }
 
 static int bpf_open(struct tk_events *ev, double interval, size_t buffer, char *why,

@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "fd_drop.h"
 
 struct tk_fd_drops {
 	atomic_int inflight; /* messages whose descriptors are still closing */

@@ -22,7 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "cgroup_id.h"
+#include "fork.h"
+#include "proc_scan.h"
 #include "util.h"
 
 #define DENTS_BUF ((size_t)64 * 1024)
@@ -421,4 +423,92 @@ int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache
 	atomic_fetch_sub(&cached_fds_total, sc.budget);
 	s->cache_len = sc.next_len;
 	return err;
+}
+
+/* ---- the proc snapshot backend --------------------------------------------- */
+
+/* The caller's scanner opens on first use; the cgroup id cache it was
+ * lent stays lent. */
+int tk_proc_scanner_ensure_open(struct tk_proc_scanner *sc)
+{
+	struct tk_cgid_cache *cgids = sc->cgids;
+	int want_cmdline = sc->want_cmdline, err;
+
+	if (sc->proc_fd >= 0)
+		return 0;
+	err = tk_proc_scanner_init(sc, "/proc");
+	sc->cgids = cgids;
+	sc->want_cmdline = want_cmdline;
+	return err;
+}
+
+static int proc_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
+                     struct tk_recbuf *out, char *why, size_t why_len)
+{
+	struct tk_proc_scanner *sc = req->sc;
+	int err;
+
+	(void)b;
+	err = tk_proc_scanner_ensure_open(sc);
+	if (err < 0) {
+		snprintf(why, why_len, "open /proc: %s", strerror(-err));
+		return err;
+	}
+	sc->want_cmdline = (req->fields & TK_F(CMDLINE)) != 0;
+	out->boot_offset_ns = 0;
+	err = tk_proc_scan(sc, out, req->use_cache);
+	sc->want_cmdline = 0;
+	if (req->fields & TK_F(CMDLINE))
+		out->cmdline_from = "proc";
+	if (err == -EBADMSG)
+		snprintf(why, why_len, "parse /proc/%d/stat: %s", sc->bad_pid, strerror(-err));
+	else if (err < 0)
+		snprintf(why, why_len, "read /proc: %s", strerror(-err));
+	return err;
+}
+
+/* By default every field but cgroup_id: reading <pid>/cgroup too would
+ * double the cost of every /proc snapshot. */
+const struct tk_snap_backend tk_snap_backend_proc = {
+	.name = "proc", .default_fields = TK_F_WALK & ~TK_F(CGROUP), .tier = -1, .run = proc_run,
+};
+
+/* ---- <pid>/cmdline ---------------------------------------------------------- */
+
+/* cmdline can be as long as the exec limits allow (a quarter of the
+ * stack rlimit). The first read takes what nearly every process has: each
+ * read() copies from the process's memory afresh, so an exec between two
+ * would join two command lines. */
+#define PROC_READ_FIRST (128u << 10)
+
+bool tk_cmdline_missing(int errnum)
+{
+	return errnum == ENOENT || errnum == ESRCH || errnum == EACCES || errnum == EPERM;
+}
+
+int tk_cmdline_read(int fd, struct tk_recbuf *out, struct tk_record *r)
+{
+	size_t start = out->text_len, len = 0, want = PROC_READ_FIRST;
+	char *at;
+	ssize_t n;
+	int err;
+
+	r->cmdline_len = TK_CMDLINE_NONE;
+	for (;;) {
+		err = tk_recbuf_text_reserve(out, len + want, &at);
+		if (err < 0)
+			return err;
+		n = read(fd, out->text + start + len, want);
+		if (n < 0)
+			return -errno;
+		len += (size_t)n;
+		/* Short is the end: both of the kernel's readers stop there. */
+		if ((size_t)n < want)
+			break;
+		want *= 2;
+	}
+	r->cmdline_off = (uint32_t)start;
+	r->cmdline_len = (uint32_t)len;
+	out->text_len = start + len;
+	return 0;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "proc_stat.h"
 #include "util.h"
 
 /* Kernel threads carry PF_KTHREAD in the stat flags field (include/linux/sched.h). */

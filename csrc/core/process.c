@@ -27,8 +27,9 @@
 
 #include "cgroup.h"
 #include "clock.h"
-#include "core.h"
+#include "proc_stat.h"
 #include "process.h"
+#include "recbuf.h"
 #include "util.h"
 #include "wait.h"
 

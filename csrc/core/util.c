@@ -1,3 +1,5 @@
+#include "clock.h"
+#include "fork.h"
 #include "util.h"
 
 #include <errno.h>
@@ -9,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core.h"
 
 ssize_t tk_read_small(int dirfd, const char *path, char *buf, size_t cap)
 {
@@ -141,4 +142,32 @@ int tk_timens_offsets(struct tk_timens *out, char *why, size_t why_len)
 	atomic_store(&timens_boottime, out->boottime_ns);
 	atomic_store(&timens_stamp, gen);
 	return 0;
+}
+
+/* Learnt at load, our time namespace's offsets stay known after an
+ * unshare(CLONE_NEWTIME), which hides them until the next exec. A failure
+ * is reported by the first use that needs them. */
+__attribute__((constructor)) static void timens_learn(void)
+{
+	struct tk_timens offsets;
+	char why[160];
+
+	(void)tk_timens_offsets(&offsets, why, sizeof why);
+}
+
+int tk_cg_write(int dirfd, const char *file, const char *value, size_t len)
+{
+	int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+	int err = 0;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, value, len);
+	if (n < 0)
+		err = -errno;
+	else if ((size_t)n != len)
+		err = -EIO;
+	close(fd);
+	return err;
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* Returns v regrown to hold at least `need` elements of `elem` bytes
  * (doubling from `first`) and updates *cap, or NULL with v and *cap left as
@@ -33,5 +34,9 @@ struct tk_timens {
 	int64_t boottime_ns;
 };
 int tk_timens_offsets(struct tk_timens *out, char *why, size_t why_len);
+
+/* Writes value to file beneath dirfd (a cgroup's control files) in one
+ * write(): 0, -errno, or -EIO when the write was short. */
+int tk_cg_write(int dirfd, const char *file, const char *value, size_t len);
 
 #endif

@@ -17,6 +17,9 @@
 
 #include "binding.h"
 #include "cgroup.h"
+#include "cgroup_parse.h"
+#include "cgroup_path.h"
+#include "util.h"
 
 #define READ_BUF 8192
 

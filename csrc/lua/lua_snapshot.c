@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "binding.h"
 
 struct lsnap {
@@ -963,6 +964,7 @@ static int l_bpf_release(lua_State *L)
 {
 	tk_check_nargs(L, 0);
 	tk_bpf_release();
+	tk_cmdline_release();
 	return 0;
 }
 
@@ -1138,8 +1140,8 @@ static void name_lists_open(lua_State *L)
 	}
 	lua_setfield(L, -2, "record_fields");
 	lua_newtable(L);
-	for (int i = 0; tk_snap_backends[i].name != NULL; i++) {
-		lua_pushstring(L, tk_snap_backends[i].name);
+	for (int i = 0; tk_snap_backends[i] != NULL; i++) {
+		lua_pushstring(L, tk_snap_backends[i]->name);
 		lua_rawseti(L, -2, i + 1);
 	}
 	lua_setfield(L, -2, "snapshot_backends");
