@@ -343,7 +343,25 @@ static void stat_sections(lua_State *L, struct lcgroup *cg, char *buf, struct st
 
 /*** Reads the unit's accounting: sections `cpu`, `memory`, `pids`,
  * `pressure`, `events`. A section whose files are absent is absent;
- * `cg:why(section)` says why.
+ * `cg:why(section)` says why. What each holds (TK_STAT_FILES):
+ *
+ * <!-- schema:cgroup-stat -->
+ * - `cpu` `cpu.stat`: a table of its `key value` lines, integers (`*_usec` keys as `*_ns`, in ns)
+ * - `memory.current` `memory.current` (the section's anchor): an integer, or `"max"`
+ * - `memory.peak` `memory.peak`: an integer, or `"max"`
+ * - `memory.max` `memory.max`: an integer, or `"max"`
+ * - `memory.high` `memory.high`: an integer, or `"max"`
+ * - `memory.events` `memory.events`: a table of its `key value` lines, integers (`*_usec` keys as
+ *   `*_ns`, in ns)
+ * - `pids.current` `pids.current` (the section's anchor): an integer, or `"max"`
+ * - `pids.max` `pids.max`: an integer, or `"max"`
+ * - `pids.peak` `pids.peak`: an integer, or `"max"`
+ * - `pressure.cpu` `cpu.pressure`: `{some = {avg10, avg60, avg300, total_ns}, full = {...}}`
+ * - `pressure.memory` `memory.pressure`: `{some = {avg10, avg60, avg300, total_ns}, full = {...}}`
+ * - `pressure.io` `io.pressure`: `{some = {avg10, avg60, avg300, total_ns}, full = {...}}`
+ * - `events` `cgroup.events`: its `key value` lines; `populated` and `frozen` booleans
+ * <!-- /schema:cgroup-stat -->
+ *
  * @function cgroup:stat
  * @treturn[1] table
  * @treturn[2] nil, "stat <file>: message", errno when a present file cannot

@@ -277,25 +277,119 @@ function supervisor:_unwatch(obj)
   end
 end
 
-local svc_options = { name = "string", cmd = "table", env = "table", cwd = "string",
-  restart = "string|function", backoff = "table", start_limit = "table", ready = "string|table",
-  stop = "table", depends = "table", limits = "table", log = "string|function|boolean",
-  autostart = "boolean", user = "string|number", group = "string|number", groups = "table",
-  umask = "number", rlimits = "table", no_new_privs = "boolean", pdeathsig = "string|number",
-  watchdog = "number" }
+--- The options of `sup:service{...}`, one row each: `name`, `type` (as
+-- the check reads it: Lua types joined by "|"), `doc`, and `spawn` for
+-- those handed to `takana.spawn` as they are. The check, the reference
+-- below and the README's table (tools/docgen.lua) all come from this list.
+-- @table service_options
+M.service_options = {
+  { name = "name", type = "string", doc = "required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark" },
+  { name = "cmd", type = "table", doc = "required: `{prog, args...}`" },
+  { name = "env", type = "table", doc = "added to the supervisor's environment" },
+  { name = "cwd", type = "string", doc = "the working directory" },
+  { name = "restart", type = "string|function",
+    doc = '"on-failure" (default), "always", "never", or `function(svc, record) -> delay or false`' },
+  { name = "backoff", type = "table", doc = "`{initial=0.1, max=30, factor=2, reset_after=60}`" },
+  { name = "start_limit", type = "table", doc = "`{burst=5, interval=10}`: then state \"failed\", with the reason" },
+  { name = "ready", type = "string|table", doc = '"notify" (sd_notify) or `{fd=n}` (s6)' },
+  { name = "stop", type = "table", doc = '`{signal="TERM", timeout=5}`: then cgroup.kill, then a wait until empty' },
+  { name = "depends", type = "table", doc = "`{names}`: started once these are ready" },
+  { name = "limits", type = "table", doc = '`{["memory.max"]=...}`, applied loudly' },
+  { name = "log", type = "string|function|boolean", doc = "the service's own log target, as the supervisor's `log`" },
+  { name = "autostart", type = "boolean", doc = "default true" },
+  { name = "watchdog", type = "number",
+    doc = "seconds (0.01..86400): once ready, the service must send `WATCHDOG=1` on its `NOTIFY_SOCKET` at least "
+      .. "that often (it is told through `WATCHDOG_USEC`), else it gets SIGABRT, the stop sequence and an exit "
+      .. "record with `watchdog = true` (a failure)" },
+  { name = "user", type = "string|number", spawn = true, doc = "to spawn" },
+  { name = "group", type = "string|number", spawn = true, doc = "to spawn" },
+  { name = "groups", type = "table", spawn = true, doc = "to spawn" },
+  { name = "umask", type = "number", spawn = true, doc = "to spawn" },
+  { name = "rlimits", type = "table", spawn = true, doc = "to spawn" },
+  { name = "no_new_privs", type = "boolean", spawn = true, doc = "to spawn" },
+  { name = "pdeathsig", type = "string|number", spawn = true, doc = "to spawn" },
+}
+local svc_options, spawn_options = {}, {}
+for _, o in ipairs(M.service_options) do
+  svc_options[o.name] = o.type
+  if o.spawn then spawn_options[#spawn_options + 1] = o.name end
+end
+
+--- A service's exit record, one row a field: what `restart` and `on_exit`
+-- functions receive, `svc.exits` keeps and `ctl status` shows as
+-- `last_exit` (the rows with `status`; "round": rounded to ms). A run that
+-- could not start has only `error`, `errno` and `runtime`. `code`,
+-- `signal` and `core` mean what they mean in `pidfd:wait()`'s table and
+-- an exit event.
+--
+-- <!-- schema:exit-record -->
+-- - `code` yes: the main process's exit status, when it exited
+-- - `signal` yes: the signal that ended it, when one did
+-- - `core` true when it dumped core
+-- - `oom` yes: true when `memory.events` oom_kill rose during the run
+-- - `cpu_ns` yes: the cgroup's CPU time for the run
+-- - `maxrss_bytes` yes: the main process's peak RSS (the reaping waitid's rusage, `child:usage()`)
+-- - `runtime` yes: seconds from the start to the end of the run
+-- - `pid` the main process (the `MAINPID=` one, when named)
+-- - `adopted` true for a run adopted from an earlier supervisor
+-- - `stopped` yes: true when the run ended because a stop was asked for
+-- - `watchdog` yes: true when the watchdog ended the run (a failure)
+-- - `main_exited` yes: true when the main process's exit ended the run
+-- - `time` `os.time()` at the end of the run
+-- - `error` yes: why the run could not start (no other field but `errno` and `runtime`)
+-- - `errno` with `error`: its errno
+-- <!-- /schema:exit-record -->
+--
+-- @table exit_record
+M.exit_record = {
+  { name = "code", status = true, doc = "the main process's exit status, when it exited" },
+  { name = "signal", status = true, doc = "the signal that ended it, when one did" },
+  { name = "core", doc = "true when it dumped core" },
+  { name = "oom", status = true, doc = "true when `memory.events` oom_kill rose during the run" },
+  { name = "cpu_ns", status = true, doc = "the cgroup's CPU time for the run" },
+  { name = "maxrss_bytes", status = true,
+    doc = "the main process's peak RSS (the reaping waitid's rusage, `child:usage()`)" },
+  { name = "runtime", status = "round", doc = "seconds from the start to the end of the run" },
+  { name = "pid", doc = "the main process (the `MAINPID=` one, when named)" },
+  { name = "adopted", doc = "true for a run adopted from an earlier supervisor" },
+  { name = "stopped", status = true, doc = "true when the run ended because a stop was asked for" },
+  { name = "watchdog", status = true, doc = "true when the watchdog ended the run (a failure)" },
+  { name = "main_exited", status = true, doc = "true when the main process's exit ended the run" },
+  { name = "time", doc = "`os.time()` at the end of the run" },
+  { name = "error", status = true, doc = "why the run could not start (no other field but `errno` and `runtime`)" },
+  { name = "errno", doc = "with `error`: its errno" },
+}
 
 --- Declares a service (see the module's README section for every option).
--- `name`, `cmd = {prog, args...}`, `env` (added to the supervisor's
--- environment), `cwd`, `restart` ("on-failure" default, "always", "never",
--- or `function(svc, record) -> delay or false`), `backoff = {initial=0.1,
--- max=30, factor=2, reset_after=60}`, `start_limit = {burst=5,
--- interval=10}`, `ready` ("notify" or `{fd=n}`), `stop = {signal="TERM",
--- timeout=5}`, `depends = {names}`, `limits = {["memory.max"]=...}`,
--- `autostart` (default true); `watchdog = seconds`: once ready, the service
--- must send `WATCHDOG=1` on its `NOTIFY_SOCKET` at least that often (it is told
--- through `WATCHDOG_USEC`), else it gets SIGABRT, the stop sequence and
--- an exit record with `watchdog = true` (a failure); `user`, `group`, `groups`, `umask`,
--- `rlimits`, `no_new_privs`, `pdeathsig` go to spawn.
+-- Options (`service_options`):
+--
+-- <!-- schema:service-options -->
+-- - `name` (string): required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark
+-- - `cmd` (table): required: `{prog, args...}`
+-- - `env` (table): added to the supervisor's environment
+-- - `cwd` (string): the working directory
+-- - `restart` (string or function): "on-failure" (default), "always", "never", or `function(svc,
+--   record) -> delay or false`
+-- - `backoff` (table): `{initial=0.1, max=30, factor=2, reset_after=60}`
+-- - `start_limit` (table): `{burst=5, interval=10}`: then state "failed", with the reason
+-- - `ready` (string or table): "notify" (sd_notify) or `{fd=n}` (s6)
+-- - `stop` (table): `{signal="TERM", timeout=5}`: then cgroup.kill, then a wait until empty
+-- - `depends` (table): `{names}`: started once these are ready
+-- - `limits` (table): `{["memory.max"]=...}`, applied loudly
+-- - `log` (string or function or boolean): the service's own log target, as the supervisor's `log`
+-- - `autostart` (boolean): default true
+-- - `watchdog` (number): seconds (0.01..86400): once ready, the service must send `WATCHDOG=1` on
+--   its `NOTIFY_SOCKET` at least that often (it is told through `WATCHDOG_USEC`), else it gets
+--   SIGABRT, the stop sequence and an exit record with `watchdog = true` (a failure)
+-- - `user` (string or number): to spawn
+-- - `group` (string or number): to spawn
+-- - `groups` (table): to spawn
+-- - `umask` (number): to spawn
+-- - `rlimits` (table): to spawn
+-- - `no_new_privs` (boolean): to spawn
+-- - `pdeathsig` (string or number): to spawn
+-- <!-- /schema:service-options -->
+--
 -- @treturn service the service table (read its `state`)
 function supervisor:service(t, ...)
   nargs("service", 1, select("#", ...) + 1)
@@ -354,7 +448,7 @@ function supervisor:service(t, ...)
     state = "stopped", want = t.autostart == false and "down" or "up",
     restarts = 0, fails = 0, starts = {}, oom_kills = 0, lines = {}, exits = {},
   }
-  for _, k in ipairs { "user", "group", "groups", "umask", "rlimits", "no_new_privs", "pdeathsig" } do
+  for _, k in ipairs(spawn_options) do
     svc.spawn_extra[k] = t[k]
   end
   -- The owner of the service's notify socket: its own user, so that it
@@ -1442,6 +1536,17 @@ end
 
 local function round(x, d) local m = 10 ^ (d or 3) return math.floor(x * m + 0.5) / m end
 
+-- The part of an exit record `ctl status` shows (M.exit_record's rows
+-- with `status`).
+local function exit_status(ex)
+  local t = {}
+  for _, f in ipairs(M.exit_record) do
+    local v = ex[f.name]
+    if f.status and v ~= nil then t[f.name] = f.status == "round" and round(v) or v end
+  end
+  return t
+end
+
 --- The status of one service as a plain table (what `takana ctl status`
 -- prints).
 function supervisor.status_of(_, svc)
@@ -1452,9 +1557,7 @@ function supervisor.status_of(_, svc)
     uptime = (active(svc) and svc.started_at) and round(t - svc.started_at) or nil,
     restarts = svc.restarts, reason = svc.reason, status = svc.status_text,
     adopted = svc.adopted or nil, oom_kills = svc.oom_kills, cgroup = svc.cgpath,
-    last_exit = ex and { code = ex.code, signal = ex.signal, oom = ex.oom, runtime = round(ex.runtime),
-      cpu_ns = ex.cpu_ns, maxrss_bytes = ex.maxrss_bytes, error = ex.error, stopped = ex.stopped,
-      watchdog = ex.watchdog, main_exited = ex.main_exited } or nil,
+    last_exit = ex and exit_status(ex) or nil,
     watchdog = (svc.watchdog or svc.watchdog_s) and { interval = svc.watchdog_s or svc.watchdog, timeouts = svc.watchdog_timeouts,
       last = svc.watchdog_at and round(t - svc.watchdog_at) or nil } or nil,
     next_start = svc.state == "backoff" and svc.deadline and round(svc.deadline - t) or nil,
