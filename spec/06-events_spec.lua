@@ -301,7 +301,15 @@ describe("takana.events backend choice", function()
     overrun = "a connector overrun needs a full socket buffer",
     argv_lost = "needs a process gone, or exec'd again, before /proc is read",
     argv_truncated = "needs arguments past 512 bytes",
+    core = "true only for a core dump, which a test host may not write",
   }
+  -- A field is filled when it holds more than its zero value.
+  local function filled(v)
+    if type(v) == "number" then return v ~= 0 end
+    if type(v) == "string" then return v ~= "" end
+    if type(v) == "table" then return #v > 0 end
+    return v == true
+  end
 
   it("fills each event field on each backend its schema names, and nowhere else", function()
     assert.same({ "bpf", "connector", "poll" }, core.event_backends)
@@ -336,7 +344,7 @@ describe("takana.events backend choice", function()
               local by = {}
               for _, b in ipairs(core.event_field_backends[k]) do by[b] = true end
               assert(by[backend], backend .. " fills " .. k .. ", which its schema row does not name")
-              seen[k] = true
+              if filled(e[k]) then seen[k] = true end
             end
           end
           missing = {}
@@ -347,7 +355,7 @@ describe("takana.events backend choice", function()
         slow:close()
         ev:close()
         table.sort(missing)
-        assert.same({}, missing, backend .. " never filled these fields")
+        assert.same({}, missing, backend .. " never gave these fields a value")
       end
     end
   end)
