@@ -197,6 +197,8 @@ install: all
 	install -d $(DESTDIR)$(INST_LIBDIR)/takana $(DESTDIR)$(INST_LUADIR)/takana
 	install -m 755 takana/core.so $(DESTDIR)$(INST_LIBDIR)/takana/core.so
 	install -m 644 lua/takana/*.lua $(DESTDIR)$(INST_LUADIR)/takana/
+	install -d $(DESTDIR)$(INST_LUADIR)/takana/supervisor
+	install -m 644 lua/takana/supervisor/*.lua $(DESTDIR)$(INST_LUADIR)/takana/supervisor/
 	install -d $(DESTDIR)$(INST_BINDIR)
 	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
 

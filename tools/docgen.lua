@@ -21,7 +21,7 @@ local supervisor = require "takana.supervisor"
 
 local M = {}
 
-M.files = { "README.md", "csrc/lua/lua_cgroup.c", "lua/takana/supervisor.lua" }
+M.files = { "README.md", "csrc/lua/lua_cgroup.c", "lua/takana/supervisor/service.lua" }
 
 local function code(s) return "`" .. s .. "`" end
 
