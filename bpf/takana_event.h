@@ -80,35 +80,43 @@ struct tk_event {
  *   types:  TK_EV_BIT of the event types that carry it.
  *   when:   ALWAYS; ANY or ALL of `flags` set; NONE of them set; NONZERO
  *           (the member is not 0 or empty).
+ *   by:     the backends that fill it (TK_EVB_*), for at least one of its
+ *           types: core.event_field_backends, which spec/06-events checks
+ *           on each backend.
  * The layout above is the wire's; this list is the reader's view of it. */
+#define TK_EVB_BPF  0x1u
+#define TK_EVB_CONN 0x2u
+#define TK_EVB_POLL 0x4u
+#define TK_EVB_ALL  (TK_EVB_BPF | TK_EVB_CONN | TK_EVB_POLL)
+#define TK_EVB_EXEC (TK_EVB_BPF | TK_EVB_CONN)
 #define TK_EV_ANY_TYPE (TK_EV_BIT(TK_EV_FORK) | TK_EV_BIT(TK_EV_EXEC) | TK_EV_BIT(TK_EV_EXIT) | \
                         TK_EV_BIT(TK_EV_COMM) | TK_EV_BIT(TK_EV_LOST))
 #define TK_EV_PROC_TYPES (TK_EV_ANY_TYPE & ~TK_EV_BIT(TK_EV_LOST))
 #define TK_EVENT_FIELDS(X) \
-	X(type,           type,              TYPE, TK_EV_ANY_TYPE,        ALWAYS,  0) \
-	X(time_ns,        time_ns,           INT,  TK_EV_ANY_TYPE,        ALWAYS,  0) \
-	X(count,          lost,              INT,  TK_EV_BIT(TK_EV_LOST), NONE,    TK_EVF_OVERRUN) \
-	X(overrun,        TK_EVF_OVERRUN,    BOOL, TK_EV_BIT(TK_EV_LOST), ANY,     TK_EVF_OVERRUN) \
-	X(pid,            pid,               INT,  TK_EV_PROC_TYPES,      ALWAYS,  0) \
-	X(tid,            tid,               INT,  TK_EV_PROC_TYPES,      ALWAYS,  0) \
-	X(ppid,           ppid,              INT,  TK_EV_PROC_TYPES,      NONZERO, 0) \
-	X(comm,           comm,              STR,  TK_EV_PROC_TYPES,      ANY,     TK_EVF_COMM) \
-	X(filename,       filename,          STR,  TK_EV_BIT(TK_EV_EXEC), NONZERO, 0) \
-	X(argv_from,      TK_EVF_FROM_PROC,  FROM, TK_EV_BIT(TK_EV_EXEC), ALWAYS,  0) \
-	X(argv_lost,      TK_EVF_ARGV_LOST,  BOOL, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV_LOST) \
-	X(argv,           argv,              ARGV, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV) \
-	X(argv_truncated, TK_EVF_ARGV_TRUNC, BOOL, TK_EV_BIT(TK_EV_EXEC), ALL,     TK_EVF_ARGV | TK_EVF_ARGV_TRUNC) \
+	X(type,           type,              TYPE, TK_EV_ANY_TYPE,        ALWAYS,  0, TK_EVB_ALL) \
+	X(time_ns,        time_ns,           INT,  TK_EV_ANY_TYPE,        ALWAYS,  0, TK_EVB_ALL) \
+	X(count,          lost,              INT,  TK_EV_BIT(TK_EV_LOST), NONE,    TK_EVF_OVERRUN, TK_EVB_BPF | TK_EVB_CONN) \
+	X(overrun,        TK_EVF_OVERRUN,    BOOL, TK_EV_BIT(TK_EV_LOST), ANY,     TK_EVF_OVERRUN, TK_EVB_CONN) \
+	X(pid,            pid,               INT,  TK_EV_PROC_TYPES,      ALWAYS,  0, TK_EVB_ALL) \
+	X(tid,            tid,               INT,  TK_EV_PROC_TYPES,      ALWAYS,  0, TK_EVB_ALL) \
+	X(ppid,           ppid,              INT,  TK_EV_PROC_TYPES,      NONZERO, 0, TK_EVB_ALL) \
+	X(comm,           comm,              STR,  TK_EV_PROC_TYPES,      ANY,     TK_EVF_COMM, TK_EVB_ALL) \
+	X(filename,       filename,          STR,  TK_EV_BIT(TK_EV_EXEC), NONZERO, 0, TK_EVB_EXEC) \
+	X(argv_from,      TK_EVF_FROM_PROC,  FROM, TK_EV_BIT(TK_EV_EXEC), ALWAYS,  0, TK_EVB_EXEC) \
+	X(argv_lost,      TK_EVF_ARGV_LOST,  BOOL, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV_LOST, TK_EVB_CONN) \
+	X(argv,           argv,              ARGV, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV, TK_EVB_EXEC) \
+	X(argv_truncated, TK_EVF_ARGV_TRUNC, BOOL, TK_EV_BIT(TK_EV_EXEC), ALL,     TK_EVF_ARGV | TK_EVF_ARGV_TRUNC, TK_EVB_EXEC) \
 	X(cgroup_id,      cgroup_id,         INT,  TK_EV_PROC_TYPES & ~TK_EV_BIT(TK_EV_COMM), \
-	                                                                  ANY,     TK_EVF_CGROUP | TK_EVF_ACCT) \
-	X(code,           exit_code,         INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_EXITED) \
-	X(signal,         exit_signal,       INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_SIGNALED) \
-	X(core,           TK_EVF_CORE,       BOOL, TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_SIGNALED) \
-	X(utime_ns,       utime_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT) \
-	X(stime_ns,       stime_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT) \
-	X(maxrss_bytes,   maxrss_bytes,      INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT) \
-	X(start_ns,       start_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT) \
+	                                                                  ANY,     TK_EVF_CGROUP | TK_EVF_ACCT, TK_EVB_BPF) \
+	X(code,           exit_code,         INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_EXITED, TK_EVB_EXEC) \
+	X(signal,         exit_signal,       INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_SIGNALED, TK_EVB_EXEC) \
+	X(core,           TK_EVF_CORE,       BOOL, TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_SIGNALED, TK_EVB_EXEC) \
+	X(utime_ns,       utime_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT, TK_EVB_BPF) \
+	X(stime_ns,       stime_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT, TK_EVB_BPF) \
+	X(maxrss_bytes,   maxrss_bytes,      INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT, TK_EVB_BPF) \
+	X(start_ns,       start_ns,          INT,  TK_EV_BIT(TK_EV_EXIT), ANY,     TK_EVF_ACCT, TK_EVB_BPF) \
 	X(observed,       TK_EVF_OBSERVED,   BOOL, TK_EV_PROC_TYPES & ~TK_EV_BIT(TK_EV_EXEC), \
-	                                                                  ANY,     TK_EVF_OBSERVED)
+	                                                                  ANY,     TK_EVF_OBSERVED, TK_EVB_POLL)
 
 /* A bpf stream's ring buffer when no size is asked for: 4 MiB. */
 #define TK_EV_RING_DEFAULT (1u << 22)

@@ -131,6 +131,47 @@ describe("bin/takana", function()
     local _, js = takana_cmd("cgroup --json self")
     assert.matches('^{"absent":{', js)
   end)
+
+  it("cgroup shows every section of the stat layout, present or with its reason", function()
+    local core = require "takana.core"
+    local code, out = takana_cmd("cgroup /")
+    assert.equal(0, code, out)
+    local cg = assert(takana.cgroup(""))
+    for _, row in ipairs(core.cgroup_stat) do
+      assert.matches("\n  " .. row.section:gsub("%p", "%%%0") .. "[ .]", out)
+      -- why() knows every section: nil or a reason, never an error
+      local why = cg:why(row.section)
+      assert(why == nil or type(why) == "string", row.section)
+    end
+    cg:close()
+  end)
+
+  it("ps has a column for every record field, and its format table names only fields", function()
+    local core = require "takana.core"
+    local cli = require "takana.cli"
+    local field = {}
+    for _, f in ipairs(core.record_fields) do field[f] = true end
+    for name in pairs(cli.ps_format) do assert(field[name], "ps_format." .. name .. " is not a record field") end
+    for name, d in pairs(cli.ps_derived) do
+      assert(not field[name], name)
+      for _, f in ipairs(d.reads) do assert(field[f], "ps_derived." .. name .. " reads no field " .. f) end
+    end
+    local seen = {}
+    for _, col in ipairs(cli.ps_order) do
+      assert.is_nil(seen[col], "two columns named " .. col)
+      seen[col] = true
+    end
+    assert.equal(#core.record_fields + #(function() local n = {} for k in pairs(cli.ps_derived) do n[#n + 1] = k end return n end)(),
+      #cli.ps_order)
+    -- Every column is in the help and shows.
+    local _, help = takana_cmd("ps --help")
+    local listed = help:match("comma%-separated, of:\n(.-)\n%s*%(")
+    assert.same(cli.ps_order, (function() local t = {} for w in listed:gmatch("[%w_]+") do t[#t + 1] = w end return t end)())
+    local code, out = takana_cmd("ps -o " .. table.concat(cli.ps_order, ","))
+    assert.equal(0, code, out)
+    local head = out:match("^[^\n]+")
+    for _, col in ipairs(cli.ps_order) do assert.truthy(head:find(cli.ps_columns[col].head, 1, true), col) end
+  end)
 end)
 
 describe("takana export", function()

@@ -464,3 +464,49 @@ describe("snap:cgroup", function()
     assert.is_string(snap:cgroup(fx.pid))
   end)
 end)
+
+-- The value-level schema check: a field every process reads as zero, nil,
+-- false or empty on a backend is a field that backend does not fill. A
+-- niced child of another uid with arguments is started so that nice, uid
+-- and cmdline have a value to show on any host. These may stay empty on a
+-- quiet host, each for its reason:
+local may_be_empty = {
+  majflt = "a major fault needs a read from disk; a host with all it runs cached has none",
+  kthread = "a container's pid namespace holds no kernel threads",
+  cgroup_id = "nil where no cgroup2 hierarchy is mounted",
+}
+
+describe("every record field", function()
+  local function filled(v)
+    if type(v) == "number" then return v ~= 0 end
+    if type(v) == "string" then return v ~= "" end
+    if type(v) == "table" then return #v > 0 end
+    return v == true
+  end
+
+  it("has a value for some process on every backend", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    local root = H.read("/proc/self/status"):match("\nUid:%s+0%s") ~= nil
+    local child = assert(takana.spawn { "nice", "-n", "5", "sleep", "30", user = root and 65534 or nil })
+    finally(function() child:signal("KILL") child:wait() child:close() end)
+    -- nice has exec'd sleep once its comm says so
+    for _ = 1, 500 do
+      local rec = assert(takana.snapshot { backend = "proc" }):get(child.pid)
+      if rec and rec.comm == "sleep" then break end
+      takana.poll({}, 0.01)
+    end
+    for _, name in ipairs(backends) do
+      local snap = assert(takana.snapshot { backend = name, fields = ALL })
+      local empty = {}
+      for _, f in ipairs(ALL) do
+        local any = false
+        for p in snap:each() do
+          if filled(p[f]) then any = true break end
+        end
+        if not any and not may_be_empty[f] then empty[#empty + 1] = f end
+      end
+      assert.same({}, empty, name .. ": fields empty for every process")
+    end
+  end)
+end)
+

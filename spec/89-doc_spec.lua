@@ -132,3 +132,28 @@ describe("make doc", function()
     assert.is_nil(log:match("malformed"), log)
   end)
 end)
+
+describe("tools/docgen.lua", function()
+  local docgen = dofile("tools/docgen.lua")
+
+  it("finds every generated block up to date with the schemas (make docgen rewrites them)", function()
+    assert.same({}, docgen.run(false))
+  end)
+
+  it("has a block of every schema in the README", function()
+    local readme = H.read("README.md")
+    for name in pairs(docgen.schemas) do
+      assert.truthy(readme:find("<!-- schema:" .. name .. " -->", 1, true), name)
+    end
+  end)
+
+  it("lists every name its schema holds, in the README", function()
+    local readme = H.read("README.md")
+    for _, r in ipairs(core.cgroup_stat) do
+      assert.truthy(readme:find("| `" .. (r.key and r.section .. "." .. r.key or r.section) .. "` |", 1, true), r.file)
+    end
+    for _, o in ipairs(require("takana.supervisor").service_options) do
+      assert.truthy(readme:find("| `" .. o.name .. "` |", 1, true), o.name)
+    end
+  end)
+end)

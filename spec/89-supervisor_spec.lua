@@ -317,6 +317,32 @@ describe("takana.supervisor", function()
     assert.equal(1, svc.restarts)
   end)
 
+  it("holds only the fields S.exit_record lists, and ctl status only its status rows", function()
+    if why then return pending(why) end
+    new()
+    local rows = {}
+    for _, f in ipairs(S.exit_record) do rows[f.name] = f end
+    local records = {}
+    local svc = sup:service { name = "e", cmd = { "sh", "-c", "exit 3" },
+      restart = function(_, rec) records[#records + 1] = rec return false end }
+    -- and a run that cannot start: a record of error, errno and runtime
+    local bad = sup:service { name = "bad", cmd = { "/nonexistent/takana-test" },
+      restart = function(_, rec) records[#records + 1] = rec return false end }
+    assert.is_true(run_until(sup, function() return #records == 2 and svc.state == "stopped" end, 10))
+    local seen = {}
+    for _, rec in ipairs(records) do
+      for k in pairs(rec) do
+        assert(rows[k], "exit record field " .. k .. " is not in S.exit_record")
+        seen[k] = true
+      end
+    end
+    assert.is_true(seen.code and seen.error and seen.runtime and seen.time)
+    local st = sup:status_of(svc)
+    for k in pairs(st.last_exit) do assert(rows[k] and rows[k].status, "ctl status shows " .. k) end
+    assert.equal(3, st.last_exit.code)
+    assert.is_not_nil(bad.reason)
+  end)
+
   it("kills a TERM-ignoring service through the cgroup after the stop timeout", function()
     if why then return pending(why) end
     new()

@@ -19,11 +19,15 @@ describe("luarocks make", function()
     -- Every Lua module, the internal takana.util among them, from the tree.
     code, out = H.run(("cd / && LUA_PATH='%s/tree/share/lua/5.4/?.lua;%s/tree/share/lua/5.4/?/init.lua' " ..
       "LUA_CPATH='%s/tree/lib/lua/5.4/?.so' lua5.4 -e 'for _, m in ipairs { \"takana.util\", \"takana.cgroup\", " ..
-      "\"takana.supervisor\", \"takana.cli\" } do require(m) io.write(package.searchpath(m, package.path), \" \") end'")
+      "\"takana.json\", \"takana.supervisor\", \"takana.supervisor.service\", \"takana.supervisor.notify\", " ..
+      "\"takana.supervisor.log\", \"takana.supervisor.control\", \"takana.cli\" } do " ..
+      "require(m) io.write(package.searchpath(m, package.path), \" \") end'")
       :format(dir, dir, dir))
     assert.equal(0, code, out)
     local share = dir .. "/tree/share/lua/5.4/takana/"
-    assert.equal(share .. "util.lua " .. share .. "cgroup.lua " .. share .. "supervisor.lua " .. share .. "cli.lua ", out)
+    local sup = share .. "supervisor/"
+    assert.equal(share .. "util.lua " .. share .. "cgroup.lua " .. share .. "json.lua " .. sup .. "init.lua " ..
+      sup .. "service.lua " .. sup .. "notify.lua " .. sup .. "log.lua " .. sup .. "control.lua " .. share .. "cli.lua ", out)
     -- The command is installed as it is, not behind luarocks' wrapper (which
     -- loads luarocks.loader first), and finds the tree's modules itself,
     -- with no LUA_PATH, from any directory.

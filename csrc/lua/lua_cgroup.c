@@ -23,41 +23,74 @@
 
 #define READ_BUF 8192
 
-enum cg_file {
-	CGF_CPU_STAT, CGF_MEM_CURRENT, CGF_MEM_PEAK, CGF_MEM_MAX, CGF_MEM_HIGH,
-	CGF_MEM_EVENTS, CGF_PIDS_CURRENT, CGF_PIDS_MAX, CGF_PIDS_PEAK,
-	CGF_CPU_PRESSURE, CGF_MEM_PRESSURE, CGF_IO_PRESSURE, CGF_EVENTS, CGF_COUNT
-};
+/* The layout of cg:stat(), the one list of its sections and keys (the
+ * binding reads it, core.cgroup_stat exports it to cg:why(), `takana
+ * cgroup` and tools/docgen.lua): X(ID, file, section, key, kind, anchor),
+ * read in this order (a section's rows adjacent). key NULL: the file is
+ * the whole section. A section whose anchor file is absent is left out and
+ * its other files are not read; a section without one is there when any
+ * of its files is. A new key is one line here. */
+#define TK_STAT_FILES(X) \
+	X(CPU_STAT,      "cpu.stat",        "cpu",      NULL,      KV,     0) \
+	X(MEM_CURRENT,   "memory.current",  "memory",   "current", VALUE,  1) \
+	X(MEM_PEAK,      "memory.peak",     "memory",   "peak",    VALUE,  0) \
+	X(MEM_MAX,       "memory.max",      "memory",   "max",     VALUE,  0) \
+	X(MEM_HIGH,      "memory.high",     "memory",   "high",    VALUE,  0) \
+	X(MEM_EVENTS,    "memory.events",   "memory",   "events",  KV,     0) \
+	X(PIDS_CURRENT,  "pids.current",    "pids",     "current", VALUE,  1) \
+	X(PIDS_MAX,      "pids.max",        "pids",     "max",     VALUE,  0) \
+	X(PIDS_PEAK,     "pids.peak",       "pids",     "peak",    VALUE,  0) \
+	X(CPU_PRESSURE,  "cpu.pressure",    "pressure", "cpu",     PSI,    0) \
+	X(MEM_PRESSURE,  "memory.pressure", "pressure", "memory",  PSI,    0) \
+	X(IO_PRESSURE,   "io.pressure",     "pressure", "io",      PSI,    0) \
+	X(EVENTS,        "cgroup.events",   "events",   NULL,      EVENTS, 0)
+
+#define CGF_ENUM(id, file, section, key, kind, anchor) CGF_##id,
+enum cg_file { TK_STAT_FILES(CGF_ENUM) CGF_COUNT };
+#undef CGF_ENUM
 
 /* How a file of cg:stat() becomes Lua: a table of its "key value" lines,
  * one value, a table of its pressure lines, or cgroup.events (a key-value
  * table whose two flags are booleans). */
 enum stat_kind { SK_KV, SK_VALUE, SK_PSI, SK_EVENTS };
 
-/* The layout of cg:stat(), read in this order (a section's rows adjacent):
- * each file, the section it fills and its key there (NULL: the file is the
- * whole section). A section whose anchor file is absent is left out and
- * its other files are not read; a section without one is there when any
- * of its files is. */
 static const struct stat_file {
 	const char *file, *section, *key;
 	enum stat_kind kind;
 	int anchor;
 } stat_layout[CGF_COUNT] = {
-	[CGF_CPU_STAT] = { "cpu.stat", "cpu", NULL, SK_KV, 0 },
-	[CGF_MEM_CURRENT] = { "memory.current", "memory", "current", SK_VALUE, 1 },
-	[CGF_MEM_PEAK] = { "memory.peak", "memory", "peak", SK_VALUE, 0 },
-	[CGF_MEM_MAX] = { "memory.max", "memory", "max", SK_VALUE, 0 },
-	[CGF_MEM_HIGH] = { "memory.high", "memory", "high", SK_VALUE, 0 },
-	[CGF_MEM_EVENTS] = { "memory.events", "memory", "events", SK_KV, 0 },
-	[CGF_PIDS_CURRENT] = { "pids.current", "pids", "current", SK_VALUE, 1 },
-	[CGF_PIDS_MAX] = { "pids.max", "pids", "max", SK_VALUE, 0 },
-	[CGF_PIDS_PEAK] = { "pids.peak", "pids", "peak", SK_VALUE, 0 },
-	[CGF_CPU_PRESSURE] = { "cpu.pressure", "pressure", "cpu", SK_PSI, 0 },
-	[CGF_MEM_PRESSURE] = { "memory.pressure", "pressure", "memory", SK_PSI, 0 },
-	[CGF_IO_PRESSURE] = { "io.pressure", "pressure", "io", SK_PSI, 0 },
-	[CGF_EVENTS] = { "cgroup.events", "events", NULL, SK_EVENTS, 0 },
+#define CGF_ROW(id, file, section, key, kind, anchor) \
+	[CGF_##id] = { file, section, key, SK_##kind, anchor },
+	TK_STAT_FILES(CGF_ROW)
+#undef CGF_ROW
 };
+
+/* core.cgroup_stat: the layout's rows in order, {file=, section=, key=,
+ * kind=, anchor=} (key nil: the file is the section). */
+static void stat_layout_push(lua_State *L)
+{
+	static const char *const kinds[] = { "kv", "value", "psi", "events" };
+
+	lua_createtable(L, CGF_COUNT, 0);
+	for (int f = 0; f < CGF_COUNT; f++) {
+		const struct stat_file *sf = &stat_layout[f];
+
+		lua_createtable(L, 0, 5);
+		lua_pushstring(L, sf->file);
+		lua_setfield(L, -2, "file");
+		lua_pushstring(L, sf->section);
+		lua_setfield(L, -2, "section");
+		if (sf->key != NULL) {
+			lua_pushstring(L, sf->key);
+			lua_setfield(L, -2, "key");
+		}
+		lua_pushstring(L, kinds[sf->kind]);
+		lua_setfield(L, -2, "kind");
+		lua_pushboolean(L, sf->anchor);
+		lua_setfield(L, -2, "anchor");
+		lua_rawseti(L, -2, f + 1);
+	}
+}
 
 /* Keys renamed with their values rescaled, so every duration is in ns. */
 static const struct key_unit {
@@ -313,7 +346,25 @@ static void stat_sections(lua_State *L, struct lcgroup *cg, char *buf, struct st
 
 /*** Reads the unit's accounting: sections `cpu`, `memory`, `pids`,
  * `pressure`, `events`. A section whose files are absent is absent;
- * `cg:why(section)` says why.
+ * `cg:why(section)` says why. What each holds (TK_STAT_FILES):
+ *
+ * <!-- schema:cgroup-stat -->
+ * - `cpu` `cpu.stat`: a table of its `key value` lines, integers (`*_usec` keys as `*_ns`, in ns)
+ * - `memory.current` `memory.current` (the section's anchor): an integer, or `"max"`
+ * - `memory.peak` `memory.peak`: an integer, or `"max"`
+ * - `memory.max` `memory.max`: an integer, or `"max"`
+ * - `memory.high` `memory.high`: an integer, or `"max"`
+ * - `memory.events` `memory.events`: a table of its `key value` lines, integers (`*_usec` keys as
+ *   `*_ns`, in ns)
+ * - `pids.current` `pids.current` (the section's anchor): an integer, or `"max"`
+ * - `pids.max` `pids.max`: an integer, or `"max"`
+ * - `pids.peak` `pids.peak`: an integer, or `"max"`
+ * - `pressure.cpu` `cpu.pressure`: `{some = {avg10, avg60, avg300, total_ns}, full = {...}}`
+ * - `pressure.memory` `memory.pressure`: `{some = {avg10, avg60, avg300, total_ns}, full = {...}}`
+ * - `pressure.io` `io.pressure`: `{some = {avg10, avg60, avg300, total_ns}, full = {...}}`
+ * - `events` `cgroup.events`: its `key value` lines; `populated` and `frozen` booleans
+ * <!-- /schema:cgroup-stat -->
+ *
  * @function cgroup:stat
  * @treturn[1] table
  * @treturn[2] nil, "stat <file>: message", errno when a present file cannot
@@ -977,6 +1028,8 @@ void tk_cgroup_open_lib(lua_State *L)
 	lua_setmetatable(L, -2);
 	lua_pushcclosure(L, l_mounts_changed, 1);
 	lua_setfield(L, -2, "mounts_changed");
+	stat_layout_push(L);
+	lua_setfield(L, -2, "cgroup_stat");
 }
 
 /* ---- cgroup ids to paths (cgroup_path.c) ---------------------------------- */

@@ -75,7 +75,7 @@ static void argv_push(lua_State *L, const struct tk_event *e)
 #define PUSH_BOOL(L, e, m) lua_pushboolean(L, ((e)->flags & (m)) != 0)
 #define PUSH_ARGV(L, e, m) argv_push(L, e)
 #define PUSH_FROM(L, e, m) lua_pushstring(L, ((e)->flags & (m)) ? "proc-later" : "exec")
-#define FIELD_PUSH(name, member, kind, types, when, flags)                  \
+#define FIELD_PUSH(name, member, kind, types, when, flags, by)              \
 	if (((types) & bit) != 0 && WHEN_##when(e, member, kind, flags)) { \
 		PUSH_##kind(L, e, member);                                  \
 		lua_setfield(L, -2, #name);                                 \
@@ -106,7 +106,7 @@ static void event_fields_push(lua_State *L)
 		lua_Integer n = 0;
 
 		lua_newtable(L);
-#define FIELD_NAME(name, member, kind, types, when, flags) \
+#define FIELD_NAME(name, member, kind, types, when, flags, by) \
 		if (((types) & bit) != 0) {                   \
 			lua_pushliteral(L, #name);             \
 			lua_rawseti(L, -2, ++n);               \
@@ -115,6 +115,29 @@ static void event_fields_push(lua_State *L)
 #undef FIELD_NAME
 		lua_setfield(L, -2, type_names[t]);
 	}
+}
+
+/* core.event_field_backends: per field, the backends that fill it (the
+ * row's `by`), as names. */
+static void event_field_backends_push(lua_State *L)
+{
+	static const struct {
+		uint32_t bit;
+		const char *backend;
+	} by_name[] = { { TK_EVB_BPF, "bpf" }, { TK_EVB_CONN, "connector" }, { TK_EVB_POLL, "poll" } };
+
+	lua_newtable(L);
+#define FIELD_BY(name, member, kind, types, when, flags, by)       \
+	lua_newtable(L);                                              \
+	for (size_t i = 0, n = 0; i < sizeof by_name / sizeof by_name[0]; i++) { \
+		if (((by) & by_name[i].bit) != 0) {                   \
+			lua_pushstring(L, by_name[i].backend);        \
+			lua_rawseti(L, -2, (lua_Integer)++n);         \
+		}                                                     \
+	}                                                             \
+	lua_setfield(L, -2, #name);
+	TK_EVENT_FIELDS(FIELD_BY)
+#undef FIELD_BY
 }
 
 /* What a stream holds outside Lua's heap, in KiB, for the collector: its
@@ -351,6 +374,8 @@ void tk_events_open_lib(lua_State *L)
 	lua_setfield(L, -2, "event_bits");
 	event_fields_push(L);
 	lua_setfield(L, -2, "event_fields");
+	event_field_backends_push(L);
+	lua_setfield(L, -2, "event_field_backends");
 	/* The backends' names, best first: the order events{} tries them in. */
 	lua_newtable(L);
 	for (lua_Integer i = 0; tk_ev_backends[i] != NULL; i++) {

@@ -420,14 +420,23 @@ local function controller_reason(cg, ctrl)
   return ("%s files are missing for an unknown reason"):format(ctrl)
 end
 
+-- The sections of cg:stat() and each one's files, from the binding's
+-- layout (core.cgroup_stat), so a section added there is known here.
+local stat_files = {}
+for _, row in ipairs(core.cgroup_stat) do
+  local files = stat_files[row.section] or {}
+  stat_files[row.section] = files
+  files[#files + 1] = row.file
+end
+
 --- Why a section is absent from `cg:stat()`; nil when it is present.
--- @string section "cpu", "memory", "pids", "pressure" or "events"
+-- @string section a section of `cg:stat()` ("cpu", "memory", "pids",
+--   "pressure", "events")
 -- @treturn string|nil the reason (the error itself when stat() fails, as
 --   for a removed cgroup)
 function cgroup:why(section, ...)
   nargs("why", 1, select("#", ...) + 1)
-  local known = { cpu = 1, memory = 1, pids = 1, pressure = 1, events = 1 }
-  if not known[section] then argerror("why", 1, "unknown section '" .. tostring(section) .. "'") end
+  if not stat_files[section] then argerror("why", 1, "unknown section '" .. tostring(section) .. "'") end
   local st, err = self:stat()
   if not st then return err end
   if st[section] then return nil end
@@ -442,7 +451,8 @@ function cgroup:why(section, ...)
     if self.relpath == "" then return "the root cgroup has no cgroup.events" end
     return ("cgroup.events is missing from %s (kernel older than 4.5?)"):format(self.path)
   end
-  return "cpu.stat is missing (kernel older than 4.15)"
+  if section == "cpu" then return "cpu.stat is missing (kernel older than 4.15)" end
+  return ("%s missing from %s"):format(table.concat(stat_files[section], ", "), self.path)
 end
 
 -- Limits: file -> {controller, kind}

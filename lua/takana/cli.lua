@@ -3,6 +3,7 @@
 local takana = require "takana"
 local core = require "takana.core"
 local util = require "takana.util"
+local jsonc = require "takana.json"
 
 local M = {}
 
@@ -98,63 +99,74 @@ local function valid_utf8(s)
 end
 M.valid_utf8 = valid_utf8
 
--- Minimal JSON encoder: numbers, booleans, strings (escaped), arrays, objects.
-local function json(v)
-  local t = type(v)
-  if t == "string" then
-    return '"' .. valid_utf8(v):gsub('[%c"\\\128-\255]', function(c)
-      local map = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r" }
-      if map[c] then return map[c] end
-      local b = c:byte()
-      if b >= 128 then return c end
-      return ("\\u%04x"):format(b)
-    end) .. '"'
-  elseif t == "number" then
-    if v ~= v or v == math.huge or v == -math.huge then return "null" end
-    return math.type(v) == "integer" and tostring(v) or ("%.17g"):format(v)
-  elseif t == "boolean" then
-    return tostring(v)
-  elseif t == "table" then
-    local parts = {}
-    if #v > 0 or next(v) == nil then
-      for i, x in ipairs(v) do parts[i] = json(x) end
-      return "[" .. table.concat(parts, ",") .. "]"
-    end
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
-    table.sort(keys)
-    for _, k in ipairs(keys) do parts[#parts + 1] = json(k) .. ":" .. json(v[k]) end
-    return "{" .. table.concat(parts, ",") .. "}"
-  end
-  return "null"
-end
+-- One JSON value a line, pure ASCII (takana.json, the supervisor's codec
+-- too).
+local json = jsonc.encode
 M.json = json
+
+-- The list fields named, when empty, stay JSON arrays ([] rather than {}).
+local function lists(t, ...)
+  for i = 1, select("#", ...) do
+    local v = t[select(i, ...)]
+    if type(v) == "table" and next(v) == nil then setmetatable(v, jsonc.array) end
+  end
+  return t
+end
 
 -- Control bytes in names (a comm may hold a newline) are shown escaped.
 local printable = util.printable
 
-local ps_columns = {
-  pid = { "PID", "%7d", function(p) return p.pid end },
-  ppid = { "PPID", "%7d", function(p) return p.ppid end },
-  pgid = { "PGID", "%7d", function(p) return p.pgid end },
-  sid = { "SID", "%7d", function(p) return p.sid end },
-  uid = { "UID", "%6d", function(p) return p.uid end },
-  state = { "S", "%1s", function(p) return p.state end },
-  nthreads = { "THR", "%4d", function(p) return p.nthreads end },
-  nice = { "NI", "%3d", function(p) return p.nice end },
-  rss = { "RSS_KIB", "%9d", function(p) return p.rss_bytes // 1024 end },
-  vsz = { "VSZ_KIB", "%10d", function(p) return p.vsize_bytes // 1024 end },
-  cpu = { "CPU_MS", "%9d", function(p) return (p.utime_ns + p.stime_ns) // 1000000 end },
-  start = { "START_S", "%9.2f", function(p) return p.start_ns / 1e9 end },
-  comm = { "COMM", "%s", function(p) return printable(p.comm) end },
-  -- Read per row, and only when the column is asked for; ctx caches.
-  user = { "USER", "%-10s", function(p, ctx) return ctx.user(p.uid) end },
-  cgroup = { "CGROUP", "%-30s", function(p, ctx) return ctx.cgroup(p) end },
-  cmd = { "CMD", "%s", function(p, ctx) return ctx.cmd(p) end },
+-- How `ps` shows a record field, keyed by the field's name in
+-- core.record_fields (spec/04-cli checks each key against it): `col` the
+-- -o name when it is not the field's, `head`, `fmt`, `value(p, ctx)` (else
+-- p[field]) and `text` (wide text: the last column is not padded). A
+-- field without a row is still a column, under its own name, shown as it
+-- reads. user, cgroup and cmd are read per row, and only when asked for;
+-- ctx caches.
+local ps_format = {
+  pid = { head = "PID", fmt = "%7d" },
+  ppid = { head = "PPID", fmt = "%7d" },
+  pgid = { head = "PGID", fmt = "%7d" },
+  sid = { head = "SID", fmt = "%7d" },
+  uid = { head = "UID", fmt = "%6d" },
+  state = { head = "S", fmt = "%1s" },
+  nthreads = { head = "THR", fmt = "%4d" },
+  nice = { head = "NI", fmt = "%3d" },
+  rss_bytes = { col = "rss", head = "RSS_KIB", fmt = "%9d", value = function(p) return p.rss_bytes // 1024 end },
+  vsize_bytes = { col = "vsz", head = "VSZ_KIB", fmt = "%10d", value = function(p) return p.vsize_bytes // 1024 end },
+  start_ns = { col = "start", head = "START_S", fmt = "%9.2f", value = function(p) return p.start_ns / 1e9 end },
+  comm = { head = "COMM", fmt = "%s", text = true, value = function(p) return printable(p.comm) end },
+  cgroup_id = { col = "cgroup", head = "CGROUP", fmt = "%-30s", text = true,
+    value = function(p, ctx) return ctx.cgroup(p) end },
+  cmdline = { col = "cmd", head = "CMD", fmt = "%s", text = true, value = function(p, ctx) return ctx.cmd(p) end },
 }
+M.ps_format = ps_format
+-- Columns computed from other fields, each naming the fields it reads.
+local ps_derived = {
+  cpu = { reads = { "utime_ns", "stime_ns" }, head = "CPU_MS", fmt = "%9d",
+    value = function(p) return (p.utime_ns + p.stime_ns) // 1000000 end },
+  user = { reads = { "uid" }, head = "USER", fmt = "%-10s", text = true,
+    value = function(p, ctx) return ctx.user(p.uid) end },
+}
+M.ps_derived = ps_derived
+-- The ps columns by -o name: each record field's (in the record's order)
+-- with the derived ones placed after the first field they read.
+local ps_columns, ps_order = {}, {}
+for _, name in ipairs(core.record_fields) do
+  local f = ps_format[name] or {}
+  local col = f.col or name
+  ps_columns[col] = { head = f.head or name:upper(), fmt = f.fmt or "%s", text = f.text,
+    value = f.value or function(p) local v = p[name] return v == nil and "-" or tostring(v) end }
+  ps_order[#ps_order + 1] = col
+  for dname, d in pairs(ps_derived) do
+    if d.reads[1] == name then
+      ps_columns[dname] = d
+      ps_order[#ps_order + 1] = dname
+    end
+  end
+end
+M.ps_columns, M.ps_order = ps_columns, ps_order
 local default_ps = "pid,ppid,uid,state,nthreads,rss,cpu,comm"
--- Columns that may be wide text: the last one is not padded.
-local text_columns = { comm = true, cmd = true, user = true, cgroup = true }
 
 -- A word as a POSIX shell reads it back: bare when safe, else in single
 -- quotes; control bytes shown as \xNN.
@@ -216,12 +228,24 @@ usage: takana ps [--backend B] [--tree] [--json] [-k] [-o FIELDS] [--cgroup PATH
   --tree       indent children under their parent
   --json       one JSON object per process per line
   -k           include kernel threads
-  -o FIELDS    comma-separated: pid,ppid,pgid,sid,uid,user,state,nthreads,nice,rss,vsz,
-               cpu,start,comm,cgroup,cmd (user, cgroup and cmd are read per row)
+  -o FIELDS    comma-separated, of:
+               %s
+               (user, cgroup and cmd are read per row)
   --cgroup P   only the processes in cgroup P (relative to the cgroup2 mount)
                or beneath it
 ]],
 }
+-- The -o list, from the columns, wrapped under its option.
+do
+  local lines, line = {}, ""
+  for i, col in ipairs(ps_order) do
+    local word = col .. (i < #ps_order and "," or "")
+    if #line + #word > 60 then lines[#lines + 1], line = line, "" end
+    line = line .. word
+  end
+  lines[#lines + 1] = line
+  help.ps = help.ps:format(table.concat(lines, "\n               "))
+end
 
 -- The order and depth of `ps --tree`: {pid, depth} pairs for records
 -- ({pid=, ppid=}, in pid order), each pid exactly once, children in pid
@@ -320,7 +344,7 @@ function M.ps(args)
 
   if opts.json then
     for p in snap:each() do
-      if show(p) then io.write(json(p:totable()), "\n") end
+      if show(p) then io.write(json(lists(p:totable(), "cmdline")), "\n") end
     end
     return 0
   end
@@ -330,11 +354,11 @@ function M.ps(args)
     local cells = {}
     for i, f in ipairs(fields) do
       local c = ps_columns[f]
-      local width = tonumber(c[2]:match("%%%-?(%d+)")) or 0
-      if text_columns[f] then
-        cells[i] = (i == #fields or width == 0) and c[1] or ("%-" .. width .. "s"):format(c[1])
+      local width = tonumber(c.fmt:match("%%%-?(%d+)")) or 0
+      if c.text then
+        cells[i] = (i == #fields or width == 0) and c.head or ("%-" .. width .. "s"):format(c.head)
       else
-        cells[i] = ("%" .. width .. "s"):format(c[1])
+        cells[i] = width == 0 and c.head or ("%" .. width .. "s"):format(c.head)
       end
     end
     out[#out + 1] = table.concat(cells, " ")
@@ -343,9 +367,9 @@ function M.ps(args)
     local cells = {}
     for i, f in ipairs(fields) do
       local c = ps_columns[f]
-      local v = c[3](p, ctx)
+      local v = c.value(p, ctx)
       if (f == "comm" or f == "cmd") and depth then v = ("  "):rep(depth) .. v end
-      cells[i] = (text_columns[f] and i == #fields) and v or c[2]:format(v)
+      cells[i] = (c.text and i == #fields) and v or c.fmt:format(v)
     end
     out[#out + 1] = table.concat(cells, " ")
   end
@@ -482,7 +506,7 @@ function M.watch(args)
     if not events then fail(rerr) end
     for e in events do
       if opts.json then
-        io.write(json(e), "\n")
+        io.write(json(lists(e, "argv")), "\n")
       elseif e.type == "lost" then
         -- An overrun's size is not known yet (a later lost event carries it).
         io.write(("%-15.6f %-5s %s events lost%s\n"):format(e.time_ns / 1e9, "LOST",
@@ -513,7 +537,11 @@ usage: takana cgroup PATH [--json] [--watch S] [--procs]
                cgroup, command line
 ]]
 
-local sections = { "cpu", "memory", "pids", "pressure", "events" }
+-- The sections of cg:stat() in its order, from the binding's layout.
+local sections = {}
+for _, row in ipairs(core.cgroup_stat) do
+  if sections[#sections] ~= row.section then sections[#sections + 1] = row.section end
+end
 
 local function flatten(prefix, v, out)
   if type(v) == "table" then
@@ -596,7 +624,7 @@ function M.cgroup_procs(cg, as_json)
       if st and argv and path then
         if as_json then
           io.write(json({ pid = pid, uid = st.uids.real, user = ctx.user(st.uids.real), cgroup = path,
-                          argv = argv, comm = comm }), "\n")
+                          argv = lists({ argv }, 1)[1], comm = comm }), "\n")
         else
           local words = {}
           for i, a in ipairs(argv) do words[i] = shell_word(a) end
@@ -981,7 +1009,7 @@ function M.ctl(args)
   local r, err = S.request(sock, req, timeout)
   if not r then fail("ctl: " .. sock .. ": " .. err) end
   if opts.json then
-    io.write(S.json_encode(r), "\n")
+    io.write(json(r), "\n")
   elseif not r.ok then
     io.stderr:write("takana ctl: ", printable(tostring(r.error)), "\n")
   elseif cmd == "status" then

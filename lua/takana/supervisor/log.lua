@@ -1,0 +1,118 @@
+--- takana.supervisor, logs: services' output lines to files (rotated) or
+-- a function, and the in-memory ring `ctl logs` reads.
+-- @module takana.supervisor
+local core = require "takana.core"
+local C = require "takana.supervisor.class"
+local supervisor, OCTAL_0640, OCTAL_0750 = C.supervisor, C.OCTAL_0640, C.OCTAL_0750
+local ENOENT = C.E.ENOENT
+
+-- ---- logs ----
+
+function supervisor:_log_line(svc, stream, line)
+  local ring = svc.lines
+  ring[#ring + 1] = ("%s %s %s"):format(os.date("!%Y-%m-%dT%H:%M:%SZ"), stream, line)
+  if #ring > self.log_lines * 2 then
+    table.move(ring, #ring - self.log_lines + 1, #ring, 1)
+    for i = #ring, self.log_lines + 1, -1 do ring[i] = nil end
+  end
+  local sink = svc.log
+  if sink == nil then sink = self.log end
+  if type(sink) == "function" then
+    local ok, err = pcall(sink, svc.name, stream, line)
+    if not ok then svc.log_error = tostring(err) end
+  elseif type(sink) == "string" then
+    self:_log_file(svc, sink, ring[#ring])
+  end
+end
+
+-- The log directory at path, opened once and checked (not a directory
+-- another user could plant links in): a dir handle, or nil, message, errno.
+function supervisor:_logdir(path)
+  local d = self.logdirs[path]
+  if d then return d end
+  local err, errno
+  d, err, errno = core.dir_open(path, { create = true, mode = OCTAL_0750 })
+  if not d then return nil, err, errno end
+  self.logdirs[path] = d
+  return d
+end
+
+-- Appends to <dir>/<service>.log, opened beneath the checked directory
+-- (never through a link, only a regular file of this user's), rotated by
+-- renames within that directory.
+function supervisor:_log_file(svc, dir, text)
+  if svc.log_halted then return end
+  local name = svc.name .. ".log"
+  if not svc.logf then
+    local d, err = self:_logdir(dir)
+    local f
+    if d then f, err = d:append(name, OCTAL_0640) end
+    if not f then svc.log_error = tostring(err) return end
+    svc.log_error = nil
+    svc.logf, svc.logd = f, d
+    f:setvbuf("full", 65536)
+    svc.log_bytes = f:seek("end") or 0
+  end
+  svc.logf:write(text, "\n")
+  svc.log_bytes = svc.log_bytes + #text + 1
+  if svc.log_bytes >= self.log_size then
+    -- Each file moves one place down, the current one last (it stays open
+    -- meanwhile). A rename that fails (something else at a name: a
+    -- directory planted in a sticky log directory) stops file logging for
+    -- this run with the reason: nothing is removed that was not moved
+    -- first, and the file does not grow past log_size (lines stay in
+    -- memory for `ctl logs`).
+    local d = svc.logd
+    for i = self.log_files - 1, 1, -1 do
+      local ok, rerr, rerrno = d:rename(i == 1 and name or (name .. "." .. (i - 1)), name .. "." .. i)
+      if not ok and rerrno ~= ENOENT then
+        svc.log_error = "rotation: " .. tostring(rerr) .. "; file logging stopped until the next run"
+        svc.log_halted = true
+        svc.logf:close()
+        svc.logf = nil
+        return
+      end
+    end
+    svc.logf:close()
+    svc.logf = nil
+    if self.log_files <= 1 then d:unlink(name) end
+  end
+end
+
+-- Reads what one pipe holds, at most 256 KiB a call so that a flood from
+-- one service cannot starve the others or the control socket.
+function supervisor:_drain(svc, which)
+  local p = svc[which]
+  if not p then return end
+  local stream = which == "out" and "stdout" or "stderr"
+  local key = which .. "_partial"
+  -- At most 4 reads a wake-up: a flood never keeps the loop from the
+  -- control socket (the pipe stays readable, so the loop comes back).
+  for _ = 1, 4 do
+    local data = p:read(65536) -- what is there now; "" nothing yet; nil at EOF (or error)
+    if data == "" then break end
+    if data == nil then
+      if svc[key] and svc[key] ~= "" then self:_log_line(svc, stream, svc[key]) end
+      svc[key] = nil
+      self:_unwatch(p)
+      p:close()
+      svc[which] = nil
+      return
+    end
+    local buf = (svc[key] or "") .. data
+    local start = 1
+    while true do
+      local nl = buf:find("\n", start, true)
+      if not nl then break end
+      self:_log_line(svc, stream, buf:sub(start, nl - 1))
+      start = nl + 1
+    end
+    buf = buf:sub(start)
+    if #buf > 65536 then
+      self:_log_line(svc, stream, buf)
+      buf = ""
+    end
+    svc[key] = buf
+  end
+  if svc.logf then svc.logf:flush() end
+end
