@@ -252,7 +252,7 @@ describe("takana.snapshot (proc backend)", function()
     end)
   end)
 
-  it("skips processes that exit mid-scan: never an error, never a pid twice", function()
+  it("skips processes that exit mid-scan: never an error, never a pid twice #slow", function()
     local churn = H.fixture { "--churn", 2 }
     -- 50 snapshots fall well inside the 2 s storm.
     for _ = 1, 50 do
@@ -295,7 +295,7 @@ describe("takana.snapshot (proc backend)", function()
   end)
 
   describe("the fd cache", function()
-    it("leaks nothing over 1,000 snapshots and after closing", function()
+    it("leaks nothing over 1,000 snapshots and after closing #slow", function()
       takana.proc_cache_close()
       collectgarbage()
       local before = H.count_fds()

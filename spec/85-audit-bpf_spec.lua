@@ -33,7 +33,7 @@ local function release() for _, f in ipairs(held) do f:close() end held = {} col
 ]]
 
 describe("audit: BPF snapshot tiers", function()
-  it("never return a process already being reaped (state X, no thread left) during a storm (#17)", function()
+  it("never return a process already being reaped (state X, no thread left) during a storm (#17) #slow #root #bpf", function()
     if H.no_spawn then return pending(H.no_spawn) end
     local have, why = loadable_tiers()
     if #have == 0 then return pending("no BPF tier loads here: " .. why) end
@@ -57,7 +57,7 @@ describe("audit: BPF snapshot tiers", function()
     assert.truthy(seen > 0, "no storm child was ever in a snapshot")
   end)
 
-  it("retry a load that failed for want of descriptors, and then work (#10)", function()
+  it("retry a load that failed for want of descriptors, and then work (#10) #root #bpf", function()
     if H.no_spawn then return pending(H.no_spawn) end
     local have, why = loadable_tiers()
     if #have == 0 then return pending("no BPF tier loads here: " .. why) end

@@ -38,7 +38,7 @@ local function ls(dir)
 end
 
 describe("audit 3: takana export --textfile DIR", function()
-  it("never follows a symlink planted at any pid's temporary name", function()
+  it("never follows a symlink planted at any pid's temporary name #slow", function()
     local base = tmpdir()
     local dir = base .. "/textfile"
     assert(uv.fs_mkdir(dir, tonumber("755", 8)))
@@ -214,7 +214,7 @@ describe("audit 14: ps --tree", function()
       { pid = 1, ppid = 2 }, { pid = 2, ppid = 3 }, { pid = 3, ppid = 4 }, { pid = 4, ppid = 3 } })
   end)
 
-  it("orders a 100,000-deep chain without recursion", function()
+  it("orders a 100,000-deep chain without recursion #slow", function()
     local records = {}
     for pid = 1, 100000 do records[pid] = { pid = pid, ppid = pid - 1 } end
     local r = cli.tree_order(records)

@@ -55,7 +55,7 @@ local function drain(ev, tries)
 end
 
 describe("audit 5: the connector trusts only the kernel", function()
-  it("drops forged messages from a user sender and counts them as spoofed", function()
+  it("drops forged messages from a user sender and counts them as spoofed #root", function()
     local why = need_root()
     if why then return pending(why) end
     local ev = assert(takana.events { backend = "connector" })
@@ -98,7 +98,7 @@ describe("audit 5: the connector trusts only the kernel", function()
 end)
 
 describe("audit 7: a connector overflow is reported at once", function()
-  it("yields a lost event (count nil, overrun true) on ENOBUFS, and lost() counts it", function()
+  it("yields a lost event (count nil, overrun true) on ENOBUFS, and lost() counts it #root", function()
     local why = need_root()
     if why then return pending(why) end
     -- The smallest socket buffer: a storm the reader does not drain overflows it.
@@ -141,7 +141,8 @@ end)
 
 describe("audit 8: the user-space queue is bounded", function()
   for _, backend in ipairs { "bpf", "connector" } do
-    it(backend .. ": read() moves at most `queue` events; the rest is lost loudly", function()
+    it(backend .. ": read() moves at most `queue` events; the rest is lost loudly #root"
+        .. (backend == "bpf" and " #bpf" or ""), function()
       local why = backend == "bpf" and need_bpf() or need_root()
       if why then return pending(why) end
       local ev = assert(takana.events { backend = backend, "fork", "exit", queue = 64, buffer = 4096 })
@@ -189,8 +190,8 @@ describe("audit 8: the user-space queue is bounded", function()
   end)
 end)
 
-describe("audit 9: one bpf exit per process", function()
-  it("reports exactly one exit for each multi-threaded child of a storm", function()
+describe("audit 9: one bpf exit per process #slow", function()
+  it("reports exactly one exit for each multi-threaded child of a storm #root #bpf", function()
     local why = need_bpf()
     if why then return pending(why) end
     local ev = assert(takana.events { backend = "bpf", "exit" })
@@ -236,7 +237,7 @@ describe("audit 9: one bpf exit per process", function()
 end)
 
 describe("audit 11: dropped bpf streams are collected before descriptors run out", function()
-  it("opens 100 unclosed streams under ulimit -n 256", function()
+  it("opens 100 unclosed streams under ulimit -n 256 #root #bpf", function()
     local why = need_bpf()
     if why then return pending(why) end
     local code, out = run_lua([[
@@ -251,7 +252,7 @@ describe("audit 11: dropped bpf streams are collected before descriptors run out
     assert.matches("ok", out)
   end)
 
-  it("names descriptors, not EINVAL, when only 3 are free", function()
+  it("names descriptors, not EINVAL, when only 3 are free #root #bpf", function()
     local why = need_bpf()
     if why then return pending(why) end
     local code, out = run_lua([[
@@ -275,7 +276,7 @@ describe("audit 11: dropped bpf streams are collected before descriptors run out
 end)
 
 describe("audit 18: bpf events in a child pid namespace", function()
-  it("reports pids as the reader's namespace numbers them", function()
+  it("reports pids as the reader's namespace numbers them #root #bpf", function()
     local why = need_bpf()
     if why then return pending(why) end
     if H.run("command -v unshare") ~= 0 then return pending("unshare(1) is not installed") end
@@ -310,7 +311,7 @@ describe("audit 18: bpf events in a child pid namespace", function()
 end)
 
 describe("audit 19: events errors say what happened", function()
-  it("the connector in a child pid namespace fails at once with EXDEV", function()
+  it("the connector in a child pid namespace fails at once with EXDEV #root", function()
     local why = need_root()
     if why then return pending(why) end
     if H.run("command -v unshare") ~= 0 then return pending("unshare(1) is not installed") end

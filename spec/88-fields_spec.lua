@@ -118,7 +118,7 @@ describe("snapshot{fields=...}", function()
   end
 
   it("kfunc: every selection fills what it asks for, and after the first the program held stays the one "
-    .. "serving", function()
+    .. "serving #root #bpf", function()
     local has_kfunc = false
     for _, b in ipairs(backends) do has_kfunc = has_kfunc or b == "kfunc" end
     if not has_kfunc then return pending("no kfunc tier here") end
@@ -264,7 +264,7 @@ describe("cgroup_id", function()
     end
   end)
 
-  it("agrees across backends for a process in a test cgroup, nested", function()
+  it("agrees across backends for a process in a test cgroup, nested #root", function()
     local path, cgname = H.test_cgroup_path()
     if not path then return pending("needs root and a cgroup2 mount to make a test cgroup") end
     local fx
@@ -364,7 +364,7 @@ describe("cgroup_id", function()
     H.cgroup_cleanup(path)
   end
 
-  it("from /proc inside a cgroup namespace whose mount was made outside it: the real ids", function()
+  it("from /proc inside a cgroup namespace whose mount was made outside it: the real ids #root", function()
     if H.no_spawn then return pending(H.no_spawn) end
     if H.run("command -v unshare") ~= 0 then return pending("unshare(1) is not installed") end
     local path, cgname, inner, side, sleeper = ns_cgroups()
@@ -382,7 +382,7 @@ describe("cgroup_id", function()
     assert(ok, err)
   end)
 
-  it("from /proc inside a cgroup namespace with its own mount: nil outside that mount's reach", function()
+  it("from /proc inside a cgroup namespace with its own mount: nil outside that mount's reach #root", function()
     if H.no_spawn then return pending(H.no_spawn) end
     if H.run("command -v unshare") ~= 0 then return pending("unshare(1) is not installed") end
     local path, cgname, inner, side, sleeper = ns_cgroups()

@@ -57,7 +57,7 @@ local function proc_cgroup_id(pid)
 end
 
 for _, backend in ipairs { "bpf", "connector" } do
-  describe(backend .. " exec events", function()
+  describe(backend .. " exec events" .. (backend == "bpf" and " #root #bpf" or ""), function()
     it("carry the exact argv (spaces, an empty string, more than 16 arguments) and filename", function()
       if H.no_spawn then return pending(H.no_spawn) end
       local ev, why = open(backend)
