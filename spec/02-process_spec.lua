@@ -120,7 +120,7 @@ describe("takana.pidfd", function()
     assert.equal(before, H.count_fds())
   end)
 
-  it("never signals a process that reused the pid (needs root: pid namespace)", function()
+  it("never signals a process that reused the pid (needs root: pid namespace) #root", function()
     if not H.is_root() then
       pending("needs root to create a pid namespace and set ns_last_pid")
       return
@@ -263,7 +263,7 @@ describe("takana.spawn", function()
     before_each(function() path = H.test_cgroup_path() end)
     after_each(function() if path then H.cgroup_cleanup(path) end end)
 
-    it("is in it from the first instruction (CLONE_INTO_CGROUP)", function()
+    it("is in it from the first instruction (CLONE_INTO_CGROUP) #root", function()
       if not path then pending("needs root and a cgroup2 mount") return end
       local c = spawn_ok { "cat", "/proc/self/cgroup", cgroup = path, stdout = "pipe" }
       local out = c.stdout:read("a")
@@ -272,7 +272,7 @@ describe("takana.spawn", function()
       assert.matches("\n0::" .. path:sub(#mnt + 1):gsub("%-", "%%-") .. "\n", "\n" .. out)
     end)
 
-    it("refuses the non-atomic fallback unless asked", function()
+    it("refuses the non-atomic fallback unless asked #root", function()
       if not path then pending("needs root and a cgroup2 mount") return end
       local c, err, errno = core.spawn { "true", cgroup = path, _fallback = true }
       assert.is_nil(c)
@@ -286,7 +286,7 @@ describe("takana.spawn", function()
       assert.truthy(out:find("0::" .. path:sub(#H.cgroup2_mount() + 1) .. "\n", 1, true), out)
     end)
 
-    it("takes a path as takana.cgroup does: relative to the cgroup2 mount, with or without a leading /", function()
+    it("takes a path as takana.cgroup does: relative to the cgroup2 mount, with or without a leading / #root", function()
       if not path then pending("needs root and a cgroup2 mount") return end
       local rel = path:sub(#H.cgroup2_mount() + 2)
       for _, p in ipairs { "/" .. rel, rel } do
@@ -333,7 +333,7 @@ describe("waiting for many", function()
     assert.has_error(function() takana.poll({ slow }, -1) end)
   end)
 
-  it("waits on 1,000 children at once", function()
+  it("waits on 1,000 children at once #slow", function()
     -- A login's soft limit is 1,024 descriptors: raise it toward the hard
     -- limit for this spec's 1,000 pidfds, and give back everything after.
     local kids, restore = {}, H.raise_nofile(1000 + 128)

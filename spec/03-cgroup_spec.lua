@@ -51,7 +51,7 @@ describe("takana.cgroup", function()
     assert.equal("table", type(p.v2_controllers))
   end)
 
-  it("sees a mount or unmount of cgroup2 at once (the parsed table is kept only until the kernel flags a change)", function()
+  it("sees a mount or unmount of cgroup2 at once (the parsed table is kept only until the kernel flags a change) #root", function()
     local m = assert(takana.cgroup.mounts())
     m.v2, m.v1.bogus = "/nope", "/nope"
     assert.equal(H.cgroup2_mount(), takana.cgroup.mounts().v2)   -- a copy: the caller's changes stay its own
@@ -90,7 +90,7 @@ describe("takana.cgroup", function()
       cg = nil
     end)
 
-    it("reads the sections that exist and says why the others do not", function()
+    it("reads the sections that exist and says why the others do not #root", function()
       if not cg then pending("needs root to create a cgroup") return end
       assert.equal("/" .. name, cg.path)
       local st = cg:stat()
@@ -119,7 +119,7 @@ describe("takana.cgroup", function()
       assert.has_error(function() cg:get("a\0b") end)
     end)
 
-    it("fails loudly when a limit cannot apply (seed §4 regression)", function()
+    it("fails loudly when a limit cannot apply (seed §4 regression) #root", function()
       if not cg then pending("needs root to create a cgroup") return end
       local hier = takana.cgroup.proc_cgroups()
       if not (hier.memory and hier.memory.hierarchy ~= 0) then
@@ -141,7 +141,7 @@ describe("takana.cgroup", function()
       assert.matches("^enable memory: memory controller is bound to cgroup v1", enerr)
     end)
 
-    it("raises on malformed limits", function()
+    it("raises on malformed limits #root", function()
       if not cg then pending("needs root to create a cgroup") return end
       local bad = {
         { "memory.maxx", 1 }, { "memory.max", -1 }, { "memory.max", "lots" }, { "memory.max", 1.5 },
@@ -159,7 +159,7 @@ describe("takana.cgroup", function()
       assert.has_error(function() cg:attach("x") end)
     end)
 
-    it("runs the lifecycle: mkdir, attach, procs, freeze, thaw, kill, remove", function()
+    it("runs the lifecycle: mkdir, attach, procs, freeze, thaw, kill, remove #root", function()
       if not cg then pending("needs root to create a cgroup") return end
       local sub = assert(cg:mkdir("unit"))
       assert.equal("/" .. name .. "/unit", sub.path)
@@ -209,7 +209,7 @@ describe("takana.cgroup", function()
       assert.is_nil(takana.cgroup(name .. "/unit"))
     end)
 
-    it("is closed by __close", function()
+    it("is closed by __close #root", function()
       if not cg then pending("needs root to create a cgroup") return end
       collectgarbage()
       local before = H.count_fds()

@@ -59,7 +59,7 @@ end
 local my_comm = H.read("/proc/self/comm"):gsub("\n$", "")
 
 for _, backend in ipairs { "bpf", "connector" } do
-  describe("takana.events{backend='" .. backend .. "'}", function()
+  describe("takana.events{backend='" .. backend .. "'}" .. (backend == "bpf" and " #root #bpf" or ""), function()
     it("reports fork, exec, exit and comm of a known family, in order, exactly", function()
       if H.no_spawn then return pending(H.no_spawn) end
       local ev, why = open(backend)
@@ -384,7 +384,7 @@ end)
 -- A child of fork() would share its parent's ring: whichever process drains
 -- it first takes every event. A child's new stream loads its own object.
 describe("bpf event streams after fork()", function()
-  it("a forked child's stream does not drain its parent's", function()
+  it("a forked child's stream does not drain its parent's #root #bpf", function()
     if H.no_spawn then return pending(H.no_spawn) end
     local ev, why = open("bpf", { "exec" })
     if not ev then return pending(why) end

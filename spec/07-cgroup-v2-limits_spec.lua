@@ -68,14 +68,14 @@ local function release(box)
   H.cgroup_cleanup(box.path)
 end
 
-describe("cgroup v2 limits (pure cgroup2, root)", function()
+describe("cgroup v2 limits (pure cgroup2, root) #guest #root", function()
   local box
   after_each(function()
     release(box)
     box = nil
   end)
 
-  it("enable writes the parent's cgroup.subtree_control, verifies it, and names a missing controller", function()
+  it("enable writes the parent's cgroup.subtree_control, verifies it, and names a missing controller #root", function()
     local ctrls = { "memory", "pids", "cpu", "io" }
     local why
     box, why = sandbox(ctrls, false)
@@ -111,7 +111,7 @@ describe("cgroup v2 limits (pure cgroup2, root)", function()
     leaf:close()
   end)
 
-  it("set memory.max where the parent has not enabled memory: nil, and the message names cgroup.subtree_control",
+  it("set memory.max where the parent has not enabled memory: nil, and the message names cgroup.subtree_control #root",
     function()
       local why
       box, why = sandbox({ "memory" }, false)
@@ -125,7 +125,7 @@ describe("cgroup v2 limits (pure cgroup2, root)", function()
         .. "(takana.cgroup(\"/%s\"):enable{\"memory\"})"):format(box.name, box.name), box.unit:why("memory"))
     end)
 
-  it("memory.max: applied, read back, and a child touching twice the limit is OOM-killed", function()
+  it("memory.max: applied, read back, and a child touching twice the limit is OOM-killed #root", function()
     local why
     box, why = sandbox { "memory" }
     if not box then pending(why) return end
@@ -186,7 +186,7 @@ describe("cgroup v2 limits (pure cgroup2, root)", function()
     end)
   end
 
-  it("pids.max = 5: the sixth process's fork fails with EAGAIN and pids.events counts it", function()
+  it("pids.max = 5: the sixth process's fork fails with EAGAIN and pids.events counts it #root", function()
     local why
     box, why = sandbox { "pids" }
     if not box then pending(why) return end
@@ -205,7 +205,7 @@ describe("cgroup v2 limits (pure cgroup2, root)", function()
     if unit:get("pids.peak") then assert.equal(5, unit:stat().pids.peak) end
   end)
 
-  it("cpu.max \"20000 100000\": a burner is throttled to about 20% of a CPU", function()
+  it("cpu.max \"20000 100000\": a burner is throttled to about 20% of a CPU #root", function()
     local why
     box, why = sandbox { "cpu" }
     if not box then pending(why) return end
@@ -227,7 +227,7 @@ describe("cgroup v2 limits (pure cgroup2, root)", function()
     assert.truthy(share >= 0.10 and share <= 0.35, ("usage %.1f%% of a CPU"):format(share * 100))
   end)
 
-  it("memory.high, cpu.weight, io.weight and cpu.max round-trip; rounded values come back rounded", function()
+  it("memory.high, cpu.weight, io.weight and cpu.max round-trip; rounded values come back rounded #root", function()
     local why
     box, why = sandbox { "memory", "cpu", "io" }
     if not box then pending(why) return end

@@ -49,7 +49,7 @@ local function flat(label, count, f)
   assert(kb1 - kb0 < 256, ("%s x%d: Lua memory %.0f KiB -> %.0f KiB"):format(label, count, kb0, kb1))
 end
 
-describe("100,000 iterations leave descriptors and memory flat", function()
+describe("100,000 iterations leave descriptors and memory flat #slow", function()
   local backends = H.snapshot_backends()
   for _, b in ipairs(backends) do
     -- /proc costs ~300 us a snapshot: 10,000 of them in CI.
@@ -121,7 +121,7 @@ describe("100,000 iterations leave descriptors and memory flat", function()
   end)
 end)
 
-describe("under a storm of short-lived processes", function()
+describe("under a storm of short-lived processes #slow", function()
   it("every backend snapshots without error, duplicate or mixed record", function()
     local storm = H.fixture { "--churn", 4 }
     local gen = storm.pid
@@ -156,7 +156,7 @@ describe("under a storm of short-lived processes", function()
   end)
 end)
 
-describe("10,000 live processes", function()
+describe("10,000 live processes #slow", function()
   it("are all in the snapshot of every backend", function()
     if SCALE < 1 then return pending("scale run only at TAKANA_STRESS_SCALE=1") end
     local herd = H.fixture { "--herd", 10000, "--life", 120 }
@@ -336,7 +336,7 @@ describe("faults", function()
     assert.matches("\nclosed%s+0\n", out)
   end)
 
-  it("/proc with hidepid=2: other users' processes are invisible, and probe says so", function()
+  it("/proc with hidepid=2: other users' processes are invisible, and probe says so #root", function()
     if not H.is_root() then return pending("needs root: a private mount namespace") end
     if os.execute("command -v unshare >/dev/null && command -v setpriv >/dev/null") ~= true then
       return pending("needs unshare and setpriv")
@@ -356,7 +356,7 @@ describe("faults", function()
     assert.matches("hidepid=invisible: processes of other users are invisible", note)
   end)
 
-  it("a BPF load that fails midway falls back and leaks no descriptor or map", function()
+  it("a BPF load that fails midway falls back and leaks no descriptor or map #root #bpf", function()
     if not H.bpf_tier("kfunc") then return pending(select(2, H.bpf_tier("kfunc"))) end
     if H.no_spawn then return pending(H.no_spawn) end
     if os.getenv("TAKANA_ASAN_PRELOAD") then

@@ -33,19 +33,18 @@ local function release() for _, f in ipairs(held) do f:close() end held = {} col
 ]]
 
 describe("audit: BPF snapshot tiers", function()
-  it("never return a process already being reaped (state X, no thread left) during a storm (#17)", function()
+  it("never return a process already being reaped (state X, no thread left) during a storm (#17) #slow #root #bpf", function()
     if H.no_spawn then return pending(H.no_spawn) end
     local have, why = loadable_tiers()
     if #have == 0 then return pending("no BPF tier loads here: " .. why) end
     local storm = H.fixture { "--churn", 4 }
     finally(function() storm:kill() end)
-    local seen, vanished = 0, 0
+    local seen = 0
     -- A bounded number of rounds while the storm runs, and on until a storm
     -- child was caught (they live microseconds).
     for round = 1, 3000 do
       for _, b in ipairs(have) do
         local snap = assert(takana.snapshot { backend = b })
-        vanished = vanished + snap.vanished
         for p in snap:each() do
           if p.ppid == storm.pid then seen = seen + 1 end
           assert.are_not.equal("X", p.state, ("%s: pid %d in state X"):format(b, p.pid))
@@ -56,10 +55,9 @@ describe("audit: BPF snapshot tiers", function()
       if round >= 50 and seen > 0 or not stat or select(2, H.stat_fields(stat))[1] == "Z" then break end
     end
     assert.truthy(seen > 0, "no storm child was ever in a snapshot")
-    assert.truthy(vanished >= 0)
   end)
 
-  it("retry a load that failed for want of descriptors, and then work (#10)", function()
+  it("retry a load that failed for want of descriptors, and then work (#10) #root #bpf", function()
     if H.no_spawn then return pending(H.no_spawn) end
     local have, why = loadable_tiers()
     if #have == 0 then return pending("no BPF tier loads here: " .. why) end

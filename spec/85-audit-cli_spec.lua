@@ -38,7 +38,7 @@ local function ls(dir)
 end
 
 describe("audit 3: takana export --textfile DIR", function()
-  it("never follows a symlink planted at any pid's temporary name", function()
+  it("never follows a symlink planted at any pid's temporary name #slow", function()
     local base = tmpdir()
     local dir = base .. "/textfile"
     assert(uv.fs_mkdir(dir, tonumber("755", 8)))
@@ -146,7 +146,14 @@ describe("audit 12: a comm that is not UTF-8", function()
     local fx = H.fixture { "--name", hostile }
     local _, js = takana_cmd("ps --json")
     fx:kill()
-    local line = js:match('\n({"comm":[^\n]*,"pid":' .. fx.pid .. ',[^\n]*)')
+    -- The object's keys are sorted, and which come before "comm" depends on
+    -- the backend: above 5,000 tasks on the host (other suites' herds) ps
+    -- takes a BPF tier, whose records start with "cgroup_id". Find the
+    -- fixture's line by its pid instead of by what it starts with.
+    local line
+    for l in js:gmatch("[^\n]+") do
+      if l:find(',"pid":' .. fx.pid .. ',', 1, true) then line = l end
+    end
     assert(line, js)
     assert.truthy(utf8.len(line), line)
     -- JSON is pure ASCII (takana.json): U+FFFD travels as its escape
@@ -209,7 +216,7 @@ describe("audit 14: ps --tree", function()
       { pid = 1, ppid = 2 }, { pid = 2, ppid = 3 }, { pid = 3, ppid = 4 }, { pid = 4, ppid = 3 } })
   end)
 
-  it("orders a 100,000-deep chain without recursion", function()
+  it("orders a 100,000-deep chain without recursion #slow", function()
     local records = {}
     for pid = 1, 100000 do records[pid] = { pid = pid, ppid = pid - 1 } end
     local r = cli.tree_order(records)

@@ -469,7 +469,7 @@ describe("audit item 13: the README's examples run verbatim", function()
     assert.is_true(#blocks > 0, "no ```lua block in README.md")
   end)
 
-  it("runs the examples in order, as one program", function()
+  it("runs the examples in order, as one program #root", function()
     if H.no_spawn then pending(H.no_spawn) return end
     local run, skipped = {}, nil
     for _, b in ipairs(blocks) do
@@ -490,7 +490,7 @@ describe("audit item 13: the README's examples run verbatim", function()
     if skipped then pending(skipped) end
   end)
 
-  it("runs each endless event loop for a bounded time without an error", function()
+  it("runs each endless event loop for a bounded time without an error #slow", function()
     if H.no_spawn then pending(H.no_spawn) return end
     local loops = 0
     for _, b in ipairs(blocks) do

@@ -85,7 +85,7 @@ describe("takana in several luv threads at once", function()
   -- start at the same moment must not take it several times over. Run in a
   -- child with a small limit (256: a budget of 64) and more processes than
   -- that, in rounds of 4 fresh states released together.
-  it("keeps the shared /proc descriptor budget when readers start together #budget", function()
+  it("keeps the shared /proc descriptor budget when readers start together #budget #slow", function()
     if not ok_luv then return pending("lua-luv is not installed") end
     local herd = H.fixture { "--herd", 200 }
     local script = os.tmpname()

@@ -51,7 +51,7 @@ describe("cgroup primitives", function()
     path, name, cg = nil, nil, nil
   end)
 
-  it("signal TERM reaches a forking shell, its children and a child cgroup: nothing is left", function()
+  it("signal TERM reaches a forking shell, its children and a child cgroup: nothing is left #root", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("unit"))
@@ -77,7 +77,7 @@ describe("cgroup primitives", function()
     assert.is_true(unit:remove())
   end)
 
-  it("a TERM-ignoring process survives signal(TERM), times wait_empty out, and dies by kill{wait}; remove follows at once", function()
+  it("a TERM-ignoring process survives signal(TERM), times wait_empty out, and dies by kill{wait}; remove follows at once #root", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("unit"))
@@ -98,7 +98,7 @@ describe("cgroup primitives", function()
     assert.same({ signaled = true, signal = 9, core = false }, p:wait())
   end)
 
-  it("signal reaches every process with two descriptors to spare (a pidfd at a time)", function()
+  it("signal reaches every process with two descriptors to spare (a pidfd at a time) #root", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("unit"))
@@ -118,7 +118,7 @@ describe("cgroup primitives", function()
     assert.is_true(unit:remove())
   end)
 
-  it("kill{wait} without cgroup.kill (as before 5.14) goes through signal's rounds, and waits", function()
+  it("kill{wait} without cgroup.kill (as before 5.14) goes through signal's rounds, and waits #root", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("unit"))
@@ -151,7 +151,7 @@ describe("cgroup primitives", function()
   end)
 
   it("after kill{wait}, a process spawned into the cgroup runs (or the kernel's kill_seq defect is named), "
-    .. "and a fresh cgroup of the same name always works", function()
+    .. "and a fresh cgroup of the same name always works #root", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("unit"))
@@ -176,7 +176,7 @@ describe("cgroup primitives", function()
     assert.same({ exited = true, code = 0 }, status)
   end)
 
-  it("children lists child cgroups sorted, as names or handles; mkdir exist_ok opens an existing one", function()
+  it("children lists child cgroups sorted, as names or handles; mkdir exist_ok opens an existing one #root", function()
     local why = why_not()
     if why then pending(why) return end
     assert.same({}, cg:children())
@@ -205,7 +205,7 @@ describe("cgroup primitives", function()
     assert.same({}, cg:children())
   end)
 
-  it("holds tells whether a process is in the cgroup or beneath it", function()
+  it("holds tells whether a process is in the cgroup or beneath it #root", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("unit"))
@@ -229,7 +229,7 @@ describe("cgroup primitives", function()
     for _, h in ipairs { root, sib, deep, unit } do h:close() end
   end)
 
-  it("a cgroup removed under the handle: every primitive says so (ENOENT)", function()
+  it("a cgroup removed under the handle: every primitive says so (ENOENT) #root", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("gone"))
@@ -245,7 +245,7 @@ describe("cgroup primitives", function()
     unit:close()
   end)
 
-  it("a process inside its own cgroup is refused signal and wait_empty, then signals with include_self", function()
+  it("a process inside its own cgroup is refused signal and wait_empty, then signals with include_self #root", function()
     local why = why_not()
     if why then pending(why) return end
     local unit = assert(cg:mkdir("unit"))
@@ -369,7 +369,7 @@ describe("cgroup primitives", function()
       return unit, p
     end
 
-    it("takana.poll wakes when populated changes", function()
+    it("takana.poll wakes when populated changes #root", function()
       local why = why_not()
       if why then pending(why) return end
       local unit, p = populated_unit()
@@ -383,7 +383,7 @@ describe("cgroup primitives", function()
       assert.is_true(unit:remove())
     end)
 
-    it("luv wakes on \"p\" (and would wake at once, forever, on \"r\")", function()
+    it("luv wakes on \"p\" (and would wake at once, forever, on \"r\") #root", function()
       local why = why_not()
       if why then pending(why) return end
       local has, uv = pcall(require, "luv")
@@ -416,7 +416,7 @@ describe("cgroup primitives", function()
       assert.is_true(unit:remove())
     end)
 
-    it("cqueues wakes on the handle itself (pollfd/events \"p\")", function()
+    it("cqueues wakes on the handle itself (pollfd/events \"p\") #root", function()
       local why = why_not()
       if why then pending(why) return end
       local has, cqueues = pcall(require, "cqueues")
@@ -439,7 +439,7 @@ describe("cgroup primitives", function()
       assert.is_true(unit:remove())
     end)
 
-    it("closing a handle cqueues has polled leaves the loop working when its descriptor number is reused", function()
+    it("closing a handle cqueues has polled leaves the loop working when its descriptor number is reused #root", function()
       local why = why_not()
       if why then pending(why) return end
       local has, cqueues = pcall(require, "cqueues")

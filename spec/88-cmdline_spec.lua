@@ -154,7 +154,7 @@ describe("snapshot cmdline field", function()
   -- /proc shifts start times by a time namespace's boottime offset; BPF
   -- reads the kernel's. The identity check of what BPF hands to /proc
   -- (here the long arguments) must shift too, or it reads nil.
-  it("reads the arguments BPF hands to /proc from inside a time namespace", function()
+  it("reads the arguments BPF hands to /proc from inside a time namespace #root #bpf", function()
     local name = backends[1]
     if name == "proc" then return pending("no BPF tier here") end
     if not H.is_root() then return pending("unshare -T needs root") end

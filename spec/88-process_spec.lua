@@ -329,7 +329,7 @@ describe("takana.process", function()
     other:stop()
   end)
 
-  it("never reads a process that reused the pid (needs root: pid namespace)", function()
+  it("never reads a process that reused the pid (needs root: pid namespace) #root", function()
     if not H.is_root() then
       pending("needs root to create a pid namespace and set ns_last_pid")
       return
@@ -564,7 +564,7 @@ describe("takana.cgroup.path(id)", function()
     me:close()
   end)
 
-  it("finds nested cgroups (names with spaces) by open_by_handle_at and by the walk alike", function()
+  it("finds nested cgroups (names with spaces) by open_by_handle_at and by the walk alike #root", function()
     local path, name = H.test_cgroup_path()
     if not path then pending("needs root and a cgroup2 mount") return end
     finally(function() H.cgroup_cleanup(path) end)
@@ -634,7 +634,7 @@ describe("bin/takana and takana.process", function()
     assert.truthy(line:find("-- 'a b' '' c '' '  ' '--x=y z'", 1, true), line)
   end)
 
-  it("ps --cgroup and cgroup PATH --procs list the cgroup's processes", function()
+  it("ps --cgroup and cgroup PATH --procs list the cgroup's processes #root", function()
     local path, name = H.test_cgroup_path()
     if not path then pending("needs root and a cgroup2 mount") return end
     finally(function() H.cgroup_cleanup(path) end)

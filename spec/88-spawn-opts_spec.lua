@@ -111,7 +111,7 @@ end)
 describe("takana.spawn user, group, groups", function()
   before_each(function() if H.no_spawn then pending(H.no_spawn) end end)
 
-  it("as root: user/group by number and name, with the user's groups by default", function()
+  it("as root: user/group by number and name, with the user's groups by default #root", function()
     if not H.is_root() then pending("needs root (setuid)") return end
     local st = status_of { user = 65534, group = 65534 }
     assert.matches("\nUid:\t65534\t65534\t65534\t65534\n", st, 1, true)
@@ -249,7 +249,7 @@ describe("takana.spawn umask, rlimits, no_new_privs", function()
     p:wait()
   end)
 
-  it("without clone3, a cgroup is entered after the start only when asked", function()
+  it("without clone3, a cgroup is entered after the start only when asked #root", function()
     local path = H.test_cgroup_path()
     if not path then pending("needs root and a cgroup2 mount") return end
     finally(function() H.cgroup_cleanup(path) end)

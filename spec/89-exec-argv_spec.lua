@@ -57,7 +57,7 @@ local function proc_cgroup_id(pid)
 end
 
 for _, backend in ipairs { "bpf", "connector" } do
-  describe(backend .. " exec events", function()
+  describe(backend .. " exec events" .. (backend == "bpf" and " #root #bpf" or ""), function()
     it("carry the exact argv (spaces, an empty string, more than 16 arguments) and filename", function()
       if H.no_spawn then return pending(H.no_spawn) end
       local ev, why = open(backend)
@@ -220,34 +220,46 @@ for _, backend in ipairs { "bpf", "connector" } do
         local ev, why = open(backend, { "exec" })
         if not ev then return pending(why) end
         ev:close()
-        ev = assert(takana.events { "exec", backend = backend, buffer = 4096 })
-        local kids, pids = {}, {}
-        for i = 1, 40 do
-          local c = assert(takana.spawn { SH, "-c", "read x", "x" .. i, stdin = "pipe", stdout = "null" })
-          kids[i] = c
-          pids[c.pid] = true
-        end
-        local seen = 0
-        local ok, err = pcall(function()
-          for e in assert(ev:read()) do
-            if e.type == "exec" and pids[e.pid] then
-              seen = seen + 1
-              -- a later exec of it may be among the messages dropped
-              assert.is_true(e.argv_lost)
-              assert.is_nil(e.argv)
-              assert.is_nil(e.filename)
-            end
+        -- The connector carries every process's events: on a busy host
+        -- (other suites) theirs can fill the socket before any of ours is
+        -- in it. A few rounds, each with a fresh stream, until some of ours
+        -- were read; pending, naming the host, when none ever was.
+        local seen
+        for _ = 1, 5 do
+          ev = assert(takana.events { "exec", backend = backend, buffer = 4096 })
+          local kids, pids = {}, {}
+          for i = 1, 40 do
+            local c = assert(takana.spawn { SH, "-c", "read x", "x" .. i, stdin = "pipe", stdout = "null" })
+            kids[i] = c
+            pids[c.pid] = true
           end
-        end)
-        for _, c in ipairs(kids) do
-          c.stdin:close()
-          c:wait()
-          c:close()
+          seen = 0
+          local ok, err = pcall(function()
+            for e in assert(ev:read()) do
+              if e.type == "exec" and pids[e.pid] then
+                seen = seen + 1
+                -- a later exec of it may be among the messages dropped
+                assert.is_true(e.argv_lost)
+                assert.is_nil(e.argv)
+                assert.is_nil(e.filename)
+              end
+            end
+          end)
+          for _, c in ipairs(kids) do
+            c.stdin:close()
+            c:wait()
+            c:close()
+          end
+          assert(ok, err)
+          assert.is_true(ev:stats().overruns > 0)
+          assert.is_true(ev:lost() > 0)
+          assert.is_true(seen < 40, seen)
+          if seen > 0 then break end
+          ev:close()
         end
-        assert(ok, err)
-        assert.is_true(ev:stats().overruns > 0)
-        assert.is_true(ev:lost() > 0)
-        assert.is_true(seen > 0 and seen < 40, seen)
+        if seen == 0 then
+          return pending("in 5 rounds the host's own events filled the socket before any of ours")
+        end
         -- Their exits overflow the socket again: read it empty (bounded),
         -- and once drained, reads count again.
         H.poll_until({ ev }, function()

@@ -82,7 +82,7 @@ describe("core.dir_open", function()
     assert.matches("directory .*/missing: No such file or directory", err)
   end)
 
-  it("refuses a private directory or an ancestor another user owns", function()
+  it("refuses a private directory or an ancestor another user owns #root", function()
     local why = why_not_root()
     if why then return pending(why) end
     assert(os.execute("chmod 1777 " .. d))
@@ -323,7 +323,7 @@ print("released", flush=True)
   -- recv names the pid but gives no sender, both with the kernel's pidfd
   -- and with the start-time check of older kernels.
   for _, how in ipairs { "scm_pidfd", "start time" } do
-    it("a sender gone and its pid reused is not the sender (" .. how .. ")", function()
+    it("a sender gone and its pid reused is not the sender (" .. how .. ") #root", function()
       local why = why_not_root()
       if why then return pending(why) end
       if not io.open("/usr/bin/python3") then return pending("python3 is not installed") end
@@ -397,7 +397,7 @@ describe("planted by another user", function()
     if not io.open("/usr/bin/python3") then return "python3 is not installed (Debian's python3)" end
   end
 
-  it("the runtime and control directories: a planted directory or link is refused", function()
+  it("the runtime and control directories: a planted directory or link is refused #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -420,7 +420,7 @@ describe("planted by another user", function()
     assert.is_nil(lfs.attributes(mine .. "/sub"))
   end)
 
-  it("a log directory: a planted link or file is never written; a directory others can write is refused", function()
+  it("a log directory: a planted link or file is never written; a directory others can write is refused #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -463,7 +463,7 @@ describe("planted by another user", function()
     assert.matches("open is writable by group or others", err)
   end)
 
-  it("export --textfile: a directory others can write is refused, a planted link is replaced, not followed", function()
+  it("export --textfile: a directory others can write is refused, a planted link is replaced, not followed #root", function()
     local why = why_not_root()
     if why then return pending(why) end
     local victim = base .. "/victim"
@@ -525,7 +525,7 @@ describe("audit 3: the supervisor loop", function()
     end
   end
 
-  it("a pipe() or cgroup failure under EMFILE is retried with backoff, never raised (#4, #8)", function()
+  it("a pipe() or cgroup failure under EMFILE is retried with backoff, never raised (#4, #8) #slow #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -555,7 +555,7 @@ describe("audit 3: the supervisor loop", function()
     finish(sup)
   end)
 
-  it("a name too long for a socket address under its runtime gets a short notify socket (#5)", function()
+  it("a name too long for a socket address under its runtime gets a short notify socket (#5) #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -581,7 +581,7 @@ describe("audit 3: the supervisor loop", function()
     assert.matches("longer than 94 bytes", err)
   end)
 
-  it("close() closes every cgroup descriptor and removes its sockets and directory (#11)", function()
+  it("close() closes every cgroup descriptor and removes its sockets and directory (#11) #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -607,7 +607,7 @@ describe("audit 3: the supervisor loop", function()
     assert.is_nil(lfs.attributes(base .. "/rt"))
   end)
 
-  it("300 services fit a login's 1,024 descriptors; each service gets that soft limit back (#11)", function()
+  it("300 services fit a login's 1,024 descriptors; each service gets that soft limit back (#11) #slow #root", function()
     local why = why_not()
     if why then return pending(why) end
     local _, hard = core.nofile_hold()
@@ -638,7 +638,7 @@ sup:close()
     assert.equal("300\t1024\n", out)
   end)
 
-  it("ctl status shows a service's STATUS= escapes escaped (#12)", function()
+  it("ctl status shows a service's STATUS= escapes escaped (#12) #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -692,7 +692,7 @@ describe("issue 21's review", function()
     if cgpath then H.cgroup_cleanup(cgpath) cgpath = nil end
   end)
 
-  it("a notify line that is no KEY=value is ignored; a flood is read 64 messages a wake-up", function()
+  it("a notify line that is no KEY=value is ignored; a flood is read 64 messages a wake-up #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -729,7 +729,7 @@ describe("issue 21's review", function()
     sup:close()
   end)
 
-  it("a control socket's existing directory keeps its mode; a sticky world-writable one is refused", function()
+  it("a control socket's existing directory keeps its mode; a sticky world-writable one is refused #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -749,7 +749,7 @@ describe("issue 21's review", function()
     assert.equal("1777\n", select(2, H.run("stat -c %a " .. H.shell_quote(base))))
   end)
 
-  it("another user's link at a log or textfile directory is not followed", function()
+  it("another user's link at a log or textfile directory is not followed #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -775,7 +775,7 @@ describe("issue 21's review", function()
     assert.equal("x 1\n", H.read(victim .. "/takana.prom"))
   end)
 
-  it("the default runtime directory names one cgroup path (a/b and a_b differ)", function()
+  it("the default runtime directory names one cgroup path (a/b and a_b differ) #root", function()
     local why = why_not()
     if why then return pending(why) end
     cgpath, cgname = H.test_cgroup_path()
@@ -821,7 +821,7 @@ describe("issue 21's second review", function()
     assert.matches("restarts: 0", text)
   end)
 
-  it("a relative path is checked from / like an absolute one", function()
+  it("a relative path is checked from / like an absolute one #root", function()
     local why = why_not_root()
     if why then return pending(why) end
     as_nobody("mkdir -m 755 " .. base .. "/att")
@@ -842,7 +842,7 @@ describe("issue 21's second review", function()
     assert.is_nil(lfs.attributes(base .. "/att/rt2"))
   end)
 
-  it("a rotation that cannot move a file stops with the reason and removes nothing", function()
+  it("a rotation that cannot move a file stops with the reason and removes nothing #root", function()
     local why = why_not_root()
     if why then return pending(why) end
     if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted") end

@@ -123,7 +123,7 @@ describe("the supervisor's descriptors (dir:bind, core.unix_connect, core.pipe, 
     dir:close()
   end)
 
-  it("a notify socket reads the sender's credentials", function()
+  it("a notify socket reads the sender's credentials #slow", function()
     if H.no_spawn then return pending(H.no_spawn) end
     if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed") end
     local path = d .. "/n.sock"
@@ -251,7 +251,7 @@ describe("takana.supervisor", function()
     return sup
   end
 
-  it("rejects bad service declarations", function()
+  it("rejects bad service declarations #root", function()
     if why then return pending(why) end
     new()
     for _, bad in ipairs {
@@ -274,7 +274,7 @@ describe("takana.supervisor", function()
     assert.equal(2, errno)
   end)
 
-  it("backs off a crash loop (lower bounds) and fails it at the start limit", function()
+  it("backs off a crash loop (lower bounds) and fails it at the start limit #root", function()
     if why then return pending(why) end
     new()
     local starts = {}
@@ -302,7 +302,7 @@ describe("takana.supervisor", function()
     assert.is_true(run_until(sup, function() return #starts >= 5 end, 5))
   end)
 
-  it("a restart function decides with the exit record", function()
+  it("a restart function decides with the exit record #root", function()
     if why then return pending(why) end
     new()
     local records = {}
@@ -343,7 +343,7 @@ describe("takana.supervisor", function()
     assert.is_not_nil(bad.reason)
   end)
 
-  it("kills a TERM-ignoring service through the cgroup after the stop timeout", function()
+  it("kills a TERM-ignoring service through the cgroup after the stop timeout #root", function()
     if why then return pending(why) end
     new()
     local svc = sup:service { name = "stubborn", cmd = { "sh", "-c", "trap '' TERM; sleep 100 & sleep 100; wait" },
@@ -361,7 +361,7 @@ describe("takana.supervisor", function()
     assert.equal(svc.cgpath, "/" .. boxname .. "/sup/stubborn")
   end)
 
-  it("a double-forking daemon is the service until its cgroup empties, and is stopped completely", function()
+  it("a double-forking daemon is the service until its cgroup empties, and is stopped completely #root", function()
     if why then return pending(why) end
     new()
     local svc = sup:service { name = "daemon", restart = "never",
@@ -379,7 +379,7 @@ describe("takana.supervisor", function()
     assert.equal(0, procs(f.cg))
   end)
 
-  it("starts dependents only after readiness through systemd-notify --ready", function()
+  it("starts dependents only after readiness through systemd-notify --ready #root", function()
     if why then return pending(why) end
     if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end
     new()
@@ -400,7 +400,7 @@ describe("takana.supervisor", function()
     assert.same({ "web", "db" }, order)
   end)
 
-  it("ignores notifications from processes outside the service's cgroup", function()
+  it("ignores notifications from processes outside the service's cgroup #root", function()
     if why then return pending(why) end
     if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end
     new()
@@ -420,7 +420,7 @@ describe("takana.supervisor", function()
     assert.is_true(db.notify_rejected >= 1)   -- READY, then the barrier
   end)
 
-  it("a watchdog: WATCHDOG=1 keeps a service up; silence gets it SIGABRT and a failed exit record", function()
+  it("a watchdog: WATCHDOG=1 keeps a service up; silence gets it SIGABRT and a failed exit record #slow #root", function()
     if why then return pending(why) end
     if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end
     new()
@@ -453,7 +453,7 @@ describe("takana.supervisor", function()
     assert.has_error(function() sup:service { name = "x", cmd = { "true" }, watchdog = "1" } end)
   end)
 
-  it("MAINPID from inside the cgroup names the main process: its exit ends the run, the rest is stopped", function()
+  it("MAINPID from inside the cgroup names the main process: its exit ends the run, the rest is stopped #root", function()
     if why then return pending(why) end
     if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end
     new()
@@ -483,7 +483,7 @@ describe("takana.supervisor", function()
     assert.matches("MAINPID", S.format_status { sup:status_of(svc) })
   end)
 
-  it("a subreaper supervisor reaps its MAINPID process (the record has its status) and what services orphan", function()
+  it("a subreaper supervisor reaps its MAINPID process (the record has its status) and what services orphan #root", function()
     if why then return pending(why) end
     if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end
     assert.is_false(core.subreaper())
@@ -541,7 +541,7 @@ describe("takana.supervisor", function()
     assert.is_false(core.subreaper())
   end)
 
-  it("refuses a cgroup that is not its own: the root, or one holding this process", function()
+  it("refuses a cgroup that is not its own: the root, or one holding this process #root", function()
     if why then return pending(why) end
     local r, err, errno = takana.supervisor { cgroup = "", runtime = dir }
     assert.same({ nil, EPERM }, { r, errno })
@@ -566,7 +566,7 @@ describe("takana.supervisor", function()
     inside:close()
   end)
 
-  it("readiness through an s6-style notification fd", function()
+  it("readiness through an s6-style notification fd #root", function()
     if why then return pending(why) end
     local ok, err = pcall(takana.spawn, { "true", fds = {} })
     if not ok and tostring(err):match("unknown option 'fds'") then
@@ -581,7 +581,7 @@ describe("takana.supervisor", function()
     assert.is_true(b.started_at >= a.ready_at)
   end)
 
-  it("OOM kill: the exit record says oom", function()
+  it("OOM kill: the exit record says oom #guest #root", function()
     if why then return pending(why) end
     local ctrl = H.read(H.cgroup2_mount() .. "/cgroup.subtree_control") or ""
     if not ctrl:find("memory", 1, true) then
@@ -596,7 +596,7 @@ describe("takana.supervisor", function()
     assert.is_true(svc.oom_kills >= 1)
   end)
 
-  it("limits that cannot apply fail the service with the reason", function()
+  it("limits that cannot apply fail the service with the reason #root", function()
     if why then return pending(why) end
     local ctrl = H.read(H.cgroup2_mount() .. "/cgroup.controllers") or ""
     if ctrl:find("pids", 1, true) then return pending("pids is on cgroup2 here: the limit applies (the v2 guests cover it)") end
@@ -608,7 +608,7 @@ describe("takana.supervisor", function()
     assert.equal(0, procs(svc.cg))
   end)
 
-  it("a supervisor SIGKILLed and restarted: no duplicates; adopt = true adopts, the default replaces", function()
+  it("a supervisor SIGKILLed and restarted: no duplicates; adopt = true adopts, the default replaces #root", function()
     if why then return pending(why) end
     local file = dir .. "/sup.lua"
     local function write(adopt)
@@ -661,7 +661,7 @@ return sup
     cg:close()
   end)
 
-  it("reload adds and removes services (the SIGHUP hook)", function()
+  it("reload adds and removes services (the SIGHUP hook) #root", function()
     if why then return pending(why) end
     local gen = 1
     new { reload = function(s)
@@ -687,7 +687,7 @@ return sup
     if not takana.signals then pending("takana.signals has not landed: SIGHUP itself untested, the hook was called directly") end
   end)
 
-  it("a log flood is bounded on disk and status still answers during it", function()
+  it("a log flood is bounded on disk and status still answers during it #slow #root", function()
     if why then return pending(why) end
     local logdir = dir .. "/log"
     new { log = logdir, log_size = 1024 * 1024, log_files = 3, control = dir .. "/ctl.sock" }
@@ -721,7 +721,7 @@ return sup
     assert.matches("stdout a+$", svc.lines[#svc.lines])
   end)
 
-  it("hands each captured line to a log function, with its stream", function()
+  it("hands each captured line to a log function, with its stream #root", function()
     if why then return pending(why) end
     local got = {}
     new { log = function(name, stream, line) got[#got + 1] = name .. " " .. stream .. " " .. line end }
@@ -733,7 +733,7 @@ return sup
     assert.equal(3, #svc.lines)
   end)
 
-  it("takana ctl against a running supervisor", function()
+  it("takana ctl against a running supervisor #root", function()
     if why then return pending(why) end
     local file = dir .. "/sup.lua"
     local f = assert(io.open(file, "w"))
@@ -803,7 +803,7 @@ return sup
     end
   end)
 
-  it("runs inside cqueues", function()
+  it("runs inside cqueues #root", function()
     if why then return pending(why) end
     local ok, cqueues = pcall(require, "cqueues")
     if not ok then return pending("lua-cqueues is not installed") end
@@ -823,7 +823,7 @@ return sup
     assert.equal(2, svc.restarts)
   end)
 
-  it("runs inside luv", function()
+  it("runs inside luv #slow #root", function()
     if why then return pending(why) end
     local ok, uv = pcall(require, "luv")
     if not ok then return pending("lua-luv is not installed") end

@@ -1,6 +1,6 @@
 local H = require "helpers"
 
-describe("luarocks make", function()
+describe("luarocks make #slow", function()
   it("installs into a local tree, offline, and require 'takana' works from it", function()
     local dir = select(2, H.run("mktemp -d")):match("%S+")
     finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
