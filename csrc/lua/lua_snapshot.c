@@ -691,7 +691,7 @@ static int snap_index(lua_State *L)
 static int l_delta(lua_State *L)
 {
 	struct lsnap *a = snap_check(L, 1), *b = snap_check(L, 2);
-	struct tk_delta d;
+	struct tk_delta d = { 0 };
 	uint64_t interval;
 	int t;
 
