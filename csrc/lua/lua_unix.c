@@ -13,8 +13,8 @@
 
 #include "binding.h"
 #include "epoll_set.h"
-#include "process.h"
 #include "fdio.h"
+#include "process.h"
 #include "unix_socket.h"
 
 enum ux_kind { UX_DGRAM, UX_LISTEN, UX_STREAM, UX_EPOLL };
@@ -105,8 +105,8 @@ int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name
 	struct lunix *u;
 
 	u = ux_new(L, dgram ? UX_DGRAM : UX_LISTEN);
-	fd = tk_unix_socket_bind(dirfd, dir_path, name, dgram, mode, uid, gid, by_start_time, &pidfds,
-	                  &drops, &step);
+	fd = tk_unix_socket_bind(dirfd, dir_path, name, dgram, mode, uid, gid, by_start_time,
+	                         &pidfds, &drops, &step);
 	if (fd < 0 && strcmp(step, "socket") == 0)
 		return tk_push_error(L, dgram ? "notify socket" : "control socket", fd);
 	if (fd < 0)
