@@ -56,6 +56,13 @@ int tk_cg_mount_open(const char *mount)
 	return fd < 0 ? -errno : fd;
 }
 
+int tk_cg_fd_is_v2(int fd)
+{
+	struct statfs sfs;
+
+	return fstatfs(fd, &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC;
+}
+
 int tk_cg_file_open(int dirfd, const char *file)
 {
 	int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC);

@@ -10,8 +10,12 @@
  * RESOLVE_NO_XDEV, or a checked openat before Linux 5.6. -EXDEV when the
  * result is not on cgroup2. */
 int tk_cg_open(int mount_fd, const char *rel, int *out_fd);
-/* open(2) of the cgroup2 mount directory: the fd, or -errno. */
+/* open(2) of the cgroup2 mount directory, or of a cgroup directory by
+ * its full path (spawn's cgroup option): the fd, or -errno. */
 int tk_cg_mount_open(const char *mount);
+/* 1 when fd is on the cgroup2 filesystem, 0 when it is not or fstatfs
+ * fails. */
+int tk_cg_fd_is_v2(int fd);
 /* A file of dirfd opened for reading: the fd, or -errno. */
 int tk_cg_file_open(int dirfd, const char *file);
 /* Reads dirfd/file whole into buf through *fd, which is opened first when

@@ -8,10 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,6 +16,7 @@
 #include "cgroup.h"
 #include "cgroup_parse.h"
 #include "cgroup_path.h"
+#include "mounts_watch.h"
 #include "util.h"
 
 #define READ_BUF 8192
@@ -907,31 +905,9 @@ static int l_psi_parse(lua_State *L)
 	return 1;
 }
 
-/* The mount table's watch: /proc/self/mountinfo held open, the pid that
- * opened it, and the file's identity (a descriptor number some other code
- * closed and reused is not ours to poll or close). */
-struct mounts_watch {
-	int fd;
-	pid_t owner;
-	dev_t dev;
-	ino_t ino;
-};
-
-/* Whether w->fd is still the file the watch opened. */
-static int mounts_watch_valid(const struct mounts_watch *w)
-{
-	struct stat st;
-
-	return w->fd >= 0 && fstat(w->fd, &st) == 0 && st.st_dev == w->dev && st.st_ino == w->ino;
-}
-
 static int mounts_watch_gc(lua_State *L)
 {
-	struct mounts_watch *w = lua_touserdata(L, 1);
-
-	if (mounts_watch_valid(w))
-		close(w->fd);
-	w->fd = -1;
+	tk_mounts_watch_close(lua_touserdata(L, 1));
 	return 0;
 }
 
@@ -945,41 +921,10 @@ static int mounts_watch_gc(lua_State *L)
  * unshare), which takana never makes. */
 static int l_mounts_changed(lua_State *L)
 {
-	struct mounts_watch *w = lua_touserdata(L, lua_upvalueindex(1));
-	struct pollfd pfd;
-	struct stat st;
-	int valid = mounts_watch_valid(w);
+	struct tk_mounts_watch *w = lua_touserdata(L, lua_upvalueindex(1));
 
 	tk_check_nargs(L, 0);
-	if (valid && w->owner == getpid()) {
-		pfd.fd = w->fd;
-		pfd.events = POLLPRI;
-		pfd.revents = 0;
-		if (poll(&pfd, 1, 0) == 0) {
-			lua_pushboolean(L, 0);
-			return 1;
-		}
-		/* POLLPRI|POLLERR: changed, and that news is now consumed. */
-		if (!(pfd.revents & POLLNVAL)) {
-			lua_pushboolean(L, 1);
-			return 1;
-		}
-	}
-	/* The first call, a descriptor gone bad, or a forked child, whose
-	 * inherited descriptor shares the parent's open file: a poll here would
-	 * consume the parent's news. */
-	if (valid)
-		close(w->fd);
-	w->fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
-	if (w->fd >= 0 && fstat(w->fd, &st) == 0) {
-		w->dev = st.st_dev;
-		w->ino = st.st_ino;
-	} else if (w->fd >= 0) {
-		close(w->fd);
-		w->fd = -1;
-	}
-	w->owner = getpid();
-	lua_pushboolean(L, 1);
+	lua_pushboolean(L, tk_mounts_watch_changed(w));
 	return 1;
 }
 
@@ -1012,7 +957,8 @@ void tk_cgroup_open_lib(lua_State *L)
 		{ NULL, NULL },
 	};
 
-	struct mounts_watch *w;
+	static const struct tk_mounts_watch init = TK_MOUNTS_WATCH_INIT;
+	struct tk_mounts_watch *w;
 
 	tk_handle_newclass(L, TK_CGROUP_MT, methods, cg_index, cg_tostring);
 	/* The Lua front adds its methods to this same table. */
@@ -1020,8 +966,7 @@ void tk_cgroup_open_lib(lua_State *L)
 	luaL_setfuncs(L, funcs, 0);
 
 	w = lua_newuserdatauv(L, sizeof *w, 0);
-	w->fd = -1;
-	w->owner = 0;
+	*w = init;
 	lua_createtable(L, 0, 1);
 	lua_pushcfunction(L, mounts_watch_gc);
 	lua_setfield(L, -2, "__gc");

@@ -9,10 +9,10 @@
  */
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "binding.h"
+#include "self.h"
 
 /* Registry key: a set of the handle classes' metatables. */
 #define CLASSES "takana.handle_classes"
@@ -32,7 +32,7 @@ static _Atomic long created_since_collect;
 void tk_handle_opened(lua_State *L, int fd)
 {
 	long created = atomic_fetch_add(&created_since_collect, 1) + 1;
-	struct rlimit rl;
+	rlim_t soft, hard;
 
 	/* Descriptors are numbered lowest free first, so a new one this high
 	 * means nearly all below it are taken: with a 1,024 soft limit, a loop
@@ -42,10 +42,9 @@ void tk_handle_opened(lua_State *L, int fd)
 	 * that really holds that many does not pay one per object. */
 	/* The soft limit is above fd: too few objects for limit/8 are too
 	 * few for fd/8, and that needs no getrlimit on each object. */
-	if (fd < 64 || created < fd / 8 || getrlimit(RLIMIT_NOFILE, &rl) < 0 ||
-	    rl.rlim_cur == RLIM_INFINITY)
+	if (fd < 64 || created < fd / 8 || tk_nofile_get(&soft, &hard) < 0 || soft == RLIM_INFINITY)
 		return;
-	if ((rlim_t)fd < rl.rlim_cur / 4 * 3 || (rlim_t)created < rl.rlim_cur / 8)
+	if ((rlim_t)fd < soft / 4 * 3 || (rlim_t)created < soft / 8)
 		return;
 	atomic_store(&created_since_collect, 0);
 	lua_gc(L, LUA_GCCOLLECT);

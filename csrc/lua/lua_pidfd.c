@@ -8,23 +8,18 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 #include <stdint.h>
 
 #include "binding.h"
 #include "clock.h"
+#include "epoll_set.h"
 #include "process.h"
-
-#define CGROUP2_SUPER_MAGIC 0x63677270
 
 struct lpidfd {
 	struct tk_pidfd_obj o; /* first: the handle base and what process objects share */
@@ -278,9 +273,12 @@ static int pidfd_index(lua_State *L)
 static int l_poll_fds(lua_State *L)
 {
 	lua_Integer n;
-	int64_t timeout, deadline = 0;
-	int ep, ready, nready = 0;
-	struct epoll_event *evs;
+	int64_t timeout;
+	int *fds, ready;
+	enum tk_poll_want *want;
+	unsigned char *hit;
+	const char *step;
+	size_t m;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
 	timeout = tk_timeout_check(L, 2);
@@ -288,57 +286,33 @@ static int l_poll_fds(lua_State *L)
 		luaL_checktype(L, 3, LUA_TTABLE);
 	tk_check_nargs(L, 3);
 	n = (lua_Integer)lua_rawlen(L, 1);
-	ep = epoll_create1(EPOLL_CLOEXEC);
-	if (ep < 0)
-		return tk_push_error(L, "poll: epoll_create1", -errno);
-	evs = lua_newuserdatauv(L, sizeof *evs * (size_t)(n > 0 ? n : 1), 0);
+	m = (size_t)(n > 0 ? n : 1);
+	/* Scratch held by Lua: a raise below leaks nothing. */
+	fds = lua_newuserdatauv(L, m * (sizeof *fds + sizeof *want + sizeof *hit), 0);
+	want = (enum tk_poll_want *)(void *)(fds + m);
+	hit = (unsigned char *)(want + m);
 	for (lua_Integer i = 1; i <= n; i++) {
-		struct epoll_event ev = { .events = EPOLLIN };
+		want[i - 1] = TK_POLL_IN;
 		if (lua_istable(L, 3)) {
 			int t = lua_rawgeti(L, 3, i);
 			if (t == LUA_TSTRING && strcmp(lua_tostring(L, -1), "w") == 0)
-				ev.events = EPOLLOUT;
+				want[i - 1] = TK_POLL_OUT;
 			else if (t != LUA_TNIL && lua_toboolean(L, -1))
-				ev.events = EPOLLPRI;
+				want[i - 1] = TK_POLL_PRI;
 			lua_pop(L, 1);
 		}
 		lua_rawgeti(L, 1, i);
-		ev.data.fd = (int)lua_tointeger(L, -1);
+		fds[i - 1] = (int)lua_tointeger(L, -1);
 		lua_pop(L, 1);
-		/* The same descriptor twice is one registration; both indexes are
-		 * reported below. */
-		if (epoll_ctl(ep, EPOLL_CTL_ADD, ev.data.fd, &ev) < 0 && errno != EEXIST) {
-			int e = errno;
-			close(ep);
-			return tk_push_error(L, "poll: epoll_ctl", -e);
-		}
 	}
-	if (timeout > 0)
-		deadline = tk_monotonic_ms() + timeout;
-	for (;;) {
-		ready = epoll_wait(ep, evs, n > 0 ? (int)n : 1, tk_timeout_slice(timeout, deadline));
-		if (ready < 0 && errno != EINTR)
-			break;
-		if (ready > 0 || timeout == 0 || (timeout > 0 && tk_monotonic_ms() >= deadline))
-			break;
-	}
-	if (ready < 0 && errno == EINTR)
-		ready = 0;
-	close(ep);
+	ready = tk_poll_fds(fds, want, (size_t)(n > 0 ? n : 0), timeout, hit, &step);
 	if (ready < 0)
-		return tk_push_error(L, "poll: epoll_wait", -errno);
-	lua_newtable(L);
-	for (lua_Integer i = 1; i <= n && ready > 0; i++) {
-		int fd;
-		lua_rawgeti(L, 1, i);
-		fd = (int)lua_tointeger(L, -1);
-		lua_pop(L, 1);
-		for (int k = 0; k < ready; k++) {
-			if (evs[k].data.fd == fd) {
-				lua_pushinteger(L, i);
-				lua_rawseti(L, -2, ++nready);
-				break;
-			}
+		return tk_push_error(L, lua_pushfstring(L, "poll: %s", step), ready);
+	lua_createtable(L, ready, 0);
+	for (lua_Integer i = 1, k = 0; i <= n; i++) {
+		if (hit[i - 1]) {
+			lua_pushinteger(L, i);
+			lua_rawseti(L, -2, ++k);
 		}
 	}
 	return 1;

@@ -17,7 +17,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +24,8 @@
 
 #include "binding.h"
 #include "clock.h"
+#include "fdio.h"
+#include "process.h"
 #include "util.h"
 #include "wait.h"
 
@@ -84,11 +85,9 @@ static ssize_t pipe_fill(struct lpipe *p, size_t want)
 			return -ENOMEM;
 		p->buf = b;
 	}
-	do
-		n = read(p->h.fd, p->buf + p->len, want);
-	while (n < 0 && errno == EINTR);
+	n = tk_fd_read(p->h.fd, p->buf + p->len, want);
 	if (n < 0)
-		return -errno;
+		return n;
 	if (n == 0)
 		p->eof = 1;
 	p->len += (size_t)n;
@@ -148,15 +147,13 @@ static int pipe_read(lua_State *L)
 		return 1;
 	}
 	out = luaL_buffinitsize(L, &b, (size_t)max);
-	do
-		n = read(p->h.fd, out, (size_t)max);
-	while (n < 0 && errno == EINTR);
-	if (n < 0 && errno == EAGAIN) {
+	n = tk_fd_read(p->h.fd, out, (size_t)max);
+	if (n == -EAGAIN) {
 		lua_pushliteral(L, "");
 		return 1;
 	}
 	if (n < 0)
-		return tk_push_error(L, "read", -errno);
+		return tk_push_error(L, "read", (int)n);
 	if (n == 0) {
 		p->eof = 1;
 		lua_pushnil(L);
@@ -335,34 +332,6 @@ static int pipe_eof(lua_State *L)
 	return 1;
 }
 
-/* write(2) with SIGPIPE held back: a child that closed its stdin must give
- * EPIPE here, not kill the caller. A SIGPIPE that was already pending
- * (someone else's) is left pending. */
-static ssize_t write_nosigpipe(int fd, const char *s, size_t len)
-{
-	sigset_t pipe_set, old, pending;
-	ssize_t n;
-	int e, was_pending;
-
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	sigpending(&pending);
-	was_pending = sigismember(&pending, SIGPIPE);
-	do
-		n = write(fd, s, len);
-	while (n < 0 && errno == EINTR);
-	e = errno;
-	if (n < 0 && e == EPIPE && !was_pending) {
-		struct timespec zero = { 0, 0 };
-		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
-			;
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	errno = e;
-	return n;
-}
-
 /*** Writes without blocking: as much of s as fits now.
  * @function pipe:write
  * @string s
@@ -381,8 +350,8 @@ static int pipe_write(lua_State *L)
 		lua_pushinteger(L, 0);
 		return 1;
 	}
-	n = write_nosigpipe(p->h.fd, s, len);
-	if (n < 0 && errno == EAGAIN) {
+	n = tk_fd_write_nosigpipe(p->h.fd, s, len);
+	if (n == -EAGAIN) {
 		lua_pushnil(L);
 		lua_pushliteral(L, "write: pipe full (wait until it is writable: takana.poll, or "
 		                   "events() 'w' in cqueues, then write the rest)");
@@ -390,7 +359,7 @@ static int pipe_write(lua_State *L)
 		return 3;
 	}
 	if (n < 0)
-		return tk_push_error(L, "write", -errno);
+		return tk_push_error(L, "write", (int)n);
 	lua_pushinteger(L, (lua_Integer)n);
 	return 1;
 }

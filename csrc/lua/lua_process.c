@@ -8,7 +8,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pwd.h>
 #include <stddef.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "binding.h"
+#include "fdio.h"
 #include "process.h"
 #include "procinfo.h"
 
@@ -112,9 +112,9 @@ static int proc_push_open(lua_State *L, pid_t pid, int from_pidfd, struct lproc 
 	*out = p;
 	/* Duplicated only now that nothing can raise before it is owned. */
 	if (from_pidfd >= 0) {
-		fd = fcntl(from_pidfd, F_DUPFD_CLOEXEC, 3);
+		fd = tk_fd_dup(from_pidfd);
 		if (fd < 0)
-			return -errno;
+			return fd;
 	}
 	r = tk_pref_open(pid, fd, &pr);
 	if (r < 0)

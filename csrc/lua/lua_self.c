@@ -2,14 +2,11 @@
  * its ids, the child-subreaper flag, its descriptor limit and the
  * environment. */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "binding.h"
+#include "self.h"
 
 /* environ: declared by unistd.h under _GNU_SOURCE. */
 
@@ -26,19 +23,20 @@
  * @treturn[2] nil, "subreaper: message", errno */
 static int l_subreaper(lua_State *L)
 {
-	int on = 0;
+	int on = 0, r;
 
 	tk_check_nargs(L, 1);
 	if (lua_isnone(L, 1)) {
-		if (prctl(PR_GET_CHILD_SUBREAPER, &on, 0, 0, 0) < 0)
-			return tk_push_error(L, "subreaper: PR_GET_CHILD_SUBREAPER", -errno);
+		r = tk_subreaper_get(&on);
+		if (r < 0)
+			return tk_push_error(L, "subreaper: PR_GET_CHILD_SUBREAPER", r);
 		lua_pushboolean(L, on != 0);
 		return 1;
 	}
 	luaL_checktype(L, 1, LUA_TBOOLEAN);
-	on = lua_toboolean(L, 1);
-	if (prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)on, 0, 0, 0) < 0)
-		return tk_push_error(L, "subreaper: PR_SET_CHILD_SUBREAPER", -errno);
+	r = tk_subreaper_set(lua_toboolean(L, 1));
+	if (r < 0)
+		return tk_push_error(L, "subreaper: PR_SET_CHILD_SUBREAPER", r);
 	lua_pushboolean(L, 1);
 	return 1;
 }
@@ -72,45 +70,21 @@ static int l_environ(lua_State *L)
 
 /* The subreaper flag belongs to the process, and subreaper supervisors of
  * any Lua state share it: the first hold sets it if it was clear, the last
- * release clears it again. */
-static struct {
-	int users;
-	int ours;
-} subreaper_holds;
-
+ * release clears it again (self.c counts them). */
 /* core.subreaper_hold(true | false) -> true | nil, message, errno */
 static int l_subreaper_hold(lua_State *L)
 {
-	int on = 0;
+	const char *step = NULL;
+	int r;
 
 	tk_check_nargs(L, 1);
 	luaL_checktype(L, 1, LUA_TBOOLEAN);
-	if (!lua_toboolean(L, 1)) {
-		if (subreaper_holds.users > 0 && --subreaper_holds.users == 0 && subreaper_holds.ours) {
-			prctl(PR_SET_CHILD_SUBREAPER, 0UL, 0, 0, 0);
-			subreaper_holds.ours = 0;
-		}
-		lua_pushboolean(L, 1);
-		return 1;
-	}
-	if (subreaper_holds.users == 0) {
-		if (prctl(PR_GET_CHILD_SUBREAPER, &on, 0, 0, 0) < 0)
-			return tk_push_error(L, "subreaper: PR_GET_CHILD_SUBREAPER", -errno);
-		if (!on && prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0, 0, 0) < 0)
-			return tk_push_error(L, "subreaper: PR_SET_CHILD_SUBREAPER", -errno);
-		subreaper_holds.ours = !on;
-	}
-	subreaper_holds.users++;
+	r = tk_subreaper_hold(lua_toboolean(L, 1), &step);
+	if (r < 0)
+		return tk_push_error(L, lua_pushfstring(L, "subreaper: %s", step), r);
 	lua_pushboolean(L, 1);
 	return 1;
 }
-
-/* The descriptor limit a supervisor raised, counted like the subreaper
- * flag: the soft limit before the first hold, put back by the last. */
-static struct {
-	int users, ours;
-	rlim_t before;
-} nofile_holds;
 
 /* Each service costs a supervisor about six descriptors (its cgroup, a
  * pidfd, two output pipes, a notify socket): a login's 1,024 fits about
@@ -121,40 +95,29 @@ static struct {
  * releases; core.nofile_hold() -> soft now, hard. */
 static int l_nofile_hold(lua_State *L)
 {
-	struct rlimit rl;
+	rlim_t soft, hard;
+	const char *step = "getrlimit";
+	int r;
 
 	tk_check_nargs(L, 1);
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-		return tk_push_error(L, "nofile: getrlimit", -errno);
 	if (lua_isnone(L, 1)) {
-		lua_pushinteger(L, (lua_Integer)rl.rlim_cur);
-		lua_pushinteger(L, (lua_Integer)rl.rlim_max);
+		r = tk_nofile_get(&soft, &hard);
+		if (r < 0)
+			return tk_push_error(L, "nofile: getrlimit", r);
+		lua_pushinteger(L, (lua_Integer)soft);
+		lua_pushinteger(L, (lua_Integer)hard);
 		return 2;
 	}
 	luaL_checktype(L, 1, LUA_TBOOLEAN);
+	r = tk_nofile_hold(lua_toboolean(L, 1), &soft, &hard, &step);
+	if (r < 0)
+		return tk_push_error(L, lua_pushfstring(L, "nofile: %s", step), r);
 	if (!lua_toboolean(L, 1)) {
-		if (nofile_holds.users > 0 && --nofile_holds.users == 0 && nofile_holds.ours) {
-			rl.rlim_cur = nofile_holds.before;
-			setrlimit(RLIMIT_NOFILE, &rl);
-			nofile_holds.ours = 0;
-		}
 		lua_pushboolean(L, 1);
 		return 1;
 	}
-	if (nofile_holds.users == 0) {
-		rlim_t want = rl.rlim_max < ((rlim_t)1 << 20) ? rl.rlim_max : ((rlim_t)1 << 20);
-		nofile_holds.before = rl.rlim_cur;
-		nofile_holds.ours = 0;
-		if (want > rl.rlim_cur) {
-			struct rlimit up = { want, rl.rlim_max };
-			if (setrlimit(RLIMIT_NOFILE, &up) < 0)
-				return tk_push_error(L, "nofile: setrlimit", -errno);
-			nofile_holds.ours = 1;
-		}
-	}
-	nofile_holds.users++;
-	lua_pushinteger(L, (lua_Integer)nofile_holds.before);
-	lua_pushinteger(L, (lua_Integer)rl.rlim_max);
+	lua_pushinteger(L, (lua_Integer)soft);
+	lua_pushinteger(L, (lua_Integer)hard);
 	return 2;
 }
 
@@ -179,14 +142,8 @@ static int l_geteuid(lua_State *L)
  * namespace names other processes by the same numbers. */
 static int l_proc_is_ours(lua_State *L)
 {
-	char buf[32];
-	ssize_t n;
-
 	tk_check_nargs(L, 0);
-	n = readlink("/proc/self", buf, sizeof buf - 1);
-	if (n > 0)
-		buf[n] = '\0';
-	lua_pushboolean(L, n > 0 && strtol(buf, NULL, 10) == (long)getpid());
+	lua_pushboolean(L, tk_proc_is_ours());
 	return 1;
 }
 

@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "binding.h"
+#include "snapshot_query.h"
 
 struct lsnap {
 	struct tk_recbuf rb;
@@ -404,12 +405,6 @@ static void cgroup_rel(lua_State *L, int idx, const char *what, char *out, size_
 	out[o] = '\0';
 }
 
-static int u64_cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return (x > y) - (x < y);
-}
-
 static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const char *opt)
 {
 	if (!(s->fields & (1u << fld)))
@@ -428,10 +423,8 @@ static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const cha
  *   cannot be read (ENOENT: no such cgroup, or no cgroup2 mount) */
 struct filter {
 	const char *cg, *pattern;
-	int recursive, has_recursive, has_uid;
-	uint32_t uid;
-	uint64_t *ids;         /* the cgroup's ids, sorted; NULL without cgroup */
-	size_t nids;
+	int recursive, has_recursive;
+	struct tk_filter c;    /* what C answers: cgroup ids and uid */
 };
 
 /* The criteria table at 2, checked: a wrong key or type raises. */
@@ -454,8 +447,8 @@ static void filter_options(lua_State *L, struct filter *f)
 			luaL_argexpected(L, lua_isinteger(L, -1), 2, "integer for option 'uid'");
 			uid = lua_tointeger(L, -1);
 			luaL_argcheck(L, uid >= 0 && uid <= (lua_Integer)UINT32_MAX, 2, "uid out of range");
-			f->uid = (uint32_t)uid;
-			f->has_uid = 1;
+			f->c.uid = (uint32_t)uid;
+			f->c.has_uid = 1;
 		} else if (k != NULL && strcmp(k, "comm") == 0) {
 			luaL_argexpected(L, lua_type(L, -1) == LUA_TSTRING, 2, "string for option 'comm'");
 			f->pattern = lua_tostring(L, -1);
@@ -485,43 +478,38 @@ static void filter_pattern(lua_State *L, const struct filter *f)
 	lua_call(L, 2, 0);
 }
 
-/* The ids of the cgroup (and its subtree) into f->ids, held by Lua (slot
- * 4), so a raise below leaks nothing. Returns 0, or pushes nil, message,
- * errno and returns 3. */
+/* The ids of the cgroup (and its subtree), sorted, into f->c.ids, held by
+ * Lua (slot 4), so a raise below leaks nothing. Returns 0, or pushes nil,
+ * message, errno and returns 3. */
 static int filter_cgroup_ids(lua_State *L, struct filter *f)
 {
 	char rel[TK_CG_PATH_MAX];
-	uint64_t *heap;
+	uint64_t *heap, *ids;
 	int err;
 
 	lua_getfield(L, 2, "cgroup");
 	cgroup_rel(L, -1, "filter", rel, sizeof rel);
 	lua_pop(L, 1);
-	err = tk_cgroup_subtree_ids(rel, f->recursive, &heap, &f->nids);
+	err = tk_filter_cgroup_ids(rel, f->recursive, &heap, &f->c.nids);
 	if (err < 0) {
 		char ctx[96];
 
 		snprintf(ctx, sizeof ctx, "filter: cgroup /%.60s%s", rel, strlen(rel) > 60 ? "..." : "");
 		return tk_push_error(L, ctx, err);
 	}
-	f->ids = lua_newuserdatauv(L, f->nids * sizeof *f->ids + 1, 0);
-	memcpy(f->ids, heap, f->nids * sizeof *f->ids);
+	ids = lua_newuserdatauv(L, f->c.nids * sizeof *ids + 1, 0);
+	if (f->c.nids > 0)
+		memcpy(ids, heap, f->c.nids * sizeof *ids);
 	free(heap);
-	qsort(f->ids, f->nids, sizeof *f->ids, u64_cmp);
+	f->c.ids = ids;
 	return 0;
 }
 
-static int filter_match(lua_State *L, const struct filter *f, const struct tk_record *r)
+/* The comm pattern, string.find's (slot 3), on one record C matched. */
+static int filter_comm(lua_State *L, const struct filter *f, const struct tk_record *r)
 {
 	int hit;
 
-	if (f->ids != NULL && (r->cgroup_id == 0 ||
-	    bsearch(&r->cgroup_id, f->ids, f->nids, sizeof *f->ids, u64_cmp) == NULL))
-		return 0;
-	if (f->has_uid && r->uid != f->uid)
-		return 0;
-	if (f->pattern == NULL)
-		return 1;
 	lua_pushvalue(L, 3);
 	lua_pushlstring(L, r->comm, r->comm_len);
 	lua_pushstring(L, f->pattern);
@@ -536,11 +524,12 @@ static int snap_filter(lua_State *L)
 	struct lsnap *s = snap_check(L, 1);
 	struct filter f = { 0 };
 	lua_Integer n = 0;
+	size_t *hits, nhits;
 
 	luaL_checktype(L, 2, LUA_TTABLE);
 	tk_check_nargs(L, 2);
 	filter_options(L, &f);
-	if (f.has_uid)
+	if (f.c.has_uid)
 		filter_needs(L, s, TK_FLD_UID, "uid");
 	if (f.pattern != NULL) {
 		filter_needs(L, s, TK_FLD_COMM, "comm");
@@ -553,11 +542,16 @@ static int snap_filter(lua_State *L)
 			return 3;
 	}
 	/* The criteria table stays in slot 2: it holds the pattern. */
+	hits = lua_newuserdatauv(L, (snap_alive(L, s)->rb.len + 1) * sizeof *hits, 0);
+	nhits = tk_snapshot_filter(&snap_alive(L, s)->rb, &f.c, hits);
 	lua_newtable(L);
-	for (size_t i = 0; snap_alive(L, s) && i < s->rb.len; i++) {
-		uint32_t pid = s->rb.recs[i].pid;
+	/* The pattern's calls and the pushes can run a finalizer that calls
+	 * the snapshot's __gc: checked before each record is read. */
+	for (size_t k = 0; k < nhits; k++) {
+		const struct tk_record *r = &snap_alive(L, s)->rb.recs[hits[k]];
+		uint32_t pid = r->pid;
 
-		if (!filter_match(L, &f, &s->rb.recs[i]))
+		if (f.pattern != NULL && !filter_comm(L, &f, r))
 			continue;
 		lua_pushinteger(L, pid);
 		lua_rawseti(L, -2, ++n);
@@ -688,59 +682,6 @@ static int snap_index(lua_State *L)
 
 /* ---- delta ------------------------------------------------------------- */
 
-static void pid_list_append(lua_State *L, int list, lua_Integer *n, uint32_t pid)
-{
-	lua_pushinteger(L, pid);
-	lua_rawseti(L, list, ++*n);
-}
-
-static uint64_t sub_floor(uint64_t a, uint64_t b)
-{
-	return a > b ? a - b : 0;
-}
-
-struct delta_ctx {
-	lua_State *L;
-	struct lsnap *a, *b;
-	int t;                 /* the result; its lists at t+1 .. t+6 */
-	double interval;
-	lua_Integer nstarted, nexited;
-};
-
-/* Both snapshots are checked on each record (a finalizer run by a push can
- * call __gc by hand), and every value is read before the pushes. */
-static int delta_record(void *ctx, enum tk_join what, const struct tk_record *ra,
-                        const struct tk_record *rb)
-{
-	struct delta_ctx *d = ctx;
-	lua_State *L = d->L;
-	uint64_t du, ds;
-	lua_Integer pid;
-
-	snap_alive(L, d->a);
-	snap_alive(L, d->b);
-	if (what == TK_JOIN_GONE) {
-		pid_list_append(L, d->t + 6, &d->nexited, ra->pid);
-		return 0;
-	}
-	if (what == TK_JOIN_NEW) {
-		pid_list_append(L, d->t + 5, &d->nstarted, rb->pid);
-		return 0;
-	}
-	du = sub_floor(rb->utime_ns, ra->utime_ns);
-	ds = sub_floor(rb->stime_ns, ra->stime_ns);
-	pid = rb->pid;
-	lua_pushinteger(L, tk_u64_int(du + ds));
-	lua_rawseti(L, d->t + 1, pid);
-	lua_pushinteger(L, tk_u64_int(du));
-	lua_rawseti(L, d->t + 2, pid);
-	lua_pushinteger(L, tk_u64_int(ds));
-	lua_rawseti(L, d->t + 3, pid);
-	lua_pushnumber(L, d->interval > 0 ? (double)(du + ds) / d->interval : 0.0);
-	lua_rawseti(L, d->t + 4, pid);
-	return 0;
-}
-
 /* CPU used by each process between two snapshots.
  * @function delta
  * @tparam snapshot old
@@ -750,41 +691,77 @@ static int delta_record(void *ctx, enum tk_join what, const struct tk_record *ra
  *   exited={pid...}}`. A pid reused between the two counts as exited and started. */
 static int l_delta(lua_State *L)
 {
-	struct delta_ctx d = { .L = L };
+	struct lsnap *a = snap_check(L, 1), *b = snap_check(L, 2);
+	struct tk_delta d = { 0 };
+	uint64_t interval;
+	int t;
 
-	d.a = snap_check(L, 1);
-	d.b = snap_check(L, 2);
 	tk_check_nargs(L, 2);
-	luaL_argcheck(L, d.b->time_ns >= d.a->time_ns, 2, "new snapshot is older than old");
+	luaL_argcheck(L, b->time_ns >= a->time_ns, 2, "new snapshot is older than old");
 	for (int k = 1; k <= 2; k++) {
-		const struct lsnap *x = k == 1 ? d.a : d.b;
+		const struct lsnap *x = k == 1 ? a : b;
 		uint32_t need = TK_F(UTIME) | TK_F(STIME);
 
 		if ((x->fields & need) != need)
 			luaL_argerror(L, k, "snapshot taken without utime_ns and stime_ns "
 			              "(fields = {...}): delta needs both");
 	}
-	d.interval = (double)(d.b->time_ns - d.a->time_ns);
+	interval = b->time_ns - a->time_ns;
+
+	/* The answer first, into room Lua holds (a raise leaks nothing); the
+	 * allocation may have run a finalizer, hence the checks. */
+	d.cpu = lua_newuserdatauv(L, (b->rb.len + 1) * sizeof *d.cpu, 0);
+	d.started = lua_newuserdatauv(L, (b->rb.len + 1) * sizeof *d.started, 0);
+	d.exited = lua_newuserdatauv(L, (a->rb.len + 1) * sizeof *d.exited, 0);
+	tk_snapshot_delta(&snap_alive(L, a)->rb, &snap_alive(L, b)->rb, interval, &d);
 
 	lua_createtable(L, 0, 7);
-	d.t = lua_gettop(L);
-	lua_pushinteger(L, tk_u64_int(d.b->time_ns - d.a->time_ns));
-	lua_setfield(L, d.t, "interval_ns");
+	t = lua_gettop(L);
+	lua_pushinteger(L, tk_u64_int(interval));
+	lua_setfield(L, t, "interval_ns");
 	lua_newtable(L); /* t+1 cpu_ns */
 	lua_newtable(L); /* t+2 utime_ns */
 	lua_newtable(L); /* t+3 stime_ns */
 	lua_newtable(L); /* t+4 share */
 	lua_newtable(L); /* t+5 started */
 	lua_newtable(L); /* t+6 exited */
-	tk_recbuf_join(&d.a->rb, &d.b->rb, delta_record, &d);
-	snap_alive(L, d.a);
-	snap_alive(L, d.b);
-	lua_setfield(L, d.t, "exited");
-	lua_setfield(L, d.t, "started");
-	lua_setfield(L, d.t, "share");
-	lua_setfield(L, d.t, "stime_ns");
-	lua_setfield(L, d.t, "utime_ns");
-	lua_setfield(L, d.t, "cpu_ns");
+	/* A finalizer run by a push can call either snapshot's __gc by hand:
+	 * both are checked on each record, as a method on a collected snapshot
+	 * raises. */
+	for (size_t k = 0; k < d.ncpu; k++) {
+		const struct tk_delta_cpu *c = &d.cpu[k];
+
+		snap_alive(L, a);
+		snap_alive(L, b);
+		lua_pushinteger(L, tk_u64_int(c->cpu_ns));
+		lua_rawseti(L, t + 1, c->pid);
+		lua_pushinteger(L, tk_u64_int(c->utime_ns));
+		lua_rawseti(L, t + 2, c->pid);
+		lua_pushinteger(L, tk_u64_int(c->stime_ns));
+		lua_rawseti(L, t + 3, c->pid);
+		lua_pushnumber(L, c->share);
+		lua_rawseti(L, t + 4, c->pid);
+	}
+	for (size_t k = 0; k < d.nstarted; k++) {
+		snap_alive(L, a);
+		snap_alive(L, b);
+		lua_pushinteger(L, d.started[k]);
+		lua_rawseti(L, t + 5, (lua_Integer)k + 1);
+	}
+	for (size_t k = 0; k < d.nexited; k++) {
+		snap_alive(L, a);
+		snap_alive(L, b);
+		lua_pushinteger(L, d.exited[k]);
+		lua_rawseti(L, t + 6, (lua_Integer)k + 1);
+	}
+	snap_alive(L, a);
+	snap_alive(L, b);
+	lua_setfield(L, t, "exited");
+	lua_setfield(L, t, "started");
+	lua_setfield(L, t, "share");
+	lua_setfield(L, t, "stime_ns");
+	lua_setfield(L, t, "utime_ns");
+	lua_setfield(L, t, "cpu_ns");
 	return 1;
 }
 

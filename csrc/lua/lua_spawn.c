@@ -13,7 +13,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
 #include <math.h>
@@ -24,14 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "binding.h"
+#include "cgroup.h"
+#include "fdio.h"
 #include "process.h"
 #include "util.h"
 
-#define CGROUP2_SUPER_MAGIC 0x63677270
 #define NRLIMITS 16           /* entries of tk_rlimit_names */
 #define EXTRA_FD_MAX 65535    /* highest target of fds = {[n] = ...} */
 #define PW_BUF_MAX (1 << 20)  /* getpwnam_r/getgrnam_r buffer, grown to this */
@@ -724,7 +723,7 @@ static int fd_of(lua_State *L, int idx, const char *what)
 		}
 		lua_pop(L, 1);
 	}
-	if (fd < 0 || fcntl(fd, F_GETFD) < 0)
+	if (!tk_fd_valid(fd))
 		spawn_error(L, "%s: an open fd, a file or an object with :fileno() expected", what);
 	return fd;
 }
@@ -772,8 +771,8 @@ static int fds_option(lua_State *L, struct spawn_state *st, int *target)
 		snprintf(what, sizeof what, "fds[%d]", (int)lua_tointeger(L, -2));
 		fd = fd_of(L, -1, what);
 		*target = (int)lua_tointeger(L, -2);
-		if ((dup = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
-			return -errno;
+		if ((dup = tk_fd_dup(fd)) < 0)
+			return dup;
 		st->extra[st->nextra].target = *target;
 		st->extra[st->nextra++].source = dup;
 	}
@@ -788,11 +787,11 @@ static int fds_option(lua_State *L, struct spawn_state *st, int *target)
  * the file and open another in its number before the child starts. */
 static int stdio_own(struct spawn_state *st, int i, int fd, const char **step)
 {
-	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	int dup = tk_fd_dup(fd);
 
 	if (dup < 0) {
 		*step = "dup";
-		return -errno;
+		return dup;
 	}
 	st->owned[st->nowned++] = dup;
 	st->o.fds[i] = dup;
@@ -806,20 +805,19 @@ static int stdio_pipe(lua_State *L, struct spawn_state *st, int i, int io_idx, c
 	struct tk_handle *h = tk_pipe_new(L, i == 0);
 	int p[2];
 
+	int r;
+
 	lua_setfield(L, io_idx, stdio_names[i]);
-	if (pipe2(p, O_CLOEXEC) < 0) {
+	/* Ours only non-blocking: O_NONBLOCK is per open file description,
+	 * and the child's end is a description of its own. */
+	r = tk_pipe_pair(p, i == 0 ? 1 : 0);
+	if (r < 0) {
 		*step = "pipe";
-		return -errno;
+		return r;
 	}
 	h->fd = i == 0 ? p[1] : p[0];
 	st->o.fds[i] = i == 0 ? p[0] : p[1];
 	st->owned[st->nowned++] = st->o.fds[i];
-	/* Ours only: O_NONBLOCK is per open file description, and the
-	 * child's end is a description of its own. */
-	if (fcntl(h->fd, F_SETFL, O_NONBLOCK) < 0) {
-		*step = "pipe";
-		return -errno;
-	}
 	return 0;
 }
 
@@ -834,10 +832,10 @@ static int stdio_option(lua_State *L, struct spawn_state *st, int i, int io_idx,
 		const char *v = lua_tostring(L, -1);
 		if (strcmp(v, "inherit") == 0) {
 		} else if (strcmp(v, "null") == 0) {
-			int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+			int fd = tk_devnull_open();
 			if (fd < 0) {
 				*step = "open /dev/null";
-				r = -errno;
+				r = fd;
 			} else {
 				st->owned[st->nowned++] = fd;
 				st->o.fds[i] = fd;
@@ -861,7 +859,6 @@ static int stdio_option(lua_State *L, struct spawn_state *st, int i, int io_idx,
 static int cgroup_option(lua_State *L, struct spawn_state *st)
 {
 	int t = lua_getfield(L, 1, "cgroup");
-	struct statfs sfs;
 	int fd;
 
 	if (t == LUA_TNIL) {
@@ -870,9 +867,9 @@ static int cgroup_option(lua_State *L, struct spawn_state *st)
 	}
 	if (t == LUA_TSTRING) {
 		st->cgroup_path = owned_string(L, -1, "cgroup");
-		fd = open(st->cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		fd = tk_cg_mount_open(st->cgroup_path);
 		if (fd < 0)
-			return -errno;
+			return fd;
 	} else {
 		/* A takana.cgroup handle: its directory fd. */
 		if (luaL_testudata(L, -1, TK_CGROUP_MT) == NULL)
@@ -881,12 +878,12 @@ static int cgroup_option(lua_State *L, struct spawn_state *st)
 		if (lua_type(L, -1) == LUA_TSTRING)
 			st->cgroup_path = owned_string(L, -1, "cgroup path");
 		lua_pop(L, 1);
-		fd = fcntl(tk_cgroup_dirfd(L, -1), F_DUPFD_CLOEXEC, 3);
+		fd = tk_fd_dup(tk_cgroup_dirfd(L, -1));
 		if (fd < 0)
-			return -errno;
+			return fd;
 	}
 	st->o.cgroup_fd = fd;
-	if (fstatfs(fd, &sfs) < 0 || sfs.f_type != CGROUP2_SUPER_MAGIC)
+	if (!tk_cg_fd_is_v2(fd))
 		luaL_argerror(L, 1, "cgroup: not a directory of the cgroup2 hierarchy");
 	lua_pop(L, 1);
 	return 0;

@@ -7,19 +7,15 @@
  * handed to a child stays blocking, since the child's programs expect it. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "binding.h"
+#include "epoll_set.h"
+#include "fdio.h"
 #include "process.h"
-#include "safe_dir.h"
+#include "unix_socket.h"
 
 enum ux_kind { UX_DGRAM, UX_LISTEN, UX_STREAM, UX_EPOLL };
 
@@ -48,23 +44,16 @@ static void ux_release(lua_State *L, struct tk_handle *h)
 	struct lunix *u = (struct lunix *)h;
 
 	(void)L;
-	/* A datagram socket's queue may still hold what senders passed,
-	 * released by its last close: that close is a closing thread's too. */
-	if (u->drops == NULL || tk_fd_drop(u->drops, &h->fd, 1) < 0) {
-		if (u->drops)
-			tk_fd_close_defused(h->fd);
-		else
-			close(h->fd);
-	}
+	tk_unix_close(h->fd, u->drops);
 	tk_fd_drops_put(u->drops);
 	u->drops = NULL;
 }
 
-static struct lunix *ux_new(lua_State *L, int fd, enum ux_kind kind)
+/* Created closed: a memory error leaves nothing open. */
+static struct lunix *ux_new(lua_State *L, enum ux_kind kind)
 {
 	struct lunix *u = lua_newuserdatauv(L, sizeof *u, 0);
 	tk_handle_init(&u->h, kind_names[kind], "r", ux_release);
-	u->h.fd = fd;
 	u->kind = kind;
 	u->sender_pidfds = 0;
 	u->drops = NULL;
@@ -79,40 +68,26 @@ static void ux_require(lua_State *L, struct lunix *u, enum ux_kind kind, const c
 		           kind_names[u->kind]);
 }
 
-/* Fills a sockaddr_un; a path that does not fit raises, since it is the
+/* The socket path at idx; one that does not fit raises, since it is the
  * caller's to choose a shorter one (108 bytes, NUL included). */
-static socklen_t ux_addr(lua_State *L, int idx, struct sockaddr_un *sa)
+static const char *ux_path(lua_State *L, int idx)
 {
 	size_t len;
 	const char *path = luaL_checklstring(L, idx, &len);
 
 	if (len == 0 || memchr(path, '\0', len))
 		luaL_argerror(L, idx, "a socket path without NUL bytes expected");
-	if (len >= sizeof sa->sun_path)
+	if (len >= sizeof((struct sockaddr_un *)NULL)->sun_path)
 		luaL_argerror(L, idx, lua_pushfstring(L, "socket path longer than %d bytes",
-		                                      (int)sizeof sa->sun_path - 1));
-	memset(sa, 0, sizeof *sa);
-	sa->sun_family = AF_UNIX;
-	memcpy(sa->sun_path, path, len);
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
+		              (int)sizeof((struct sockaddr_un *)NULL)->sun_path - 1));
+	return path;
 }
-
-#ifndef SO_PASSPIDFD
-#define SO_PASSPIDFD 76
-#endif
-#ifndef SCM_PIDFD
-#define SCM_PIDFD 0x04
-#endif
 
 /* Messages of one socket whose passed descriptors are still closing (each
  * on its thread, fd_drop.c) beyond which it is not read (recv says EBUSY):
  * closes stuck on its senders' files would otherwise fill our descriptor
  * table, and the kernel closes what does not fit in the reader's thread. */
 #define DROPS_INFLIGHT_MAX 16
-
-/* The kernel's SCM_MAX_FD: room for all a message may pass, since those
- * that do not fit are closed by the kernel in the reader's thread. */
-#define SCM_FDS_MAX 253
 
 /* A socket bound at name beneath the checked directory dirfd (lua_dir.c's
  * dir:bind): a datagram socket whose every message names its sender, or a
@@ -124,35 +99,20 @@ static socklen_t ux_addr(lua_State *L, int idx, struct sockaddr_un *sa)
 int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name, int dgram,
                  mode_t mode, uid_t uid, gid_t gid, int by_start_time)
 {
-	int one = 1, fd, r = 0, pidfds = 0;
-	struct tk_fd_drops *drops = NULL;
+	int fd, pidfds;
+	struct tk_fd_drops *drops;
+	const char *step;
 	struct lunix *u;
 
-	fd = socket(AF_UNIX, (dgram ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	u = ux_new(L, dgram ? UX_DGRAM : UX_LISTEN);
+	fd = tk_unix_socket_bind(dirfd, dir_path, name, dgram, mode, uid, gid, by_start_time,
+	                         &pidfds, &drops, &step);
+	if (fd < 0 && strcmp(step, "socket") == 0)
+		return tk_push_error(L, dgram ? "notify socket" : "control socket", fd);
 	if (fd < 0)
-		return tk_push_error(L, dgram ? "notify socket" : "control socket", -errno);
-	if (dgram) {
-		pidfds = !by_start_time &&
-		         setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one) == 0;
-		if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0 ||
-		    (!pidfds && setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) < 0))
-			r = -errno;
-		/* Passed descriptors are taken (systemd-notify's barrier passes
-		 * one and waits for its close) and closed off this thread. */
-		if (r == 0 && (drops = tk_fd_drops_new()) == NULL)
-			r = -ENOMEM;
-	}
-	if (r == 0)
-		r = tk_dir_bind(dirfd, dir_path, name, fd, mode, uid, gid);
-	if (r == 0 && !dgram && listen(fd, 64) < 0)
-		r = -errno;
-	if (r < 0) {
-		close(fd);
-		tk_fd_drops_put(drops);
 		return tk_push_error(L, lua_pushfstring(L, "%s %s/%s", dgram ? "bind" : "listen",
-		                                        dir_path ? dir_path : ".", name), r);
-	}
-	u = ux_new(L, fd, dgram ? UX_DGRAM : UX_LISTEN);
+		                                        dir_path ? dir_path : ".", name), fd);
+	u->h.fd = fd;
 	u->sender_pidfds = pidfds;
 	u->drops = drops;
 	return 1;
@@ -165,23 +125,18 @@ int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name
  * @treturn[2] nil, message, errno */
 static int l_unix_connect(lua_State *L)
 {
-	struct sockaddr_un sa;
-	socklen_t len = ux_addr(L, 1, &sa);
-	int fd, r;
+	const char *path = ux_path(L, 1), *step;
+	struct lunix *u;
+	int fd;
 
 	tk_check_nargs(L, 1);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	u = ux_new(L, UX_STREAM);
+	fd = tk_unix_connect(path, &step);
+	if (fd < 0 && strcmp(step, "socket") == 0)
+		return tk_push_error(L, "connect", fd);
 	if (fd < 0)
-		return tk_push_error(L, "connect", -errno);
-	do
-		r = connect(fd, (const struct sockaddr *)&sa, len);
-	while (r < 0 && errno == EINTR);
-	if (r < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
-		r = -errno;
-		close(fd);
-		return tk_push_error(L, lua_pushfstring(L, "connect %s", sa.sun_path), r);
-	}
-	ux_new(L, fd, UX_STREAM);
+		return tk_push_error(L, lua_pushfstring(L, "connect %s", path), fd);
+	u->h.fd = fd;
 	return 1;
 }
 
@@ -190,19 +145,18 @@ static int l_unix_connect(lua_State *L)
  * the child it is handed to (an s6 notification fd). */
 static int l_pipe(lua_State *L)
 {
-	int p[2];
+	struct tk_handle *r, *w;
+	int p[2], e;
 
 	tk_check_nargs(L, 0);
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return tk_push_error(L, "pipe", -errno);
-	if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
-		int e = -errno;
-		close(p[0]);
-		close(p[1]);
+	/* Both objects first, closed: a memory error leaves nothing open. */
+	r = tk_pipe_new(L, 0);
+	w = tk_pipe_new(L, 1);
+	e = tk_pipe_pair(p, 0);
+	if (e < 0)
 		return tk_push_error(L, "pipe", e);
-	}
-	tk_pipe_new(L, 0)->fd = p[0];
-	tk_pipe_new(L, 1)->fd = p[1];
+	r->fd = p[0];
+	w->fd = p[1];
 	return 2;
 }
 
@@ -213,13 +167,15 @@ static int l_pipe(lua_State *L)
  * @treturn[2] nil, message, errno */
 static int l_epoll(lua_State *L)
 {
+	struct lunix *u;
 	int fd;
 
 	tk_check_nargs(L, 0);
-	fd = epoll_create1(EPOLL_CLOEXEC);
+	u = ux_new(L, UX_EPOLL);
+	fd = tk_epoll_open();
 	if (fd < 0)
-		return tk_push_error(L, "epoll", -errno);
-	ux_new(L, fd, UX_EPOLL);
+		return tk_push_error(L, "epoll", fd);
+	u->h.fd = fd;
 	return 1;
 }
 
@@ -232,17 +188,15 @@ static int ux_epoll_add(lua_State *L)
 {
 	struct lunix *u = ux_check(L, 1);
 	lua_Integer fd = luaL_checkinteger(L, 2);
-	struct epoll_event ev;
+	int r;
 
 	tk_check_nargs(L, 3);
 	ux_require(L, u, UX_EPOLL, "add");
 	if (fd < 0 || fd > INT32_MAX)
 		luaL_argerror(L, 2, "a descriptor expected");
-	memset(&ev, 0, sizeof ev);
-	ev.events = lua_toboolean(L, 3) ? EPOLLPRI : EPOLLIN;
-	ev.data.fd = (int)fd;
-	if (epoll_ctl(u->h.fd, EPOLL_CTL_ADD, (int)fd, &ev) < 0)
-		return tk_push_error(L, "epoll add", -errno);
+	r = tk_epoll_add(u->h.fd, (int)fd, lua_toboolean(L, 3));
+	if (r < 0)
+		return tk_push_error(L, "epoll add", r);
 	lua_pushboolean(L, 1);
 	return 1;
 }
@@ -254,13 +208,15 @@ static int ux_epoll_del(lua_State *L)
 {
 	struct lunix *u = ux_check(L, 1);
 	lua_Integer fd = luaL_checkinteger(L, 2);
+	int r;
 
 	tk_check_nargs(L, 2);
 	ux_require(L, u, UX_EPOLL, "del");
 	if (fd < 0 || fd > INT32_MAX)
 		luaL_argerror(L, 2, "a descriptor expected");
-	if (epoll_ctl(u->h.fd, EPOLL_CTL_DEL, (int)fd, NULL) < 0)
-		return tk_push_error(L, "epoll del", -errno);
+	r = tk_epoll_del(u->h.fd, (int)fd);
+	if (r < 0)
+		return tk_push_error(L, "epoll del", r);
 	lua_pushboolean(L, 1);
 	return 1;
 }
@@ -273,63 +229,22 @@ static int ux_epoll_del(lua_State *L)
 static int ux_epoll_wait(lua_State *L)
 {
 	struct lunix *u = ux_check(L, 1);
-	struct epoll_event evs[EPOLL_BATCH];
-	int ms = -1, n;
+	int fds[EPOLL_BATCH];
+	int64_t ms;
+	int n;
 
 	tk_check_nargs(L, 2);
 	ux_require(L, u, UX_EPOLL, "wait");
-	if (!lua_isnoneornil(L, 2)) {
-		lua_Number t = luaL_checknumber(L, 2);
-		if (!(t >= 0 && t <= 86400.0 * 24))
-			luaL_argerror(L, 2, "timeout must be 0..24 days (seconds), or nil");
-		ms = (int)(t * 1000.0 + 0.999);
-	}
-	n = epoll_wait(u->h.fd, evs, EPOLL_BATCH, ms);
-	if (n < 0 && errno != EINTR)
-		return tk_push_error(L, "epoll wait", -errno);
-	lua_createtable(L, n > 0 ? n : 0, 0);
+	ms = tk_timeout_check(L, 2);
+	n = tk_epoll_ready(u->h.fd, fds, EPOLL_BATCH, ms);
+	if (n < 0)
+		return tk_push_error(L, "epoll wait", n);
+	lua_createtable(L, n, 0);
 	for (int i = 0; i < n; i++) {
-		lua_pushinteger(L, evs[i].data.fd);
+		lua_pushinteger(L, fds[i]);
 		lua_rawseti(L, -2, i + 1);
 	}
 	return 1;
-}
-
-/* What one message's control data says of its sender. */
-struct sender {
-	struct ucred uc;
-	int pidfd;            /* SCM_PIDFD, or -1 */
-	struct timespec sent; /* SCM_TIMESTAMPNS (CLOCK_REALTIME), or zero */
-};
-
-static void sender_read(struct msghdr *mh, struct sender *s, struct tk_fd_drops *drops)
-{
-	s->uc = (struct ucred){ 0, (uid_t)-1, (gid_t)-1 };
-	s->pidfd = -1;
-	s->sent = (struct timespec){ 0, 0 };
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET)
-			continue;
-		if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof s->uc))
-			memcpy(&s->uc, CMSG_DATA(c), sizeof s->uc);
-		else if (c->cmsg_type == SCM_PIDFD && c->cmsg_len >= CMSG_LEN(sizeof(int)))
-			memcpy(&s->pidfd, CMSG_DATA(c), sizeof(int));
-		else if (c->cmsg_type == SCM_TIMESTAMPNS && c->cmsg_len >= CMSG_LEN(sizeof s->sent))
-			memcpy(&s->sent, CMSG_DATA(c), sizeof s->sent);
-		else if (c->cmsg_type == SCM_RIGHTS) {
-			/* Descriptors nobody asked for: closed, never here (the
-			 * last close may block as long as their sender likes). */
-			size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			int fds[SCM_FDS_MAX];
-			if (n > SCM_FDS_MAX)
-				n = SCM_FDS_MAX;
-			memcpy(fds, CMSG_DATA(c), n * sizeof(int));
-			/* No thread to be had: defused and closed here. */
-			if (tk_fd_drop(drops, fds, n) < 0)
-				for (size_t i = 0; i < n; i++)
-					tk_fd_close_defused(fds[i]);
-		}
-	}
 }
 
 /*** Reads one datagram with its sender's credentials, and the sender itself
@@ -352,14 +267,7 @@ static int ux_recv(lua_State *L)
 {
 	struct lunix *u = ux_check(L, 1);
 	char buf[4096];
-	union {
-		char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int)) +
-		       CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(SCM_FDS_MAX * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { buf, sizeof buf };
-	struct msghdr mh;
-	struct sender s;
+	struct tk_unix_sender s;
 	const char *how = u->sender_pidfds ? "scm_pidfd" : "start time";
 	ssize_t n;
 
@@ -370,31 +278,15 @@ static int ux_recv(lua_State *L)
 	/* The sender's object first: a memory error once it holds a
 	 * descriptor would leak it. */
 	tk_pidfd_new(L); /* 2 */
-	memset(&mh, 0, sizeof mh);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = ctl.b;
-	mh.msg_controllen = sizeof ctl.b;
-	do
-		n = recvmsg(u->h.fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
+	n = tk_unix_recv(u->h.fd, buf, sizeof buf, u->drops, u->sender_pidfds, &s);
 	if (n < 0)
-		return tk_push_error(L, "recv", -errno);
-	sender_read(&mh, &s, u->drops);
-	/* A sender in no pid namespace of ours, or gone already (newer
-	 * kernels give pidfds of exited processes): none to speak of. */
-	if (s.pidfd >= 0 && (s.uc.pid <= 0 || tk_pidfd_alive(s.pidfd) != 1)) {
-		close(s.pidfd);
-		s.pidfd = -1;
-	}
-	if (!u->sender_pidfds && s.uc.pid > 0 && s.sent.tv_sec > 0)
-		s.pidfd = tk_pidfd_of_sender(s.uc.pid, &s.sent);
+		return tk_push_error(L, "recv", (int)n);
 	if (s.pidfd >= 0)
-		tk_pidfd_fill(L, 2, s.pidfd, s.uc.pid, how);
+		tk_pidfd_fill(L, 2, s.pidfd, s.pid, how);
 	lua_pushlstring(L, buf, (size_t)n);
-	lua_pushinteger(L, s.uc.pid);
-	lua_pushinteger(L, (lua_Integer)(int)s.uc.uid);
-	lua_pushinteger(L, (lua_Integer)(int)s.uc.gid);
+	lua_pushinteger(L, s.pid);
+	lua_pushinteger(L, (lua_Integer)(int)s.uid);
+	lua_pushinteger(L, (lua_Integer)(int)s.gid);
 	if (s.pidfd >= 0)
 		lua_pushvalue(L, 2);
 	else
@@ -413,26 +305,23 @@ static int ux_recv(lua_State *L)
 static int ux_accept(lua_State *L)
 {
 	struct lunix *u = ux_check(L, 1);
-	struct ucred uc;
-	socklen_t len = sizeof uc;
+	struct lunix *c;
+	const char *step;
+	pid_t pid = 0;
+	uid_t uid = (uid_t)-1;
+	gid_t gid = (gid_t)-1;
 	int fd;
 
 	tk_check_nargs(L, 1);
 	ux_require(L, u, UX_LISTEN, "accept");
-	do
-		fd = accept4(u->h.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	while (fd < 0 && errno == EINTR);
+	c = ux_new(L, UX_STREAM);
+	fd = tk_unix_accept(u->h.fd, &pid, &uid, &gid, &step);
 	if (fd < 0)
-		return tk_push_error(L, "accept", -errno);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0) {
-		int e = -errno;
-		close(fd);
-		return tk_push_error(L, "accept: SO_PEERCRED", e);
-	}
-	ux_new(L, fd, UX_STREAM);
-	lua_pushinteger(L, uc.pid);
-	lua_pushinteger(L, (lua_Integer)(int)uc.uid);
-	lua_pushinteger(L, (lua_Integer)(int)uc.gid);
+		return tk_push_error(L, step, fd);
+	c->h.fd = fd;
+	lua_pushinteger(L, pid);
+	lua_pushinteger(L, (lua_Integer)(int)uid);
+	lua_pushinteger(L, (lua_Integer)(int)gid);
 	return 4;
 }
 
@@ -455,11 +344,9 @@ static int ux_read(lua_State *L)
 	if (max < 1 || max > MAX_READ)
 		luaL_argerror(L, 2, "1..1048576 bytes expected");
 	p = luaL_buffinitsize(L, &b, (size_t)max);
-	do
-		n = read(u->h.fd, p, (size_t)max);
-	while (n < 0 && errno == EINTR);
+	n = tk_fd_read(u->h.fd, p, (size_t)max);
 	if (n < 0)
-		return tk_push_error(L, "read", -errno);
+		return tk_push_error(L, "read", (int)n);
 	luaL_pushresultsize(&b, (size_t)n);
 	return 1;
 }
@@ -479,11 +366,9 @@ static int ux_write(lua_State *L)
 	tk_check_nargs(L, 2);
 	if (u->kind != UX_STREAM)
 		luaL_error(L, "write: not a stream (this one is %s)", kind_names[u->kind]);
-	do
-		n = send(u->h.fd, s, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
+	n = tk_unix_send(u->h.fd, s, len);
 	if (n < 0)
-		return tk_push_error(L, "write", -errno);
+		return tk_push_error(L, "write", (int)n);
 	lua_pushinteger(L, n);
 	return 1;
 }

@@ -321,7 +321,7 @@ function supervisor:timeout()
     if svc.want == "up" and (svc.state == "stopped") then best = 0 end
   end
   if self.pending_out then best = math.min(best or 0.05, 0.05) end
-  -- The epoll wait takes at most 24 days; a longer deadline wakes early.
+  -- At most a day: a longer deadline wakes early and waits again.
   return best and math.min(best, 86400)
 end
 

@@ -91,7 +91,7 @@ function supervisor:_watchdog_message(svc, k, v)
   elseif k == "WATCHDOG_USEC" then
     local us = math.tointeger(tonumber(v))
     if not us or us < 0 then return end
-    -- Bounded as the option is: the loop's wait cannot exceed 24 days.
+    -- Bounded as the option is: at most a day, the loop's longest wait.
     svc.watchdog_s = us > 0 and math.min(math.max(us / 1e6, 0.01), 86400) or nil
     if svc.ready then self:_watchdog_arm(svc) end
   end
