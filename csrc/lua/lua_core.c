@@ -156,6 +156,7 @@ int luaopen_takana_core(lua_State *L)
 	tk_process_open(L);
 	tk_procinfo_open(L);
 	tk_cgroup_path_open(L);
+	tk_host_open(L);
 	tk_cgroup_open(L);
 	tk_events_open_lib(L);
 	tk_dir_open_lib(L);

@@ -54,8 +54,8 @@ end
 local CHEAPEST_BPF_TASKS = 5000
 
 local function cheapest_backend()
-  local tasks = tonumber((util.first_line("/proc/loadavg") or ""):match("^%S+ %S+ %S+ %d+/(%d+)") or "")
-  if tasks and tasks < CHEAPEST_BPF_TASKS then return "proc" end
+  local load = core.loadavg()
+  if load and load.tasks < CHEAPEST_BPF_TASKS then return "proc" end
   return "auto"
 end
 
@@ -428,11 +428,10 @@ local probed
 -- What processes are read through: the kernel, BTF, the snapshot tiers
 -- and /proc.
 local function probe_reading(section)
-  section("kernel", function() return util.first_line("/proc/sys/kernel/osrelease") end)
+  section("kernel", function() return core.kernel_release() end)
   section("btf", function()
-    local btf = io.open("/sys/kernel/btf/vmlinux")
-    if btf then btf:close() end
-    return { ok = btf ~= nil, why = not btf and "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)" or nil }
+    local btf = core.btf_readable()
+    return { ok = btf == true, why = not btf and "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)" or nil }
   end)
 
   section("snapshot", function()
@@ -452,17 +451,13 @@ local function probe_reading(section)
   -- /proc itself: hidepid hides other users' processes from every /proc
   -- reader, takana's proc backend included.
   section("proc", function()
-    local t = { ok = util.first_line("/proc/self/stat") ~= nil }
+    local t = { ok = core.proc_readable() == true }
     if not t.ok then t.why = "/proc is not mounted (or no descriptor is free to read it)" return t end
-    for _, mnt, fstype, super in util.mounts() or function() end do
-      if mnt == "/proc" and fstype == "proc" then
-        t.hidepid = super:match("hidepid=([^,]+)")
-        if t.hidepid and t.hidepid ~= "0" and t.hidepid ~= "off" then
-          t.note = ("/proc is mounted with hidepid=%s: processes of other users are %s"):format(
-            t.hidepid, (t.hidepid == "1" or t.hidepid == "noaccess") and
-            "listed but unreadable (snap.denied counts them)" or "invisible to this process")
-        end
-      end
+    t.hidepid = core.proc_hidepid() or nil
+    if t.hidepid and t.hidepid ~= "0" and t.hidepid ~= "off" then
+      t.note = ("/proc is mounted with hidepid=%s: processes of other users are %s"):format(
+        t.hidepid, (t.hidepid == "1" or t.hidepid == "noaccess") and
+        "listed but unreadable (snap.denied counts them)" or "invisible to this process")
     end
     return t
   end)
@@ -472,8 +467,7 @@ end
 -- cgroups.
 local function probe_objects(section)
   section("pidfd", function()
-    local self = util.first_line("/proc/self/stat")
-    local pok, p, perr = pcall(core.pidfd, self and tonumber(self:match("^%d+")) or 1)
+    local pok, p, perr = pcall(core.pidfd, core.getpid())
     if pok and p then p:close() end
     return { ok = pok and p ~= nil, why = (not pok and tostring(p)) or perr }
   end)

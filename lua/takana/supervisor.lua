@@ -1083,11 +1083,8 @@ end
 local function own_children()
   local me, r = core.getpid(), {}
   if not core.proc_is_ours() then return r end
-  local text = util.read_file(("/proc/self/task/%d/children"):format(me))
-  if text then
-    for p in text:gmatch("%d+") do r[#r + 1] = tonumber(p) end
-    return r
-  end
+  local kids = core.task_children(me)
+  if kids then return kids end
   local snap = takana.snapshot { fields = { "pid", "ppid" } }
   for rec in snap and snap:each() or function() end do
     if rec.ppid == me then r[#r + 1] = rec.pid end
