@@ -12,7 +12,7 @@
 #include "mountinfo.h"
 #include "procinfo.h"
 
-/*** core.loadavg() -> {load1, load5, load15, running, tasks, last_pid}
+/* core.loadavg() -> {load1, load5, load15, running, tasks, last_pid}
  * (/proc/loadavg; tasks counts threads) | nil, msg, errno */
 static int l_loadavg(lua_State *L)
 {
@@ -52,7 +52,7 @@ static int ctrl_set(void *ctx, const char *name, size_t len, uint64_t hierarchy,
 	return 0;
 }
 
-/*** core.proc_cgroups() -> {ctrl = {hierarchy = n, enabled = bool}}
+/* core.proc_cgroups() -> {ctrl = {hierarchy = n, enabled = bool}}
  * (/proc/cgroups; hierarchy 0 is v2) | nil, msg, errno */
 static int l_proc_cgroups(lua_State *L)
 {
@@ -66,7 +66,7 @@ static int l_proc_cgroups(lua_State *L)
 	return 1;
 }
 
-/*** core.kernel_release() -> "6.1.0-..." | nil, msg, errno */
+/* core.kernel_release() -> "6.1.0-..." | nil, msg, errno */
 static int l_kernel_release(lua_State *L)
 {
 	char rel[256];
@@ -89,7 +89,7 @@ static int readable_push(lua_State *L, const char *path, int r)
 	return 1;
 }
 
-/*** core.btf_readable(), core.psi_readable(), core.proc_readable() -> true
+/* core.btf_readable(), core.psi_readable(), core.proc_readable() -> true
  * | nil, msg, errno: /sys/kernel/btf/vmlinux opens, /proc/pressure/cpu
  * reads, /proc/self/stat reads (and is not empty). */
 static int l_btf_readable(lua_State *L)
@@ -107,7 +107,7 @@ static int l_proc_readable(lua_State *L)
 	return readable_push(L, "/proc/self/stat", tk_proc_readable());
 }
 
-/*** core.cgroup_mounts() -> {v2 = path|nil, v2_root = root|nil,
+/* core.cgroup_mounts() -> {v2 = path|nil, v2_root = root|nil,
  * v1 = {ctrl = path}} | nil, "cgroup: /proc/self/mountinfo: ...", errno */
 static int l_cgroup_mounts(lua_State *L)
 {
@@ -135,7 +135,7 @@ static int l_cgroup_mounts(lua_State *L)
 	return 1;
 }
 
-/*** core.proc_hidepid() -> the hidepid= value of the proc mount at /proc,
+/* core.proc_hidepid() -> the hidepid= value of the proc mount at /proc,
  * false when it has none | nil, msg, errno */
 static int l_proc_hidepid(lua_State *L)
 {
@@ -168,7 +168,7 @@ static pid_t pid_arg(lua_State *L, int idx, int self)
 	return (pid_t)pid;
 }
 
-/*** core.proc_cgroup(pid|"self") -> the "0::" path of /proc/<pid>/cgroup,
+/* core.proc_cgroup(pid|"self") -> the "0::" path of /proc/<pid>/cgroup,
  * false when the process is in no cgroup2 hierarchy | nil,
  * "/proc/<pid>/cgroup: ...", errno (ENOENT: no such process) */
 static int l_proc_cgroup(lua_State *L)
@@ -203,7 +203,7 @@ static int pid_append(void *ctx, uint32_t pid)
 	return 0;
 }
 
-/*** core.task_children(tid) -> {pid...}: the children of this process's
+/* core.task_children(tid) -> {pid...}: the children of this process's
  * thread tid (/proc/self/task/<tid>/children) | nil, msg, errno */
 static int l_task_children(lua_State *L)
 {
