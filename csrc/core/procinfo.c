@@ -638,6 +638,7 @@ int tk_pid_list_parse(const char *buf, size_t len, tk_pidlist_cb cb, void *ctx)
 	while (p < end) {
 		uint64_t pid;
 		const char *q;
+		int r;
 
 		if (*p < '0' || *p > '9') {
 			p++;
@@ -650,8 +651,7 @@ int tk_pid_list_parse(const char *buf, size_t len, tk_pidlist_cb cb, void *ctx)
 				p++;
 			continue;
 		}
-		int r = cb(ctx, (uint32_t)pid);
-
+		r = cb(ctx, (uint32_t)pid);
 		if (r != 0)
 			return r;
 		p = q;
