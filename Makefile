@@ -173,7 +173,7 @@ run: deps all
 # libFuzzer harnesses for every parser and the pid-order sort; `make fuzz FUZZ_SECONDS=600` runs
 # each that long from the committed seed corpus (fuzz/corpus/<name>).
 FUZZ_SECONDS ?= 60
-FUZZ_NAMES := stat kv cn order procinfo safedir cmsg
+FUZZ_NAMES := stat kv cn order procinfo safedir cmsg host
 # The whole core, built without BPF (no libbpf in the harnesses).
 FUZZ_SRC := $(CORE_SRC)
 fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)

@@ -16,7 +16,6 @@ package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;./bench/?.so;" .. package.cpath
 local takana = require "takana"
 local core = require "takana.core"
-local util = require "takana.util"
 
 local K = tonumber(os.getenv("SERVICES") or "") or 50
 local RESTARTS = tonumber(os.getenv("RESTARTS") or "") or 1000
@@ -70,7 +69,14 @@ f:close()
 assert(sh(("cc -O2 -DLIFE_NS=%dLL -o %s/svc %s && cc -O2 -DIDLE -o %s/idle %s"):format(
   math.floor(LIFE * 1e9), dir, src, dir, src)))
 
-local read = util.read_file
+-- Whole file, or nil (the bench reads other programs' /proc files).
+local function read(path)
+  local fh = io.open(path, "rb")
+  if not fh then return nil end
+  local s = fh:read("a")
+  fh:close()
+  return s
+end
 
 -- CPU seconds (utime + stime) and RSS/PSS bytes of a process.
 local CLK = 100
@@ -86,7 +92,7 @@ local function proc_mem(pid)
   local s = read("/proc/" .. pid .. "/smaps_rollup") or ""
   return (tonumber(s:match("\nRss:%s+(%d+)")) or 0) * 1024, (tonumber(s:match("\nPss:%s+(%d+)")) or 0) * 1024
 end
-local function comm(pid) return util.first_line("/proc/" .. pid .. "/comm") or "" end
+local function comm(pid) return ((read("/proc/" .. pid .. "/comm") or ""):match("^[^\n]*")) end
 
 -- The supervisor's own processes among a cgroup tree's.
 local sup_comms = { ["s6-svscan"] = true, ["s6-supervise"] = true, runsvdir = true, runsv = true,

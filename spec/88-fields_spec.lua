@@ -470,20 +470,39 @@ describe("snap:cgroup", function()
     assert.has_error(function() bare:cgroup(H.pid) end)
   end)
 
-  it("asks takana.cgroup.path when the module offers it, passing its answers through", function()
-    if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted here") end
+  it("gives what takana.cgroup.path gives, from the core: a live cgroup, then a removed one", function()
+    local path, cgname = H.test_cgroup_path()
+    if not path then return pending("needs root and a cgroup2 mount to make a test cgroup") end
     local cg = require "takana.cgroup"
     local saved = rawget(cg, "path")
-    local snap = assert(takana.snapshot { fields = { "pid", "cgroup_id" } })
-    local asked
-    rawset(cg, "path", function(id) asked = id return nil, "path: stand-in", 2 end)
-    local ok, r, err, errno = pcall(snap.cgroup, snap, H.pid)
+    local fx
+    local ok, err = pcall(function()
+      fx = H.fixture {}
+      local pid = fx.pid
+      local f = assert(io.open(path .. "/cgroup.procs", "w"))
+      f:write(tostring(pid))
+      assert(f:close())
+      local snap = assert(takana.snapshot { fields = { "pid", "cgroup_id" } })
+      local id = snap:get(pid).cgroup_id
+      -- No call up into Lua: a stand-in takana.cgroup.path is never asked.
+      rawset(cg, "path", function() error("snap:cgroup called takana.cgroup.path") end)
+      assert.equal("/" .. cgname, snap:cgroup(pid))
+      rawset(cg, "path", saved)
+      assert.equal(cgname, takana.cgroup.path(id))
+      fx:kill()
+      fx = nil
+      H.cgroup_cleanup(path)
+      assert.is_nil(lfs.attributes(path))
+      local want = { takana.cgroup.path(id) }
+      assert.is_nil(want[1])
+      assert.matches("^cgroup%.path: no cgroup .*has id " .. id .. " %(removed%?%)$", want[2])
+      assert.equal(ENOENT, want[3])
+      assert.same(want, { snap:cgroup(pid) })
+    end)
     rawset(cg, "path", saved)
-    assert.truthy(ok, r)
-    assert.equal(snap:get(H.pid).cgroup_id, asked)
-    assert.is_nil(r)
-    assert.equal("path: stand-in", err)
-    assert.equal(2, errno)
+    if fx then fx:kill() end
+    if lfs.attributes(path) then H.cgroup_cleanup(path) end
+    assert(ok, err)
   end)
 
   it("answers for a process that exited since the snapshot, from its record", function()

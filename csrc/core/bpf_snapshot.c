@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "bpf_snapshot.h"
 #include "fork.h"
+#include "host.h"
 #include "util.h"
 
 #ifdef TK_NO_BPF
@@ -123,16 +124,11 @@ struct tier {
 /* Current thread count (an upper bound on processes) from /proc/loadavg. */
 static size_t estimate_processes(void)
 {
-	char buf[128];
-	long total = 0;
-	char *slash;
+	struct tk_loadavg l;
 
-	if (tk_read_small(AT_FDCWD, "/proc/loadavg", buf, sizeof buf) <= 0)
+	if (tk_loadavg_read(&l) < 0 || l.tasks == 0 || l.tasks > SIZE_MAX)
 		return 4096;
-	slash = strchr(buf, '/');
-	if (slash != NULL)
-		total = strtol(slash + 1, NULL, 10);
-	return total > 0 ? (size_t)total : 4096;
+	return (size_t)l.tasks;
 }
 
 static void kfunc_unload(struct tier *t)

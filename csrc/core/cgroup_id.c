@@ -22,10 +22,11 @@
 #include "cgroup_id.h"
 #include "cgroup_path.h"
 #include "fork.h"
+#include "mountinfo.h"
+#include "procinfo.h"
 #include "util.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
-#define MOUNTINFO_MAX (1u << 20)
 
 /* ---- the mount ------------------------------------------------------------ */
 
@@ -48,65 +49,24 @@ __attribute__((constructor)) static void mount_fork_register(void)
 	tk_fork_register(TK_FORK_RANK_CGROUP_MOUNT, mount_fork);
 }
 
-/* mountinfo escapes space, tab, newline and backslash as \ooo. */
-static void unescape(char *s)
-{
-	char *out = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*out++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*out++ = *s;
-		}
-	}
-	*out = '\0';
-}
-
-/* The first cgroup2 mount, unless a later one is rooted at our namespace's
- * root (as lua/takana/cgroup.lua chooses). */
+/* The cgroup2 mount as mountinfo.c chooses it, for takana.cgroup too. */
 static int mount_scan(char *out, size_t cap, char *root_out, size_t root_cap)
 {
-	char *text = malloc(MOUNTINFO_MAX), *line, *save = NULL;
-	size_t len = 0;
-	int fd, found = 0;
-	ssize_t n;
+	struct tk_cgroup_mounts m;
+	int err = tk_cgroup_mounts_read(&m);
 
-	if (text == NULL)
-		return -ENOMEM;
-	fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		free(text);
-		return -errno;
+	if (err < 0)
+		return err;
+	if (m.v2 == NULL)
+		err = -ENOENT;
+	else if (strlen(m.v2) >= cap || strlen(m.v2_root) >= root_cap)
+		err = -ENAMETOOLONG;
+	if (err == 0) {
+		memcpy(out, m.v2, strlen(m.v2) + 1);
+		memcpy(root_out, m.v2_root, strlen(m.v2_root) + 1);
 	}
-	while (len < MOUNTINFO_MAX - 1 && (n = read(fd, text + len, MOUNTINFO_MAX - 1 - len)) > 0)
-		len += (size_t)n;
-	close(fd);
-	text[len] = '\0';
-	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		char root[TK_CG_PATH_MAX], mnt[TK_CG_PATH_MAX], fstype[64];
-		const char *dash = strstr(line, " - ");
-		size_t mlen;
-
-		if (dash == NULL || sscanf(dash + 3, "%63s", fstype) != 1 || strcmp(fstype, "cgroup2") != 0)
-			continue;
-		if (sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) != 2)
-			continue;
-		unescape(mnt);
-		unescape(root);
-		mlen = strlen(mnt);
-		if (mlen >= cap || strlen(root) >= root_cap || (found && strcmp(root, "/") != 0))
-			continue;
-		memcpy(out, mnt, mlen + 1);
-		memcpy(root_out, root, strlen(root) + 1);
-		found = 1;
-		if (strcmp(root, "/") == 0)
-			break;
-	}
-	free(text);
-	return found ? 0 : -ENOENT;
+	tk_cgroup_mounts_free(&m);
+	return err;
 }
 
 /* root, when not NULL, gets the mount's root (TK_CG_PATH_MAX bytes). */
@@ -227,21 +187,12 @@ static int cache_grow(struct tk_cgid_cache *c)
 }
 
 /* The unified hierarchy's line of a <pid>/cgroup file, "0::/path" (on a
- * hybrid host after the v1 lines): the path, or NULL. */
-static char *v2_cgroup_path(char *buf, size_t n, size_t *len)
+ * hybrid host after the v1 lines): the path, or NULL (procinfo.c parses). */
+static const char *v2_cgroup_path(const char *buf, size_t n, size_t *len)
 {
-	char *line, *end;
+	const char *path;
 
-	for (line = buf; line < buf + n; line = end + 1) {
-		end = memchr(line, '\n', (size_t)(buf + n - line));
-		if (end == NULL)
-			end = buf + n;
-		if (end - line >= 3 && memcmp(line, "0::", 3) == 0) {
-			*len = (size_t)(end - line - 3);
-			return line + 3;
-		}
-	}
-	return NULL;
+	return tk_cgroup2_path(buf, n, &path, len) == 0 ? path : NULL;
 }
 
 /* How many ".." components lead path (the kernel prints shortest paths,
@@ -292,7 +243,8 @@ static size_t components_len(const char *path, int n)
 /* Our own cgroup2 path as /proc/self/cgroup prints it, NUL-terminated. */
 static int self_cgroup(char *out, size_t cap)
 {
-	char buf[4096], *cg;
+	char buf[4096];
+	const char *cg;
 	size_t len;
 	ssize_t n = tk_read_small(AT_FDCWD, "/proc/self/cgroup", buf, sizeof buf);
 
@@ -422,7 +374,8 @@ int tk_cgid_of_path(struct tk_cgid_cache *c, const char *path, size_t len, uint6
 
 int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64_t *id)
 {
-	char path[32], buf[4096], *cg;
+	char path[32], buf[4096];
+	const char *cg;
 	size_t len;
 	ssize_t n;
 	int fd;
@@ -444,7 +397,8 @@ int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64
 
 int tk_init_cgroup_id(int proc_fd, int *fd, struct tk_cgid_cache *c, uint64_t *id)
 {
-	char buf[4096], *cg;
+	char buf[4096];
+	const char *cg;
 	size_t len;
 	ssize_t n;
 

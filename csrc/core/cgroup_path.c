@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -14,6 +15,7 @@
 
 #include "cgroup.h"
 #include "cgroup_path.h"
+#include "util.h"
 
 /* include/linux/exportfs.h: the handle kernfs encodes, a u64 id. */
 #define FILEID_KERNFS 0xfe
@@ -136,5 +138,161 @@ int tk_cg_walk_ids(int mount_fd, int max_dirs, tk_cg_id_cb cb, void *ctx)
 		r = cb(ctx, root, "");
 	if (r == 0)
 		r = tk_cg_each_subdir(mount_fd, idwalk_child, &w);
+	return r;
+}
+
+/* ---- the resolver ------------------------------------------------------------ */
+
+void tk_cgpath_cache_init(struct tk_cgpath_cache *c)
+{
+	memset(c, 0, sizeof *c);
+	c->by_handle = -1;
+}
+
+static void cache_drop(struct tk_cgpath_cache *c)
+{
+	for (size_t i = 0; i < c->len; i++)
+		free(c->v[i].path);
+	free(c->v);
+	c->v = NULL;
+	c->len = 0;
+}
+
+void tk_cgpath_cache_free(struct tk_cgpath_cache *c)
+{
+	cache_drop(c);
+	free(c->mount);
+	tk_cgpath_cache_init(c);
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	const struct tk_cgpath_entry *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static const char *cache_find(const struct tk_cgpath_cache *c, uint64_t id)
+{
+	struct tk_cgpath_entry key = { id, NULL }, *e;
+
+	if (c->len == 0)
+		return NULL;
+	e = bsearch(&key, c->v, c->len, sizeof *c->v, entry_cmp);
+	return e ? e->path : NULL;
+}
+
+struct collect {
+	struct tk_cgpath_entry *v;
+	size_t len, cap;
+};
+
+static int collect_id(void *ctx, uint64_t id, const char *rel)
+{
+	struct collect *w = ctx;
+	struct tk_cgpath_entry *v = tk_grow(w->v, &w->cap, w->len + 1, sizeof *v, 64);
+
+	if (v == NULL)
+		return -ENOMEM;
+	w->v = v;
+	v[w->len].id = id;
+	v[w->len].path = strdup(rel);
+	if (v[w->len].path == NULL)
+		return -ENOMEM;
+	w->len++;
+	return 0;
+}
+
+static int copy_out(const char *rel, char *out, size_t cap)
+{
+	size_t n = strlen(rel);
+
+	if (n >= cap)
+		return -ENAMETOOLONG;
+	memcpy(out, rel, n + 1);
+	return 0;
+}
+
+/* Whether the cached rel still names cgroup id beneath the mount. */
+static int still(int mfd, const char *rel, uint64_t id)
+{
+	uint64_t got;
+	int fd, r = tk_cg_open(mfd, *rel ? rel : ".", &fd);
+
+	if (r < 0)
+		return 0;
+	r = tk_cg_id(fd, &got);
+	close(fd);
+	return r == 0 && got == id;
+}
+
+int tk_cgroup_id_path(struct tk_cgpath_cache *c, const char *mount, uint64_t id, char *out,
+                      size_t cap, enum tk_cgpath_step *step)
+{
+	struct collect w = { NULL, 0, 0 };
+	const char *rel;
+	int mfd = tk_cg_mount_open(mount), r;
+
+	if (mfd < 0) {
+		*step = c->by_handle != 0 ? TK_CGPATH_OPEN : TK_CGPATH_WALK_OPEN;
+		return mfd;
+	}
+	if (c->by_handle != 0) {
+		r = tk_cg_path_by_handle(mfd, id, out, cap);
+		if (r == 0) {
+			c->by_handle = 1;
+			goto done;
+		}
+		*step = TK_CGPATH_HANDLE;
+		if (r == -ESTALE || r == -ENOENT) {
+			r = -ENOENT;
+			goto done;
+		}
+		/* Refused (no CAP_DAC_READ_SEARCH, or no such call): the walk
+		 * from now on. Outside the mount's view: the walk this time. */
+		if (r == -EPERM || r == -EACCES || r == -EOPNOTSUPP || r == -ENOSYS)
+			c->by_handle = 0;
+		else if (r != -EXDEV)
+			goto done;
+	}
+	if (c->mount == NULL || strcmp(c->mount, mount) != 0) {
+		cache_drop(c);
+		free(c->mount);
+		c->mount = strdup(mount);
+		if (c->mount == NULL) {
+			*step = TK_CGPATH_WALK;
+			r = -ENOMEM;
+			goto done;
+		}
+	}
+	rel = cache_find(c, id);
+	if (rel != NULL && still(mfd, rel, id)) {
+		r = copy_out(rel, out, cap);
+		*step = TK_CGPATH_WALK;
+		goto done;
+	}
+	r = tk_cg_walk_ids(mfd, TK_CGPATH_MAX_DIRS, collect_id, &w);
+	if (r < 0) {
+		struct tk_cgpath_cache partial = { NULL, w.v, w.len, 0 };
+
+		cache_drop(&partial);
+		*step = TK_CGPATH_WALK;
+		goto done;
+	}
+	cache_drop(c);
+	c->v = w.v;
+	c->len = w.len;
+	if (c->len > 1)
+		qsort(c->v, c->len, sizeof *c->v, entry_cmp);
+	rel = cache_find(c, id);
+	if (rel == NULL) {
+		*step = TK_CGPATH_MISSING;
+		r = -ENOENT;
+	} else {
+		*step = TK_CGPATH_WALK;
+		r = copy_out(rel, out, cap);
+	}
+done:
+	close(mfd);
 	return r;
 }

@@ -630,3 +630,75 @@ int tk_cgroup2_path(const char *buf, size_t len, const char **path, size_t *plen
 	}
 	return -ENOENT;
 }
+
+int tk_pid_list_parse(const char *buf, size_t len, tk_pidlist_cb cb, void *ctx)
+{
+	const char *p = buf, *end = buf + len;
+
+	while (p < end) {
+		uint64_t pid;
+		const char *q;
+		int r;
+
+		if (*p < '0' || *p > '9') {
+			p++;
+			continue;
+		}
+		q = tk_parse_u64(p, end, UINT32_MAX, &pid);
+		if (q == NULL) {
+			/* Too long for a pid: skip its digits. */
+			while (p < end && *p >= '0' && *p <= '9')
+				p++;
+			continue;
+		}
+		r = cb(ctx, (uint32_t)pid);
+		if (r != 0)
+			return r;
+		p = q;
+	}
+	return 0;
+}
+
+/* Far more than a cgroup file holds (a path is under 4 KiB a hierarchy). */
+#define PROC_CGROUP_MAX (1u << 20)
+
+int tk_proc_cgroup2_read(pid_t pid, char *out, size_t cap)
+{
+	char name[40], *text;
+	const char *cg;
+	size_t len;
+	ssize_t n;
+	int r = 0;
+
+	if (pid == 0)
+		snprintf(name, sizeof name, "/proc/self/cgroup");
+	else
+		snprintf(name, sizeof name, "/proc/%d/cgroup", (int)pid);
+	n = tk_read_all(AT_FDCWD, name, PROC_CGROUP_MAX, &text);
+	if (n < 0)
+		return (int)n;
+	if (tk_cgroup2_path(text, (size_t)n, &cg, &len) == 0) {
+		r = len < cap ? 1 : -ENAMETOOLONG;
+		if (r == 1) {
+			memcpy(out, cg, len);
+			out[len] = '\0';
+		}
+	}
+	free(text);
+	return r;
+}
+
+int tk_task_children(pid_t tid, tk_pidlist_cb cb, void *ctx)
+{
+	char name[48], *text;
+	ssize_t n;
+	int r;
+
+	snprintf(name, sizeof name, "/proc/self/task/%d/children", (int)tid);
+	n = tk_read_all(AT_FDCWD, name, 1u << 24, &text);
+	if (n < 0)
+		return (int)n;
+	r = tk_pid_list_parse(text, (size_t)n, cb, ctx);
+	free(text);
+	return r;
+}

@@ -88,4 +88,20 @@ int tk_limits_parse(const char *buf, size_t len, struct tk_rlim out[TK_NLIMITS],
  * there is none (no cgroup2 hierarchy). */
 int tk_cgroup2_path(const char *buf, size_t len, const char **path, size_t *plen);
 
+/* The pids of a whitespace-separated list (/proc/<pid>/task/<tid>/children)
+ * in order, each cb(ctx, pid); a token that is no pid is skipped. Returns
+ * 0, or what cb stopped with. */
+typedef int (*tk_pidlist_cb)(void *ctx, uint32_t pid);
+int tk_pid_list_parse(const char *buf, size_t len, tk_pidlist_cb cb, void *ctx);
+
+/* ---- by pid number (where no pidfd is held) -------------------------------- */
+
+/* The "0::" path of /proc/<pid>/cgroup (pid 0: self) into out: 1, or 0
+ * when the process is in no cgroup2 hierarchy; -errno of the file's open
+ * or read (-ENOENT: no such process), -ENAMETOOLONG past cap. */
+int tk_proc_cgroup2_read(pid_t pid, char *out, size_t cap);
+/* The children of thread tid of this process (CONFIG_PROC_CHILDREN):
+ * /proc/self/task/<tid>/children through tk_pid_list_parse. */
+int tk_task_children(pid_t tid, tk_pidlist_cb cb, void *ctx);
+
 #endif

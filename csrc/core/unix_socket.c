@@ -9,7 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "fd_drop.h"
 #include "process.h"
 #include "safe_dir.h"
 #include "unix_socket.h"

@@ -28,6 +28,48 @@ ssize_t tk_read_small(int dirfd, const char *path, char *buf, size_t cap)
 	return n;
 }
 
+ssize_t tk_read_all(int dirfd, const char *path, size_t max, char **out)
+{
+	size_t len = 0, cap = 0;
+	char *text = NULL, *grown;
+	ssize_t n;
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC), err = 0;
+
+	*out = NULL;
+	if (fd < 0)
+		return -errno;
+	while (len < max) {
+		if (len + 1 >= cap) {
+			grown = tk_grow(text, &cap, len + 4096, 1, 4096);
+			if (grown == NULL) {
+				err = -ENOMEM;
+				break;
+			}
+			text = grown;
+		}
+		n = read(fd, text + len, cap - 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			err = -errno;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	if (err == 0 && text == NULL && (text = malloc(1)) == NULL)
+		err = -ENOMEM;
+	if (err < 0) {
+		free(text);
+		return err;
+	}
+	if (len > max)
+		len = max;
+	text[len] = '\0';
+	*out = text;
+	return (ssize_t)len;
+}
+
 void *tk_grow(void *v, size_t *cap, size_t need, size_t elem, size_t first)
 {
 	size_t n = *cap ? *cap : first;

@@ -21,6 +21,10 @@ const char *tk_parse_u64(const char *p, const char *end, uint64_t max, uint64_t 
 /* Reads a small file (path relative to dirfd, or AT_FDCWD) with one read
  * into buf, NUL-terminated (at most cap - 1 bytes): its length, or -errno. */
 ssize_t tk_read_small(int dirfd, const char *path, char *buf, size_t cap);
+/* Reads a whole file (path relative to dirfd, or AT_FDCWD), at most max
+ * bytes of it, into *out, malloc'ed and NUL-terminated: its length, or
+ * -errno (*out NULL). */
+ssize_t tk_read_all(int dirfd, const char *path, size_t max, char **out);
 
 /* The clock offsets of the calling process's time namespace (unshare -T):
  * its CLOCK_MONOTONIC and CLOCK_BOOTTIME, and the times /proc shows, are

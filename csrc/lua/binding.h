@@ -135,8 +135,14 @@ int tk_snapshot_process(lua_State *L);
  * non-snapshot), whatever its field selection: 1, or 0 when pid is not in
  * it (lua_snapshot.c). */
 int tk_snapshot_start_ns(lua_State *L, int idx, uint32_t pid, uint64_t *start_ns);
-/* core.cgroup_path_by_handle and core.cgroup_ids (lua_cgroup.c). */
+/* core.cgroup_path_by_handle, core.cgroup_ids and core.cgroup_path
+ * (lua_cgroup.c). */
 void tk_cgroup_path_open_lib(lua_State *L);
+/* The path of cgroup id beneath mount (cgroup_path.c's resolver, with this
+ * Lua state's cache): pushes it, or nil, "cgroup.path: ...", errno. */
+int tk_cgroup_path_push(lua_State *L, const char *mount, uint64_t id);
+/* Registrar of lua_host.c: the host's and processes' small /proc files. */
+void tk_host_open_lib(lua_State *L);
 
 void tk_spawn_open_lib(lua_State *L);
 void tk_pipe_open_lib(lua_State *L);

@@ -1034,11 +1034,93 @@ static int l_cgroup_ids(lua_State *L)
 	return 1;
 }
 
+/* The resolver's cache of this Lua state, in the registry under its own
+ * address: one for takana.cgroup.path and snap:cgroup alike. */
+static const char cgpath_key = 0;
+
+static int cgpath_gc(lua_State *L)
+{
+	tk_cgpath_cache_free(lua_touserdata(L, 1));
+	return 0;
+}
+
+static struct tk_cgpath_cache *cgpath_cache(lua_State *L)
+{
+	struct tk_cgpath_cache *c;
+
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &cgpath_key) == LUA_TUSERDATA) {
+		c = lua_touserdata(L, -1);
+		lua_pop(L, 1);
+		return c;
+	}
+	lua_pop(L, 1);
+	c = lua_newuserdatauv(L, sizeof *c, 0);
+	tk_cgpath_cache_init(c);
+	lua_newtable(L);
+	lua_pushcfunction(L, cgpath_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_setmetatable(L, -2);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &cgpath_key);
+	return c;
+}
+
+int tk_cgroup_path_push(lua_State *L, const char *mount, uint64_t id)
+{
+	struct tk_cgpath_cache *c = cgpath_cache(L);
+	enum tk_cgpath_step step = TK_CGPATH_WALK;
+	char *out = lua_newuserdatauv(L, 4096, 0);
+	const char *ctx;
+	int r = tk_cgroup_id_path(c, mount, id, out, 4096, &step);
+
+	if (r == 0) {
+		lua_pushstring(L, out);
+		return 1;
+	}
+	switch (step) {
+	case TK_CGPATH_OPEN:
+		ctx = lua_pushfstring(L, "cgroup.path: open %s", mount);
+		break;
+	case TK_CGPATH_HANDLE:
+		if (r == -ENOENT) {
+			lua_pushnil(L);
+			lua_pushfstring(L, "cgroup.path: no cgroup has id %I (removed?)", tk_u64_int(id));
+			lua_pushinteger(L, ENOENT);
+			return 3;
+		}
+		ctx = "cgroup.path: open_by_handle_at";
+		break;
+	case TK_CGPATH_WALK_OPEN:
+		ctx = lua_pushfstring(L, "cgroup.path: walking %s: open %s", mount, mount);
+		break;
+	case TK_CGPATH_MISSING:
+		lua_pushnil(L);
+		lua_pushfstring(L, "cgroup.path: no cgroup beneath %s has id %I (removed?)", mount,
+		                tk_u64_int(id));
+		lua_pushinteger(L, ENOENT);
+		return 3;
+	default:
+		ctx = lua_pushfstring(L, "cgroup.path: walking %s: walk", mount);
+		break;
+	}
+	return tk_push_error(L, ctx, r);
+}
+
+/* core.cgroup_path(mount, id) -> relpath | nil, msg, errno */
+static int l_cgroup_path(lua_State *L)
+{
+	const char *mount = luaL_checkstring(L, 1);
+	lua_Integer id = cg_id_check(L, 2);
+
+	tk_check_nargs(L, 2);
+	return tk_cgroup_path_push(L, mount, (uint64_t)id);
+}
+
 void tk_cgroup_path_open_lib(lua_State *L)
 {
 	static const luaL_Reg funcs[] = {
 		{ "cgroup_path_by_handle", l_cgroup_path_by_handle },
 		{ "cgroup_ids", l_cgroup_ids },
+		{ "cgroup_path", l_cgroup_path },
 		{ NULL, NULL },
 	};
 	luaL_setfuncs(L, funcs, 0);

@@ -197,6 +197,7 @@ int luaopen_takana_core(lua_State *L)
 	tk_pipe_open_lib(L);
 	tk_process_open_lib(L);
 	tk_cgroup_path_open_lib(L);
+	tk_host_open_lib(L);
 	tk_cgroup_open_lib(L);
 	tk_events_open_lib(L);
 	tk_dir_open_lib(L);

@@ -215,6 +215,25 @@ static int proc_cmdline(lua_State *L)
 	return 1;
 }
 
+/*** The command name (`/proc/<pid>/comm`, at most 15 bytes, as the process
+ * set it), without its newline.
+ * @function process:comm
+ * @treturn[1] string
+ * @treturn[2] nil, message, errno */
+static int proc_comm(lua_State *L)
+{
+	struct lproc *p = proc_check(L, 1);
+	const char *buf;
+	size_t len;
+
+	tk_check_nargs(L, 1);
+	if (read_or_push(L, p, "comm", &buf, &len))
+		return 3;
+	if (len > 0 && buf[len - 1] == '\n')
+		lua_pushlstring(L, buf, len - 1);
+	return 1;
+}
+
 static int proc_link(lua_State *L, const char *name)
 {
 	struct lproc *p = proc_check(L, 1);
@@ -883,6 +902,7 @@ void tk_process_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
 		{ "cmdline", proc_cmdline },
+		{ "comm", proc_comm },
 		{ "exe", proc_exe },
 		{ "cwd", proc_cwd },
 		{ "environ", proc_environ },

@@ -559,8 +559,8 @@ static int snap_filter(lua_State *L)
 	return 1;
 }
 
-/*** The path of a process's cgroup, from its record's cgroup_id, through
- * takana.cgroup.path.
+/*** The path of a process's cgroup, from its record's cgroup_id, as
+ * takana.cgroup.path gives it.
  * @function snapshot:cgroup
  * @int pid
  * @treturn[1] string "/a/b" beneath the cgroup2 mount ("/" is its root)
@@ -571,7 +571,9 @@ static int snap_cgroup(lua_State *L)
 	struct lsnap *s = snap_check(L, 1);
 	uint32_t pid = pid_check(L, 2);
 	const struct tk_record *r;
+	char mnt[TK_CG_PATH_MAX];
 	uint64_t id;
+	int err;
 
 	tk_check_nargs(L, 2);
 	if (!(s->fields & TK_F(CGROUP)))
@@ -592,17 +594,20 @@ static int snap_cgroup(lua_State *L)
 		lua_pushinteger(L, ENOENT);
 		return 3;
 	}
-	/* One resolver for every caller: takana.cgroup.path (handle or cached
-	 * walk) gives the path relative to the mount, "" for its root. */
-	lua_getglobal(L, "require");
-	lua_pushliteral(L, "takana.cgroup");
-	lua_call(L, 1, 1);
-	lua_getfield(L, -1, "path");
-	lua_pushinteger(L, tk_u64_int(id));
-	lua_call(L, 1, 3);
-	if (lua_isnil(L, -3))
+	/* The resolver takana.cgroup.path uses (cgroup_path.c), beneath the
+	 * mount cgroup_id.c read the ids against. */
+	err = tk_cgroup2_mount(mnt, sizeof mnt);
+	if (err == -ENOENT) {
+		lua_pushnil(L);
+		lua_pushliteral(L, "cgroup: no cgroup2 hierarchy is mounted (see /proc/self/mountinfo)");
+		lua_pushinteger(L, ENOENT);
 		return 3;
-	lua_pushfstring(L, "/%s", lua_tostring(L, -3));
+	}
+	if (err < 0)
+		return tk_push_error(L, "cgroup: /proc/self/mountinfo", err);
+	if (tk_cgroup_path_push(L, mnt, id) != 1)
+		return 3;
+	lua_pushfstring(L, "/%s", lua_tostring(L, -1));
 	return 1;
 }
 

@@ -25,14 +25,13 @@ local E = core.errno
 local ESRCH, EBUSY, EINVAL, ENOENT, ETIMEDOUT, EIO = E.ESRCH, E.EBUSY, E.EINVAL, E.ENOENT, E.ETIMEDOUT, E.EIO
 local EPERM, EACCES, EAGAIN, EDEADLK, EXDEV, EOPNOTSUPP = E.EPERM, E.EACCES, E.EAGAIN, E.EDEADLK, E.EXDEV,
   E.EOPNOTSUPP
-local ESTALE, ENOSYS = E.ESTALE, E.ENOSYS
 local EEXIST, ENOTDIR, ENODEV = E.EEXIST, E.ENOTDIR, E.ENODEV
 
 -- Directories a search or a subtree walk may visit: far more than any
 -- real hierarchy, small enough to bound the time.
 local MAX_DIRS = 100000
 
-local argerror, nargs, read_file = util.argerror, util.nargs, util.read_file
+local argerror, nargs = util.argerror, util.nargs
 local YEAR = 86400 * 365
 
 -- An option in seconds, 0 to 1 year (util.check_options).
@@ -44,25 +43,9 @@ end
 
 local options = util.check_options
 
-local function parse_mounts()
-  local each, err, errno = util.mounts()
-  if not each then return nil, "cgroup: " .. err, errno end
-  local r = { v1 = {} }
-  for root, mnt, fstype, opts in each do
-    if fstype == "cgroup2" then
-      -- The first mount, unless a later one is rooted at our namespace's
-      -- root (a container that remounted cgroup2 over the host's).
-      if not r.v2 or (r.v2_root ~= "/" and root == "/") then
-        r.v2, r.v2_root = mnt, root
-      end
-    elseif fstype == "cgroup" then
-      for opt in opts:gmatch("[^,]+") do
-        if opt ~= "rw" and opt ~= "ro" and not opt:find("=") then r.v1[opt] = r.v1[opt] or mnt end
-      end
-    end
-  end
-  return r
-end
+-- Where the hierarchies are mounted, as the core reads /proc/self/mountinfo
+-- (the same choice of cgroup2 mount as its cgroup ids are read against).
+local parse_mounts = core.cgroup_mounts
 
 -- The parsed mount table, kept until the kernel flags a mount or unmount
 -- (core.mounts_changed): read-only for its users here.
@@ -87,12 +70,7 @@ end
 
 local function proc_cgroups(...)
   nargs("cgroup.proc_cgroups", 0, select("#", ...))
-  local r = {}
-  for line in (read_file("/proc/cgroups") or ""):gmatch("[^\n]+") do
-    local name, hier, _, enabled = line:match("^(%S+)%s+(%d+)%s+(%d+)%s+(%d+)")
-    if name then r[name] = { hierarchy = tonumber(hier), enabled = enabled == "1" } end
-  end
-  return r
+  return core.proc_cgroups() or {}
 end
 
 local function mode_of(m)
@@ -138,7 +116,7 @@ end
 -- The unified-hierarchy path of a process, from /proc/<pid>/cgroup's "0::"
 -- line: relative to the reader's cgroup namespace, so it may begin with "..".
 local function path_of(fname, pid)
-  local p, err, errno = util.proc_cgroup(pid)
+  local p, err, errno = core.proc_cgroup(pid)
   if p == nil then
     if errno == ENOENT then return nil, ("%s: no such process"):format(fname), ESRCH end
     return nil, ("%s: %s"):format(fname, err), errno
@@ -232,12 +210,6 @@ local M = setmetatable({}, {
   end,
 })
 
--- id -> path beneath the v2 mount, from the last walk; refreshed on a miss.
-local id_cache = { mount = nil, paths = {} }
--- nil until known: whether open_by_handle_at works for this process
--- (CAP_DAC_READ_SEARCH). A refusal is remembered so the walk goes first.
-local by_handle
-
 --- The path of a cgroup from its id (`cgroup_id` of records and events):
 -- relative to the cgroup2 mount, "" for its root. With CAP_DAC_READ_SEARCH
 -- the kernel opens the cgroup from the id (open_by_handle_at); without it,
@@ -254,33 +226,7 @@ function M.path(id, ...)
   end
   local m, err, errno = v2_mount()
   if not m then return nil, err, errno end
-  if by_handle ~= false then
-    local rel, herr, herrno = core.cgroup_path_by_handle(m.v2, id)
-    if rel then by_handle = true return rel end
-    if herrno == ESTALE or herrno == ENOENT then
-      return nil, ("cgroup.path: no cgroup has id %d (removed?)"):format(id), ENOENT
-    end
-    if herrno == EPERM or herrno == EACCES or herrno == EOPNOTSUPP or herrno == ENOSYS then
-      by_handle = false
-    elseif herrno ~= EXDEV then
-      return nil, "cgroup.path: " .. herr, herrno
-    end
-  end
-  if id_cache.mount ~= m.v2 then id_cache.mount, id_cache.paths = m.v2, {} end
-  local rel = id_cache.paths[id]
-  if rel then
-    local cg = core.cgroup_open(m.v2, rel)
-    local same = cg and core.cgroup_id(cg) == id
-    if cg then cg:close() end
-    if same then return rel end
-  end
-  local paths
-  paths, err, errno = core.cgroup_ids(m.v2, MAX_DIRS)
-  if not paths then return nil, ("cgroup.path: walking %s: %s"):format(m.v2, err), errno end
-  id_cache.paths = paths
-  rel = paths[id]
-  if rel then return rel end
-  return nil, ("cgroup.path: no cgroup beneath %s has id %d (removed?)"):format(m.v2, id), ENOENT
+  return core.cgroup_path(m.v2, id)
 end
 
 --- The calling process's cgroup.
@@ -371,7 +317,9 @@ function M.probe(...)
   if not m then return { ok = false, mode = "none", v1 = {}, why = err } end
   local r = { mode = mode_of(m), v2_mount = m.v2, v2_root = m.v2_root, v1 = m.v1, ok = m.v2 ~= nil }
   if m.v2 then
-    local list = read_file(m.v2 .. "/cgroup.controllers") or ""
+    local root = core.cgroup_open(m.v2, "")
+    local list = root and root:get("cgroup.controllers") or ""
+    if root then root:close() end
     r.v2_controllers = {}
     for c in list:gmatch("%S+") do r.v2_controllers[#r.v2_controllers + 1] = c end
   else
@@ -442,7 +390,7 @@ function cgroup:why(section, ...)
   if st[section] then return nil end
   if section == "memory" or section == "pids" then return (controller_reason(self, section)) end
   if section == "pressure" then
-    if not read_file("/proc/pressure/cpu") then
+    if not core.psi_readable() then
       return "pressure stall information is off (kernel without CONFIG_PSI, or booted with psi=0)"
     end
     return "pressure files are disabled for this cgroup (cgroup.pressure is 0)"

@@ -17,7 +17,6 @@ local function fail(msg)
   os.exit(1)
 end
 
-local first_line = util.first_line
 
 local snapshot_backends = { auto = true }
 for _, name in ipairs(takana.snapshot_backends) do snapshot_backends[name] = true end
@@ -619,7 +618,7 @@ function M.cgroup_procs(cg, as_json)
       local st = proc:status()
       local argv = proc:cmdline()
       local path = proc:cgroup()
-      local comm = first_line(("/proc/%d/comm"):format(pid)) or "?"
+      local comm = proc:comm() or "?"
       proc:close()
       if st and argv and path then
         if as_json then

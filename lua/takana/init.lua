@@ -62,8 +62,8 @@ end
 local CHEAPEST_BPF_TASKS = 5000
 
 local function cheapest_backend()
-  local tasks = tonumber((util.first_line("/proc/loadavg") or ""):match("^%S+ %S+ %S+ %d+/(%d+)") or "")
-  if tasks and tasks < CHEAPEST_BPF_TASKS then return "proc" end
+  local load = core.loadavg()
+  if load and load.tasks < CHEAPEST_BPF_TASKS then return "proc" end
   return "auto"
 end
 
@@ -437,12 +437,11 @@ local probed
 -- and /proc. seen(errno) notes the errno of each failure; passing() notes
 -- a failure that may pass without one (see probe_fresh).
 local function probe_reading(section, seen, passing)
-  section("kernel", function() return util.first_line("/proc/sys/kernel/osrelease") end)
+  section("kernel", function() return core.kernel_release() end)
   section("btf", function()
-    local btf, _, errno = io.open("/sys/kernel/btf/vmlinux")
+    local btf, _, errno = core.btf_readable()
     seen(errno)
-    if btf then btf:close() end
-    return { ok = btf ~= nil, why = not btf and "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)" or nil }
+    return { ok = btf == true, why = not btf and "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)" or nil }
   end)
 
   section("snapshot", function()
@@ -463,21 +462,21 @@ local function probe_reading(section, seen, passing)
   -- /proc itself: hidepid hides other users' processes from every /proc
   -- reader, takana's proc backend included.
   section("proc", function()
-    local t = { ok = util.first_line("/proc/self/stat") ~= nil }
+    local readable, _, errno = core.proc_readable()
+    local t = { ok = readable == true }
     if not t.ok then
+      seen(errno)
       passing()
       t.why = "/proc is not mounted (or no descriptor is free to read it)"
       return t
     end
-    for _, mnt, fstype, super in util.mounts() or function() end do
-      if mnt == "/proc" and fstype == "proc" then
-        t.hidepid = super:match("hidepid=([^,]+)")
-        if t.hidepid and t.hidepid ~= "0" and t.hidepid ~= "off" then
-          t.note = ("/proc is mounted with hidepid=%s: processes of other users are %s"):format(
-            t.hidepid, (t.hidepid == "1" or t.hidepid == "noaccess") and
-            "listed but unreadable (snap.denied counts them)" or "invisible to this process")
-        end
-      end
+    local hidepid, _, herrno = core.proc_hidepid()
+    seen(herrno)
+    t.hidepid = hidepid or nil
+    if t.hidepid and t.hidepid ~= "0" and t.hidepid ~= "off" then
+      t.note = ("/proc is mounted with hidepid=%s: processes of other users are %s"):format(
+        t.hidepid, (t.hidepid == "1" or t.hidepid == "noaccess") and
+        "listed but unreadable (snap.denied counts them)" or "invisible to this process")
     end
     return t
   end)
@@ -487,8 +486,7 @@ end
 -- cgroups. seen and passing: as for probe_reading.
 local function probe_objects(section, seen, passing)
   section("pidfd", function()
-    local self = util.first_line("/proc/self/stat")
-    local pok, p, perr, perrno = pcall(core.pidfd, self and tonumber(self:match("^%d+")) or 1)
+    local pok, p, perr, perrno = pcall(core.pidfd, core.getpid())
     if not pok then passing() end
     seen(perrno)
     if pok and p then p:close() end

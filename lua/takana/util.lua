@@ -52,7 +52,6 @@ function M.check_options(fname, n, opts, spec, how)
   return opts
 end
 
--- Whole file, or nil, "path: message", errno.
 -- Whether code point cp is shown escaped: C0 controls and DEL, the C1
 -- controls (U+0080..U+009F: CSI is U+009B) and the bidirectional
 -- overrides and isolates, which reorder what a terminal shows.
@@ -84,55 +83,6 @@ function M.printable(text)
     end
   end
   return table.concat(out)
-end
-
-function M.read_file(path)
-  local f, err, errno = io.open(path, "rb")
-  if not f then return nil, err, errno end
-  local s, rerr, rerrno = f:read("a")
-  f:close()
-  if not s then return nil, rerr, rerrno end
-  return s
-end
-
--- The first line of a file, without its newline; nil when it cannot be read.
-function M.first_line(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local l = f:read("l")
-  f:close()
-  return l
-end
-
--- The unified-hierarchy path of a process, from /proc/<pid>/cgroup's "0::"
--- line (relative to the reader's cgroup namespace, so it may begin with
--- ".."); false when it is in no cgroup2 hierarchy; nil, "path: message",
--- errno when the file cannot be read (ENOENT: the process is gone).
-function M.proc_cgroup(pid)
-  local text, err, errno = M.read_file("/proc/" .. pid .. "/cgroup")
-  if not text then return nil, err, errno end
-  return text:match("\n0::([^\n]*)") or text:match("^0::([^\n]*)") or false
-end
-
--- mountinfo escapes space, tab, newline and backslash as \ooo.
-local function unescape(s)
-  if not s:find("\\", 1, true) then return s end
-  return (s:gsub("\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end))
-end
-
--- The mounts /proc/self/mountinfo lists: an iterator of root (the mounted
--- directory inside its filesystem), mount point, filesystem type and
--- superblock options, paths unescaped; or nil, "path: message", errno.
-function M.mounts()
-  local text, err, errno = M.read_file("/proc/self/mountinfo")
-  if not text then return nil, err, errno end
-  local lines = text:gmatch("[^\n]+")
-  return function()
-    for line in lines do
-      local root, point, fstype, options = line:match("^%S+ %S+ %S+ (%S+) (%S+) .- %- (%S+) %S+ (%S+)")
-      if root then return unescape(root), unescape(point), fstype, options end
-    end
-  end
 end
 
 return M

@@ -3,7 +3,6 @@
 -- @module takana.supervisor
 local takana = require "takana"
 local core = require "takana.core"
-local util = require "takana.util"
 local C = require "takana.supervisor.class"
 local M, supervisor, now, argerror, nargs = C.M, C.supervisor, C.now, C.argerror, C.nargs
 local check_options, required, signum, OCTAL_0600, SUN_PATH_MAX = C.check_options, C.required, C.signum, C.OCTAL_0600, C.SUN_PATH_MAX
@@ -435,11 +434,8 @@ end
 local function own_children()
   local me, r = core.getpid(), {}
   if not core.proc_is_ours() then return r end
-  local text = util.read_file(("/proc/self/task/%d/children"):format(me))
-  if text then
-    for p in text:gmatch("%d+") do r[#r + 1] = tonumber(p) end
-    return r
-  end
+  local kids = core.task_children(me)
+  if kids then return kids end
   local snap = takana.snapshot { fields = { "pid", "ppid" } }
   for rec in snap and snap:each() or function() end do
     if rec.ppid == me then r[#r + 1] = rec.pid end
