@@ -49,7 +49,7 @@ end
 
 local function sources()
   local files = { "bin/takana" }
-  local ls = assert(io.popen("ls lua/takana/*.lua"))
+  local ls = assert(io.popen("find lua -name '*.lua' | sort"))
   for f in ls:lines() do files[#files + 1] = f end
   ls:close()
   return files
@@ -57,8 +57,10 @@ end
 
 -- What may open a file or run a program, each a reviewed site that touches
 -- no kernel file: require's fallback probing package.path, the CLI's tty
--- handling (stty, test -t), its bench and supervise commands.
+-- handling (stty, test -t), its bench and supervise commands; the
+-- command's look for its own LuaRocks tree.
 local allowed = {
+  ["bin/takana"] = { ['io.open(tree_lua .. "")'] = 1 },
   ["lua/takana/init.lua"] = { ['io.open((template:gsub("", file)))'] = 1 },
   ["lua/takana/cli.lua"] = {
     ['io.popen("")'] = 2, ['os.execute("")'] = 4, ['os.execute("" .. saved .. "")'] = 1,
