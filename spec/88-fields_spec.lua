@@ -546,11 +546,14 @@ describe("every record field", function()
     end
     for _, name in ipairs(backends) do
       local snap = assert(takana.snapshot { backend = name, fields = ALL })
+      -- Init hidden from a BPF walk is read from /proc (snap.from_proc):
+      -- its values say nothing about what the walk fills.
+      local from_proc = name ~= "proc" and snap.from_proc > 0
       local empty = {}
       for _, f in ipairs(ALL) do
         local any = false
         for p in snap:each() do
-          if filled(p[f]) then any = true break end
+          if filled(p[f]) and not (from_proc and p.pid == 1) then any = true break end
         end
         if not any and not may_be_empty[f] then empty[#empty + 1] = f end
       end
