@@ -410,3 +410,37 @@ describe("pidfd:usage", function()
     assert.has_error(function() c:usage(1) end)
   end)
 end)
+
+describe("the exit record", function()
+  it("has exactly the fields core.exit_fields lists, for an exit and for a signal", function()
+    local names = {}
+    for _, f in ipairs(core.exit_fields) do
+      assert.is_string(f.doc)
+      names[f.name] = true
+    end
+    local function keys(t)
+      local k = {}
+      for name in pairs(t) do
+        assert(names[name], "exit record field " .. name .. " is not in core.exit_fields")
+        k[#k + 1] = name
+      end
+      table.sort(k)
+      return table.concat(k, ",")
+    end
+    local c = spawn_ok { "sh", "-c", "exit 7" }
+    local rec = assert(c:wait())
+    assert.same({ exited = true, code = 7 }, rec)
+    assert.equal("code,exited", keys(rec))
+    c:close()
+    c = spawn_ok { "sleep", "30" }
+    assert(c:signal("KILL"))
+    rec = assert(c:wait())
+    assert.same({ signaled = true, signal = 9, core = false }, rec)
+    assert.equal("core,signal,signaled", keys(rec))
+    c:close()
+    -- The supervisor's record restates code, signal and core: the same names.
+    for _, f in ipairs(require("takana.supervisor").exit_record) do
+      if f.name == "code" or f.name == "signal" or f.name == "core" then assert(names[f.name], f.name) end
+    end
+  end)
+end)

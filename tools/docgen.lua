@@ -21,7 +21,7 @@ local supervisor = require "takana.supervisor"
 
 local M = {}
 
-M.files = { "README.md", "csrc/lua/lua_cgroup.c", "lua/takana/supervisor/service.lua" }
+M.files = { "README.md", "csrc/lua/lua_cgroup.c", "csrc/lua/lua_pidfd.c", "lua/takana/supervisor/service.lua" }
 
 local function code(s) return "`" .. s .. "`" end
 
@@ -55,6 +55,14 @@ M.schemas = {
       for _, o in ipairs(supervisor.service_options) do
         rows[#rows + 1] = { code(o.name), o.type:gsub("|", " or "), o.doc }
       end
+      return rows
+    end,
+  },
+  ["wait-record"] = {
+    head = { "field", "meaning" },
+    rows = function()
+      local rows = {}
+      for _, f in ipairs(core.exit_fields) do rows[#rows + 1] = { code(f.name), f.doc } end
       return rows
     end,
   },

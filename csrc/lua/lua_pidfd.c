@@ -139,25 +139,71 @@ int tk_pidfd_obj_alive(lua_State *L, struct tk_pidfd_obj *o)
 	return 1;
 }
 
+/* The exit record of pidfd:wait() and process:wait(), one row a field:
+ * exit_push fills them, core.exit_fields exports them (the supervisor's
+ * exit record and the docs, tools/docgen.lua, take them from there). */
+#define TK_EXIT_FIELDS(X) \
+	X(exited, "true when the process exited (then `code`)") \
+	X(code, "its exit status (0-255), when it exited") \
+	X(signaled, "true when a signal ended it (then `signal` and `core`)") \
+	X(signal, "the number of the signal that ended it") \
+	X(core, "true when it dumped core, when a signal ended it")
+
+#define EXIT_FIELD_ROW(name, doc) { #name, doc },
+static const struct {
+	const char *name, *doc;
+} exit_fields[] = { TK_EXIT_FIELDS(EXIT_FIELD_ROW) };
+
 static void exit_push(lua_State *L, const struct tk_exit *e)
 {
+#define EXIT_FIELD_SET(field) (lua_setfield(L, -2, exit_fields[EXIT_##field].name))
+	enum {
+#define EXIT_FIELD_ENUM(name, doc) EXIT_##name,
+		TK_EXIT_FIELDS(EXIT_FIELD_ENUM)
+	};
+
 	lua_createtable(L, 0, 3);
 	if (e->signaled) {
 		lua_pushboolean(L, 1);
-		lua_setfield(L, -2, "signaled");
+		EXIT_FIELD_SET(signaled);
 		lua_pushinteger(L, e->code);
-		lua_setfield(L, -2, "signal");
+		EXIT_FIELD_SET(signal);
 		lua_pushboolean(L, e->core);
-		lua_setfield(L, -2, "core");
+		EXIT_FIELD_SET(core);
 	} else {
 		lua_pushboolean(L, 1);
-		lua_setfield(L, -2, "exited");
+		EXIT_FIELD_SET(exited);
 		lua_pushinteger(L, e->code);
-		lua_setfield(L, -2, "code");
+		EXIT_FIELD_SET(code);
+	}
+#undef EXIT_FIELD_SET
+}
+
+/* core.exit_fields: {{name=, doc=}...}, the exit record's fields in order. */
+static void exit_fields_push(lua_State *L)
+{
+	lua_createtable(L, (int)(sizeof exit_fields / sizeof exit_fields[0]), 0);
+	for (size_t i = 0; i < sizeof exit_fields / sizeof exit_fields[0]; i++) {
+		lua_createtable(L, 0, 2);
+		lua_pushstring(L, exit_fields[i].name);
+		lua_setfield(L, -2, "name");
+		lua_pushstring(L, exit_fields[i].doc);
+		lua_setfield(L, -2, "doc");
+		lua_rawseti(L, -2, (lua_Integer)i + 1);
 	}
 }
 
-/*** Waits for a child to exit and reaps it.
+/*** Waits for a child to exit and reaps it. The exit record's fields
+ * (core.exit_fields):
+ *
+ * <!-- schema:wait-record -->
+ * - `exited` true when the process exited (then `code`)
+ * - `code` its exit status (0-255), when it exited
+ * - `signaled` true when a signal ended it (then `signal` and `core`)
+ * - `signal` the number of the signal that ended it
+ * - `core` true when it dumped core, when a signal ended it
+ * <!-- /schema:wait-record -->
+ *
  * @function pidfd:wait
  * @number[opt] timeout seconds (0..1 year); nil waits forever
  * @treturn[1] table `{exited=true, code=n}` or `{signaled=true, signal=n, core=bool}`;
@@ -336,4 +382,6 @@ void tk_pidfd_open_lib(lua_State *L)
 	tk_handle_newclass(L, TK_PIDFD_MT, methods, pidfd_index, pidfd_tostring);
 	lua_pop(L, 1);
 	luaL_setfuncs(L, funcs, 0);
+	exit_fields_push(L);
+	lua_setfield(L, -2, "exit_fields");
 }
