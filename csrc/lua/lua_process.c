@@ -230,7 +230,8 @@ static int proc_comm(lua_State *L)
 	if (read_or_push(L, p, "comm", &buf, &len))
 		return 3;
 	if (len > 0 && buf[len - 1] == '\n')
-		lua_pushlstring(L, buf, len - 1);
+		len--;
+	lua_pushlstring(L, buf, len);
 	return 1;
 }
 
