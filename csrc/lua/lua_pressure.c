@@ -102,7 +102,7 @@ static int pressure_push(lua_State *L, int dirfd, int resource)
 }
 
 /** The host's pressure stall information for one resource, from
- * /proc/pressure/<resource>.
+ * `/proc/pressure/<resource>`.
  *
  * Each line is `{avg10=, avg60=, avg300=, total_us=}`: the share of the
  * last 10, 60 and 300 seconds during which some (or all) non-idle tasks
@@ -129,16 +129,8 @@ static int l_pressure(lua_State *L)
 	return pressure_push(L, -1, resource);
 }
 
-/*** The cgroup's pressure stall information for one resource, from its
- * `<resource>.pressure` file: the same table as `takana.pressure`
- * (fractions and `total_us`). These files exist in every cgroup2 cgroup
- * where the kernel has PSI, whatever controllers are enabled.
- * @function cgroup:pressure
- * @string resource "cpu", "memory" or "io"
- * @treturn[1] table `{some = {avg10=, avg60=, avg300=, total_us=}, full = {...}}`
- * @treturn[2] nil, "cgroup /a: memory.pressure absent: ...", errno
- *   (ENOENT: no PSI, cgroup.pressure 0, or the cgroup was removed;
- *   EOPNOTSUPP: PSI disabled) */
+/* cg:pressure(resource): documented in lua/takana/cgroup.lua, the page of
+ * the handle's methods. */
 static int cg_pressure(lua_State *L)
 {
 	int dirfd = cgroup_dirfd(L);
@@ -238,6 +230,13 @@ static int trigger_new(lua_State *L, int dirfd, int opts)
 		                                           "windows that are multiples of 2 s",
 		                                        lua_tostring(L, -1), (lua_Number)a.window_us / 1e6), fd);
 	}
+	if (fd == -EPERM) {
+		where_push(L, dirfd, a.resource);
+		return tk_push_error(L, lua_pushfstring(L, "%s: a trigger needs CAP_SYS_RESOURCE before "
+		                                           "Linux 6.5 (later kernels take unprivileged ones "
+		                                           "with windows in multiples of 2 s)",
+		                                        lua_tostring(L, -1)), fd);
+	}
 	if (fd < 0)
 		return pressure_fail(L, dirfd, a.resource, fd);
 	t->h.fd = fd;
@@ -248,44 +247,40 @@ static int trigger_new(lua_State *L, int dirfd, int opts)
 /** A PSI trigger on the host's pressure: pollable, it fires when the tasks
  * stalled on the resource for `stall` of any `window`.
  *
- * The kernel's trigger (write "some|full <stall_us> <window_us>" to
- * /proc/pressure/<resource>, then poll POLLPRI): `takana.poll{trig}`,
+ * The kernel's trigger (write `"some|full <stall_us> <window_us>"` to
+ * `/proc/pressure/<resource>`, then poll POLLPRI): `takana.poll{trig}`,
  * cqueues and luv wait on it (`events()` is "p"; luv:
  * `uv.new_poll(trig:fileno()):start("p", cb)`). The kernel hands each
  * firing out once, to whichever poll sees it first: a trigger that a loop
  * returned has fired, and its `:read()` then says false. It fires at most
  * once per window.
  *
- * Without CAP_SYS_RESOURCE (root in a container, or a user) the kernel
- * takes only windows that are multiples of 2 s (2, 4, 6, 8 or 10): any
- * other window returns nil, a message naming that rule, EINVAL.
+ * Without `CAP_SYS_RESOURCE` (a user, or root without it, as in many
+ * containers) the kernel takes only windows that are multiples of 2 s (2,
+ * 4, 6, 8 or 10): any other window returns nil, a message naming that
+ * rule, EINVAL.
  * @function pressure_trigger
  * @tparam table t `{resource=, kind=, stall=, window=}`: resource "cpu",
  *   "memory" or "io"; kind "some" (the default: some tasks stalled) or
  *   "full" (all non-idle tasks stalled); stall the stalled share of the
- *   window, a fraction 0 < stall <= 1 (0.15: 150 ms of a 1 s window);
+ *   window, a fraction 0 < stall <= 1 (0.15 of a 2 s window: 300 ms);
  *   window in seconds, 0.5..10
  * @treturn[1] trigger `:read([timeout])`, `:fileno()`, the cqueues
  *   protocol, `:close()`
- * @treturn[2] nil, message, errno (EINVAL: the window, see above; EACCES:
- *   the file is not writable for this user; ENOENT/EOPNOTSUPP: no PSI)
+ * @treturn[2] nil, message, errno (EINVAL: the window, see above; EPERM:
+ *   no `CAP_SYS_RESOURCE` before Linux 6.5; EACCES: a cgroup's file is
+ *   root's; ENOENT/EOPNOTSUPP: no PSI)
  * @usage local trig = assert(takana.pressure_trigger{resource = "memory",
  *   stall = 0.10, window = 2})
- * for _ in function() return takana.poll({trig}) end do ... end */
+ * while #assert(takana.poll({trig}, 60)) > 0 do
+ *   print("memory stalled 10 % of the last 2 s")
+ * end */
 static int l_pressure_trigger(lua_State *L)
 {
 	return trigger_new(L, -1, 1);
 }
 
-/*** A PSI trigger on the cgroup's `<resource>.pressure`, opened beneath the
- * handle's directory: the same object as `takana.pressure_trigger`. Once
- * the cgroup is removed the trigger is broken: its `read()` returns nil,
- * message, errno (ENODEV), and polls report it ready.
- * @function cgroup:pressure_trigger
- * @tparam table t `{resource=, kind=, stall=, window=}` as for
- *   `takana.pressure_trigger`
- * @treturn[1] trigger
- * @treturn[2] nil, message, errno */
+/* cg:pressure_trigger{...}: documented in lua/takana/cgroup.lua. */
 static int cg_pressure_trigger(lua_State *L)
 {
 	int dirfd = cgroup_dirfd(L);
@@ -309,7 +304,7 @@ static int trigger_read(lua_State *L)
 	tk_check_nargs(L, 2);
 	r = tk_pressure_trigger_wait(t->h.fd, tk_deadline_ms(wait_ms));
 	if (r < 0)
-		return tk_push_error(L, "pressure trigger: broken (its cgroup was removed?)", r);
+		return tk_push_error(L, "pressure trigger: broken (its file is gone: the cgroup was removed)", r);
 	lua_pushboolean(L, r);
 	return 1;
 }

@@ -590,33 +590,10 @@ M.signals = core.signals
 -- @treturn[2] nil, "timer: message", errno
 M.timer = core.timer
 
---- The host's pressure stall information (PSI) for one resource, from
--- /proc/pressure: `{some = {avg10=, avg60=, avg300=, total_us=}, full =
--- {...}}`. avg* are fractions 0..1 of the last 10, 60, 300 s (the kernel's
--- 1.23 percent reads 0.0123); total_us is the stall time in microseconds
--- (an integer). `full` is absent where the kernel has no such line (cpu
--- before 5.13). `cg:pressure(resource)` is the same for a cgroup.
--- @function pressure
--- @string resource "cpu", "memory" or "io"
--- @treturn[1] table
--- @treturn[2] nil, message, errno: ENOENT where the kernel has no PSI
---   (CONFIG_PSI off, psi=0), EOPNOTSUPP where PSI is disabled
+-- Pressure stall information: the host's (takana.pressure(resource)) and
+-- PSI triggers (takana.pressure_trigger{...}); their LDoc is in
+-- csrc/lua/lua_pressure.c, once.
 M.pressure = core.pressure
-
---- A PSI trigger on the host's pressure, pollable ("p": POLLPRI) by
--- `takana.poll`, cqueues and luv: `takana.pressure_trigger{resource =
--- "memory", kind = "some", stall = 0.15, window = 2}` fires when the tasks
--- stalled for `stall` (a fraction, 0 < stall <= 1) of any `window`
--- seconds (0.5..10). Without CAP_SYS_RESOURCE the kernel takes only
--- windows that are multiples of 2 s: others return nil, a message naming
--- that rule, EINVAL. The kernel hands each firing out once, to the first
--- poll that sees it. `cg:pressure_trigger{...}` is the same for a cgroup.
--- @function pressure_trigger
--- @tparam table t `{resource=, kind=, stall=, window=}`
--- @treturn[1] trigger `:read([timeout])` (true when it fired, false if not;
---   nil, message, errno once broken: its cgroup removed), `:fileno()`, the
---   cqueues protocol, `:close()`
--- @treturn[2] nil, message, errno
 M.pressure_trigger = core.pressure_trigger
 
 --- CLOCK_MONOTONIC in seconds (a float): for intervals and deadlines.
