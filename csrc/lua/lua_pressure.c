@@ -19,16 +19,28 @@ struct ltrigger {
 	struct tk_handle h;   /* first: the shared close/poll protocol */
 };
 
-/* The resource at idx, spelled exactly (no prefix, no NUL inside). */
+/* The resource named by s (len bytes), spelled exactly (no prefix, no
+ * NUL inside), or -1. */
+static int resource_find(const char *s, size_t len)
+{
+	for (int r = 0; r < TK_PRESSURE_COUNT; r++)
+		if (strlen(tk_pressure_name(r)) == len && memcmp(s, tk_pressure_name(r), len) == 0)
+			return r;
+	return -1;
+}
+
+#define RESOURCES "\"cpu\", \"memory\" or \"io\""
+
+/* The resource at idx; raises on anything else. */
 static int resource_check(lua_State *L, int idx)
 {
 	size_t len;
 	const char *s = luaL_checklstring(L, idx, &len);
+	int r = resource_find(s, len);
 
-	for (int r = 0; r < TK_PRESSURE_COUNT; r++)
-		if (strlen(tk_pressure_name(r)) == len && memcmp(s, tk_pressure_name(r), len) == 0)
-			return r;
-	return luaL_argerror(L, idx, lua_pushfstring(L, "resource must be \"cpu\", \"memory\" or \"io\", got \"%s\"", s));
+	if (r < 0)
+		luaL_argerror(L, idx, lua_pushfstring(L, "resource must be " RESOURCES ", got \"%s\"", s));
+	return r;
 }
 
 /* The cgroup handle at 1: its directory fd; raises when closed. */
@@ -184,12 +196,19 @@ static void trigger_args_check(lua_State *L, int idx, struct trigger_args *a)
 	lua_getfield(L, idx, "resource");
 	if (lua_type(L, -1) != LUA_TSTRING)
 		luaL_argerror(L, idx, lua_pushfstring(L, "'resource' must be a string, got %s", luaL_typename(L, -1)));
-	a->resource = resource_check(L, lua_gettop(L));
+	{
+		size_t len;
+		const char *res = lua_tolstring(L, -1, &len);
+
+		a->resource = resource_find(res, len);
+		if (a->resource < 0)
+			luaL_argerror(L, idx, lua_pushfstring(L, "'resource' must be " RESOURCES ", got \"%s\"", res));
+	}
 	lua_getfield(L, idx, "kind");
 	if (lua_isnil(L, -1)) {
 		a->full = 0;
 	} else {
-		size_t len;
+		size_t len = 0;
 		const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
 
 		if (k == NULL || strlen(k) != len || (strcmp(k, kinds[0]) != 0 && strcmp(k, kinds[1]) != 0))
