@@ -221,10 +221,29 @@ describe("pressure triggers", function()
     trig:close()
     assert.matches("closed", tostring(trig))
     assert.error_matches(function() trig:read() end, "attempt to use a closed pressure trigger")
+  end)
+
+  it("closes its descriptor through close, __close and the collector, leaking none", function()
+    local why = psi_why()
+    if why then pending(why) return end
+    local probe, err = host_trigger { resource = "cpu", stall = 0.5, window = 4 }
+    if not probe then pending(err) return end
+    local fd = probe:fileno()
+    probe:close()
+    assert.is_false(H.fd_open(fd))
     do
       local scoped <close> = host_trigger { resource = "cpu", stall = 0.5, window = 4 }
-      assert.equal("p", scoped:events())
+      fd = scoped:fileno()
     end
+    assert.is_false(H.fd_open(fd))
+    collectgarbage(); collectgarbage()
+    local before = H.count_fds()
+    for _ = 1, 500 do
+      fd = host_trigger({ resource = "io", stall = 0.2, window = 2 }):fileno()
+    end
+    collectgarbage(); collectgarbage()
+    assert.is_false(H.fd_open(fd))
+    assert.equal(before, H.count_fds())
   end)
 
   it("a 1 s window gives EINVAL naming the 2 s rule without CAP_SYS_RESOURCE", function()
