@@ -152,7 +152,8 @@ static int cg_pressure(lua_State *L)
 	return pressure_push(L, dirfd, resource);
 }
 
-/* A number field of the options table at idx, which must be finite. */
+/* A number field of the options table at idx (a number, not a string
+ * that reads as one); the caller checks its range. */
 static lua_Number opt_number(lua_State *L, int idx, const char *key)
 {
 	lua_Number v;
@@ -175,7 +176,6 @@ struct trigger_args {
 static void trigger_args_check(lua_State *L, int idx, struct trigger_args *a)
 {
 	static const char *const keys[] = { "resource", "kind", "stall", "window", NULL };
-	static const char *const kinds[] = { "some", "full", NULL };
 	lua_Number stall, window;
 	int top;
 
@@ -184,9 +184,13 @@ static void trigger_args_check(lua_State *L, int idx, struct trigger_args *a)
 	while (lua_next(L, idx) != 0) {
 		int known = 0;
 
-		if (lua_type(L, -2) == LUA_TSTRING)
+		if (lua_type(L, -2) == LUA_TSTRING) {
+			size_t len;
+			const char *k = lua_tolstring(L, -2, &len);
+
 			for (int i = 0; keys[i] != NULL; i++)
-				known |= strcmp(lua_tostring(L, -2), keys[i]) == 0;
+				known |= strlen(keys[i]) == len && memcmp(k, keys[i], len) == 0;
+		}
 		if (!known)
 			luaL_argerror(L, idx, lua_pushfstring(L, "unknown option '%s' (resource, kind, stall, window)",
 			                                      luaL_tolstring(L, -2, NULL)));
@@ -211,7 +215,7 @@ static void trigger_args_check(lua_State *L, int idx, struct trigger_args *a)
 		size_t len = 0;
 		const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
 
-		if (k == NULL || strlen(k) != len || (strcmp(k, kinds[0]) != 0 && strcmp(k, kinds[1]) != 0))
+		if (k == NULL || strlen(k) != len || (strcmp(k, "some") != 0 && strcmp(k, "full") != 0))
 			luaL_argerror(L, idx, "'kind' must be \"some\" or \"full\"");
 		a->full = strcmp(k, "full") == 0;
 	}
