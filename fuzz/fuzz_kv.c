@@ -1,9 +1,11 @@
-/* libFuzzer harness: the cgroup flat-keyed ("key value") parser and the
- * pressure line parser, on the same inputs. */
+/* libFuzzer harness: the cgroup flat-keyed ("key value") parser, the
+ * pressure line parser and the whole pressure file's (pressure.c), on the
+ * same inputs. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cgroup_parse.h"
+#include "pressure.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -26,6 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *buf = malloc(size ? size : 1);
 	struct tk_psi_line line;
+	struct tk_pressure pressure;
 	struct span span;
 
 	if (buf == NULL)
@@ -36,6 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	span.pairs = 0;
 	tk_kv_parse(buf, size, check_pair, &span);
 	tk_psi_parse_line(buf, size, &line);
+	/* A file parsed has its "some" line; averages are never negative. */
+	if (tk_pressure_parse(buf, size, &pressure) == 0 &&
+	    (!pressure.have_some || pressure.some.avg10 < 0 || pressure.some.full))
+		abort();
 	free(buf);
 	return 0;
 }

@@ -277,8 +277,8 @@ describe("audit: cgroup", function()
       end
       table.sort(names)
       assert.same({ "attach", "children", "close", "disable", "enable", "events", "fileno", "freeze", "get", "holds", "kill",
-        "mkdir", "pollfd", "procs", "remove", "set", "signal", "stat", "state", "thaw", "timeout", "wait_empty",
-        "why" }, names)
+        "mkdir", "pollfd", "pressure", "pressure_trigger", "procs", "remove", "set", "signal", "stat", "state",
+        "thaw", "timeout", "wait_empty", "why" }, names)
       cg:close()
     end)
 

@@ -32,6 +32,7 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_TIMER_MT "takana.Timer"
 #define TK_PIPE_MT "takana.Pipe"
 #define TK_DIR_MT "takana.Dir"
+#define TK_PRESSURE_TRIGGER_MT "takana.PressureTrigger"
 
 /* A kernel counter as a Lua integer, saturating rather than wrapping. */
 static inline lua_Integer tk_u64_int(uint64_t v)
@@ -103,6 +104,8 @@ int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name
 void tk_unix_open_lib(lua_State *L);
 void tk_signals_open_lib(lua_State *L);
 void tk_timer_open_lib(lua_State *L);
+/* lua_pressure.c; after tk_cgroup_open_lib, whose handle methods it adds to. */
+void tk_pressure_open_lib(lua_State *L);
 void tk_self_open_lib(lua_State *L);
 
 /* The one timeout parser (lua_time.c): seconds, 0..1 year, at idx as

@@ -488,6 +488,38 @@ local function set_one(self, key, value)
   return nil, ("set %s: wrote '%s' but the kernel reports '%s'"):format(key, text, back:gsub("%s+$", "")), EIO
 end
 
+--- The cgroup's pressure stall information (PSI) for one resource, from
+-- its `<resource>.pressure` file (C: csrc/lua/lua_pressure.c): the table of
+-- `takana.pressure`, `{some = {avg10=, avg60=, avg300=, total_us=}, full =
+-- {...}}`, avg* fractions 0..1 (the kernel's 1.23 percent reads 0.0123),
+-- total_us microseconds (an integer). Every cgroup2 cgroup has these files
+-- where the kernel has PSI, whatever controllers are enabled. (`stat()`'s
+-- `pressure` section keeps the kernel's percentages and `total_ns`.)
+-- @function cgroup:pressure
+-- @string resource "cpu", "memory" or "io"
+-- @treturn[1] table
+-- @treturn[2] nil, message, errno: ENOENT when the file is absent (no PSI:
+--   CONFIG_PSI off or psi=0; cgroup.pressure set to 0; or the cgroup was
+--   removed), EOPNOTSUPP where PSI is disabled
+
+--- A PSI trigger on the cgroup's `<resource>.pressure`, opened beneath the
+-- handle's directory (C: csrc/lua/lua_pressure.c): the object
+-- `takana.pressure_trigger` gives, pollable ("p") by `takana.poll`,
+-- cqueues and luv. `stall` is a fraction of `window` (0 < stall <= 1),
+-- `window` seconds (0.5..10); without `CAP_SYS_RESOURCE` only multiples
+-- of 2 s (others: nil, a message naming the rule, EINVAL). The file is root's
+-- (0644): another user gets EACCES. Once the cgroup is removed the trigger
+-- is broken: polls report it ready and its `read()` returns nil, message,
+-- ENODEV.
+-- @function cgroup:pressure_trigger
+-- @tparam table t `{resource=, kind=, stall=, window=}`: kind "some" (the
+--   default) or "full"
+-- @treturn[1] trigger `:read([timeout])`, `:fileno()`, the cqueues protocol,
+--   `:close()`
+-- @treturn[2] nil, message, errno
+-- @usage local trig = assert(cg:pressure_trigger{resource = "memory",
+--   kind = "some", stall = 0.15, window = 2})
+
 --- Applies a limit and verifies it by reading it back.
 -- `cg:set(key, value)` or `cg:set{key = value, ...}`. Keys: memory.max,
 -- memory.high, memory.low, memory.min, memory.swap.max, pids.max, cpu.weight, cpu.max

@@ -590,6 +590,12 @@ M.signals = core.signals
 -- @treturn[2] nil, "timer: message", errno
 M.timer = core.timer
 
+-- Pressure stall information: the host's (takana.pressure(resource)) and
+-- PSI triggers (takana.pressure_trigger{...}); their LDoc is in
+-- csrc/lua/lua_pressure.c, once.
+M.pressure = core.pressure
+M.pressure_trigger = core.pressure_trigger
+
 --- CLOCK_MONOTONIC in seconds (a float): for intervals and deadlines.
 -- @function now
 M.now = core.now
