@@ -420,6 +420,25 @@ describe("takana.supervisor", function()
     assert.is_true(db.notify_rejected >= 1)   -- READY, then the barrier
   end)
 
+  it("drops a notify datagram longer than its buffer whole, and reads the next #root", function()
+    if why then return pending(why) end
+    new()
+    -- Cut at 4,096 bytes, the first datagram would end in the line
+    -- "WATCHDOG_USEC=1" (1 us) where its sender wrote 1,000 s.
+    local long = "STATUS=" .. ("x"):rep(4073) .. "\nWATCHDOG_USEC=1" .. "000000000\n"
+    assert.equal(4096, #long - #"000000000\n")
+    local svc = sup:service { name = "long", ready = "notify", restart = "never", cmd = { "/usr/bin/python3", "-c",
+      "import os, socket, time\n" ..
+      "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n" ..
+      "s.sendto(b'" .. long:gsub("\n", "\\n") .. "', os.environ['NOTIFY_SOCKET'])\n" ..
+      "s.sendto(b'READY=1', os.environ['NOTIFY_SOCKET'])\n" ..
+      "time.sleep(100)\n" } }
+    assert.is_true(run_until(sup, function() return svc.ready end, 10))
+    assert.is_nil(svc.watchdog_s)
+    assert.is_nil(svc.status_text)
+    assert.equal(1, svc.notify_rejected)
+  end)
+
   it("a watchdog: WATCHDOG=1 keeps a service up; silence gets it SIGABRT and a failed exit record #slow #root", function()
     if why then return pending(why) end
     if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed (Debian's systemd)") end

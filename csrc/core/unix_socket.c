@@ -197,6 +197,15 @@ ssize_t tk_unix_recv(int fd, void *buf, size_t cap, struct tk_fd_drops *drops, i
 		close(s->pidfd);
 		s->pidfd = -1;
 	}
+	/* A datagram longer than the buffer arrives cut short: what remains
+	 * could mean something else ("WATCHDOG_USEC=1000000000" read as
+	 * "WATCHDOG_USEC=1"), so none of it is given, as systemd drops it. */
+	if (mh.msg_flags & MSG_TRUNC) {
+		if (s->pidfd >= 0)
+			close(s->pidfd);
+		s->pidfd = -1;
+		return -EMSGSIZE;
+	}
 	if (!sender_pidfds && s->pid > 0 && s->sent.tv_sec > 0)
 		s->pidfd = tk_pidfd_of_sender(s->pid, &s->sent);
 	return n;

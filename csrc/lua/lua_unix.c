@@ -260,7 +260,8 @@ static int ux_epoll_wait(lua_State *L)
  * @treturn[1] int gid
  * @treturn[1] pidfd|nil the sender, nil when it is gone or cannot be told
  * @treturn[1] string how the sender is told: "scm_pidfd" or "start time"
- * @treturn[2] nil, message, errno (EAGAIN: nothing pending; EBUSY: not read
+ * @treturn[2] nil, message, errno (EAGAIN: nothing pending; EMSGSIZE: a
+ *   datagram longer than 4,096 bytes, dropped whole; EBUSY: not read
  *   now, as descriptors passed by senders, closed on a thread of their own,
  *   are stuck closing) */
 static int ux_recv(lua_State *L)

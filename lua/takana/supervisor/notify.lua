@@ -41,7 +41,11 @@ function supervisor:_notify(svc)
         self:_unwatch(svc.notify)
         svc.notify_paused = now() + 1
       end
-      return
+      -- EMSGSIZE: a datagram longer than the buffer, dropped whole (what
+      -- was left of it could mean something else); the next one is read.
+      if uid ~= E.EMSGSIZE then return end
+      svc.notify_rejected = (svc.notify_rejected or 0) + 1
+      goto next_message
     end
     -- Only processes of this service's cgroup (or below it) may speak for
     -- it, as systemd decides. The sender is held by a pidfd (the kernel's,
@@ -67,6 +71,7 @@ function supervisor:_notify(svc)
         end
       end
     end
+    ::next_message::
   end
 end
 
