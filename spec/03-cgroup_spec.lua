@@ -243,3 +243,30 @@ describe("takana.cgroup", function()
     end)
   end)
 end)
+
+describe("takana.cgroup.path without CAP_DAC_READ_SEARCH (a walk of the hierarchy)", function()
+  it("names a cgroup while another subtree lies deeper than PATH_MAX #root", function()
+    local path, name = H.test_cgroup_path()
+    if not path then return pending("needs root and a cgroup2 hierarchy") end
+    local q, long = H.shell_quote(path), ("d"):rep(250)
+    -- 17 levels of 250 bytes, made and removed one level at a time, by
+    -- bash (dash's cd hands chdir the whole path, which grows past PATH_MAX)
+    finally(function()
+      os.execute("bash -c " .. H.shell_quote(("cd %s && n=0; while cd %s 2>/dev/null; do n=$((n+1)); done; " ..
+        "while [ $n -gt 0 ]; do cd .. && rmdir %s; n=$((n-1)); done"):format(q, long, long)))
+      H.cgroup_cleanup(path)
+    end)
+    local as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+    if H.run(as_nobody .. "test -r takana/core.so") ~= 0 then
+      return pending("uid 65534 cannot read this tree's takana/core.so")
+    end
+    assert(os.execute("mkdir " .. q .. "/target"))
+    assert(os.execute("bash -c " .. H.shell_quote(("cd %s && for i in $(seq 17); do mkdir %s && cd %s || exit 1; done")
+      :format(q, long, long))))
+    local id = assert(math.tointeger(tonumber(select(2, H.run("stat -c %i " .. q .. "/target")):match("%d+"))))
+    local code, out = H.run(as_nobody .. "env LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " ..
+      "lua5.4 -e 'print(assert(require(\"takana\").cgroup.path(" .. id .. ")))'")
+    assert.equal(0, code, out)
+    assert.truthy(out:find(name .. "/target\n", 1, true), out)
+  end)
+end)

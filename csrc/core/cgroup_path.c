@@ -97,8 +97,11 @@ static int idwalk_child(void *ctx, int parent_fd, const char *name, uint64_t ino
 
 	if (w->budget-- <= 0)
 		return -E2BIG;
+	/* A path past PATH_MAX names nothing a caller could use, nor does any
+	 * below it: that subtree is left out, not the whole walk failed (one
+	 * user's deep delegated subtree would break every lookup). */
 	if (len + n + 2 > sizeof w->path)
-		return -ENAMETOOLONG;
+		return 0;
 	if (len > 0)
 		w->path[w->len++] = '/';
 	memcpy(w->path + w->len, name, n + 1);
@@ -106,8 +109,9 @@ static int idwalk_child(void *ctx, int parent_fd, const char *name, uint64_t ino
 	r = w->cb(w->ctx, ino, w->path);
 	if (r == 0 && w->depth < CG_MAX_DEPTH) {
 		cfd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		/* Removed since the listing: nothing below it either. */
-		if (cfd < 0 && errno != ENOENT)
+		/* Removed since the listing, or another user's we may not
+		 * enter: nothing below it to name, and the walk goes on. */
+		if (cfd < 0 && errno != ENOENT && errno != EACCES)
 			r = -errno;
 		if (cfd >= 0) {
 			w->depth++;

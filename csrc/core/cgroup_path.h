@@ -14,7 +14,8 @@
  * outside the mount's view. */
 int tk_cg_path_by_handle(int mount_fd, uint64_t id, char *out, size_t cap);
 /* Calls cb(ctx, id, relpath) for the mount's root ("") and every cgroup
- * beneath it, parents first, at most max_dirs (-E2BIG past that). */
+ * beneath it, parents first, at most max_dirs (-E2BIG past that). A subtree
+ * past PATH_MAX, or one this process may not enter, is left out. */
 typedef int (*tk_cg_id_cb)(void *ctx, uint64_t id, const char *rel);
 int tk_cg_walk_ids(int mount_fd, int max_dirs, tk_cg_id_cb cb, void *ctx);
 
