@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* The path of cgroup id beneath mount_fd, relative to it ("" for the
  * mount's root), by open_by_handle_at: -EPERM without CAP_DAC_READ_SEARCH,
@@ -22,15 +23,18 @@ int tk_cg_walk_ids(int mount_fd, int max_dirs, tk_cg_id_cb cb, void *ctx);
 #define TK_CGPATH_MAX_DIRS 100000
 
 struct tk_cgpath_entry {
-	uint64_t id;
-	char *path;
+	uint64_t id;                 /* 0: an empty slot */
+	char *abs;                   /* the directory; NULL: forgotten */
+	size_t off;                  /* where the "/a/b" spelling starts in abs */
 };
-/* Owned by its caller (one a Lua state): what the last walk found beneath
- * mount, and whether open_by_handle_at works here. */
+/* Owned by its caller (one a Lua state): id -> path for the cgroups asked
+ * about (or found by the last walk) beneath mount, each checked against
+ * its id before it is given again, and whether open_by_handle_at works. */
 struct tk_cgpath_cache {
 	char *mount;
-	struct tk_cgpath_entry *v;   /* sorted by id */
-	size_t len;
+	dev_t dev;                   /* the mount's filesystem */
+	struct tk_cgpath_entry *v;   /* open addressing, cap a power of two */
+	size_t len, cap;             /* len: slots used, tombstones included */
 	int by_handle;               /* -1 untried, 0 refused, 1 works */
 };
 void tk_cgpath_cache_init(struct tk_cgpath_cache *c);
@@ -45,9 +49,15 @@ enum tk_cgpath_step {
 	TK_CGPATH_MISSING,    /* the walk found no cgroup with the id: -ENOENT */
 };
 
-/* The path of cgroup id beneath mount (relative to it, "" for its root)
- * into out, or -errno with *step set. */
+/* The path of cgroup id beneath mount into out, spelled as takana spells
+ * every cgroup: "/" for the mount's root, else "/a/b" relative to it; or
+ * -errno with *step set. A cached answer comes first, after one fstatat
+ * (its inode number is the id); a removed cgroup fails that check, and a
+ * cgroup made again under the same name has a new id. */
 int tk_cgroup_id_path(struct tk_cgpath_cache *c, const char *mount, uint64_t id, char *out,
                       size_t cap, enum tk_cgpath_step *step);
+/* The cached path of id, checked as above, or NULL (not cached, or no
+ * longer true: then forgotten). Valid until the cache's next call. */
+const char *tk_cgpath_cached(struct tk_cgpath_cache *c, uint64_t id);
 
 #endif
