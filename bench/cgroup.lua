@@ -50,7 +50,7 @@ local ok, perr = pcall(function()
 end)
 
 -- cgroup.path(id) and snap:cgroup(pid) after the first call (the cache,
--- checked by one fstatat), against the first call's resolver
+-- vouched for by its removal watch), against the first call's resolver
 -- (open_by_handle_at, uncached) and against reading /proc/<pid>/cgroup.
 local paths = {}
 local pok, pathsperr = pcall(function()

@@ -635,6 +635,35 @@ describe("takana.cgroup.path(id)", function()
     assert.equal(want, takana.cgroup.path(again))
   end)
 
+  it("keeps a forked child from taking the parent's news of a removal #root", function()
+    local path, name = H.test_cgroup_path()
+    if not path then pending("needs root and a cgroup2 mount") return end
+    finally(function() H.cgroup_cleanup(path) end)
+    package.cpath = "./spec/?.so;" .. package.cpath
+    local envtool = require "envtool"
+    assert(os.execute("mkdir -p " .. H.shell_quote(path .. "/y")))
+    local cg = assert(takana.cgroup(name .. "/y"))
+    local id = assert(core.cgroup_id(cg))
+    cg:close()
+    assert.equal("/" .. name .. "/y", takana.cgroup.path(id))
+    assert.equal("/" .. name .. "/y", core.cgroup_path_cached(id))
+    -- removed: the news waits in the watch's queue, which a child shares
+    assert(os.execute("rmdir " .. H.shell_quote(path .. "/y")))
+    local pid = envtool.fork()
+    if pid == 0 then
+      envtool.alarm(30)
+      local ok = pcall(function()
+        assert(core.cgroup_path_cached(id) == nil)
+        assert(takana.cgroup.path(id) == nil)
+      end)
+      envtool.exit(ok and 0 or 1)
+    end
+    assert.equal(0, envtool.waitpid(pid))
+    -- the parent still learns it
+    assert.is_nil(core.cgroup_path_cached(id))
+    assert.is_nil((takana.cgroup.path(id)))
+  end)
+
   it("answers ENOENT for an id no cgroup has", function()
     if not v2() then pending("no cgroup2 hierarchy mounted") return end
     for _, id in ipairs { math.maxinteger, 0x7fffffff } do

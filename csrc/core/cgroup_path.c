@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -152,6 +154,7 @@ void tk_cgpath_cache_init(struct tk_cgpath_cache *c)
 {
 	memset(c, 0, sizeof *c);
 	c->by_handle = -1;
+	c->watch_fd = -1;
 }
 
 static void cache_drop(struct tk_cgpath_cache *c)
@@ -164,11 +167,103 @@ static void cache_drop(struct tk_cgpath_cache *c)
 	c->cap = 0;
 }
 
+static void watch_close(struct tk_cgpath_cache *c)
+{
+	if (c->watch_fd >= 0)
+		close(c->watch_fd);
+	c->watch_fd = -1;
+}
+
 void tk_cgpath_cache_free(struct tk_cgpath_cache *c)
 {
 	cache_drop(c);
 	free(c->mount);
+	watch_close(c);
+	if (c->fork_page != NULL)
+		munmap(c->fork_page, TK_CGPATH_PAGE);
 	tk_cgpath_cache_init(c);
+}
+
+/* The removal watch: an inotify descriptor with IN_DELETE on the parent
+ * of every cached cgroup, which the kernel queues before rmdir returns
+ * (from any process or mount namespace: the marks are on the inodes). An
+ * empty queue (one read) means no cached answer can have gone stale since
+ * the last check; any event (a removal anywhere watched, an overflow, an
+ * unmount) starts a new generation, in which each entry is checked again
+ * by its fstatat once. A forked child shares the parent's queue, where
+ * its reads would steal the parent's news: a page the kernel wipes in a
+ * child (MADV_WIPEONFORK; else the pid) tells it, and the child starts a
+ * watch of its own. Without inotify every hit is checked by fstatat. */
+static void watch_start(struct tk_cgpath_cache *c)
+{
+	c->watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (c->fork_page == NULL) {
+		void *p = mmap(NULL, TK_CGPATH_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		               -1, 0);
+
+		if (p != MAP_FAILED && madvise(p, TK_CGPATH_PAGE, MADV_WIPEONFORK) == 0)
+			c->fork_page = p;
+		else if (p != MAP_FAILED)
+			munmap(p, TK_CGPATH_PAGE);
+	}
+	if (c->fork_page != NULL)
+		*(volatile unsigned char *)c->fork_page = 1;
+	c->owner = getpid();
+	c->gen++;
+}
+
+/* Whether the watch vouches for entries checked in this generation: drains
+ * the queue first. */
+static int watch_fresh(struct tk_cgpath_cache *c)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t n;
+
+	if (c->watch_fd >= 0 && (c->fork_page != NULL ? *(volatile unsigned char *)c->fork_page == 0
+	                                              : getpid() != c->owner)) {
+		/* A forked child: the entries were vouched for by the parent's
+		 * queue, which stays the parent's. */
+		watch_close(c);
+		cache_drop(c);
+		c->watch_tried = 0;
+	}
+	if (c->watch_fd < 0) {
+		if (c->watch_tried)
+			return 0;
+		c->watch_tried = 1;
+		watch_start(c);
+		if (c->watch_fd < 0)
+			return 0;
+	}
+	while ((n = read(c->watch_fd, buf, sizeof buf)) > 0)
+		c->gen++;
+	if (n < 0 && errno != EAGAIN && errno != EINTR) {
+		watch_close(c);
+		return 0;
+	}
+	return 1;
+}
+
+/* Puts abs's parent (abs itself for the mount's root) under the watch. */
+static int watch_add(struct tk_cgpath_cache *c, char *abs, size_t off)
+{
+	char *slash = abs[off] ? strrchr(abs + off, '/') : NULL;
+	int wd;
+
+	if (c->watch_fd < 0)
+		return 0;
+	if (slash != NULL) {
+		if (slash == abs) {
+			wd = inotify_add_watch(c->watch_fd, "/", IN_DELETE | IN_ONLYDIR);
+		} else {
+			*slash = '\0';
+			wd = inotify_add_watch(c->watch_fd, abs, IN_DELETE | IN_ONLYDIR);
+			*slash = '/';
+		}
+	} else {
+		wd = inotify_add_watch(c->watch_fd, abs, IN_DELETE | IN_ONLYDIR);
+	}
+	return wd >= 0;
 }
 
 static size_t slot_hash(uint64_t id, size_t cap)
@@ -225,6 +320,8 @@ static int cache_put(struct tk_cgpath_cache *c, uint64_t id, const char *rel)
 
 	if (c->mount == NULL)
 		return -EINVAL;
+	/* First: in a forked child it empties the cache. */
+	watch_fresh(c);
 	r = cache_room(c);
 	if (r < 0)
 		return r;
@@ -247,6 +344,12 @@ static int cache_put(struct tk_cgpath_cache *c, uint64_t id, const char *rel)
 	e->id = id;
 	e->abs = abs;
 	e->off = mlen;
+	/* Watched from now on, and checked once by fstatat at its first use
+	 * (a generation before this one): a removal between the resolver's
+	 * answer and the watch is seen by that check, any later one by the
+	 * watch. */
+	e->watched = watch_add(c, abs, mlen);
+	e->gen = c->gen - 1;
 	return 0;
 }
 
@@ -276,12 +379,20 @@ static int still(const struct tk_cgpath_cache *c, const char *abs, uint64_t id)
 const char *tk_cgpath_cached(struct tk_cgpath_cache *c, uint64_t id)
 {
 	struct tk_cgpath_entry *e;
+	int fresh;
 
 	if (c->len == 0 || id == 0)
+		return NULL;
+	/* First: in a forked child it empties the cache. */
+	fresh = watch_fresh(c);
+	if (c->len == 0)
 		return NULL;
 	e = slot_of(c, id);
 	if (e->abs == NULL)
 		return NULL;
+	if (fresh && e->watched && e->gen == c->gen)
+		return e->abs[e->off] ? e->abs + e->off : "/";
+	e->gen = c->gen;
 	if (!still(c, e->abs, id)) {
 		/* Removed (or its name now another cgroup's): asked again. */
 		free(e->abs);

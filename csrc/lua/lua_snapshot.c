@@ -632,10 +632,12 @@ static int snap_filter(lua_State *L)
 }
 
 /*** The path of a process's cgroup, from its record's cgroup_id, as
- * takana.cgroup.path gives it.
+ * takana.cgroup.path gives it, from the same cache (about 0.5 us a call
+ * after the first). Raises when the snapshot was taken without cgroup_id.
  * @function snapshot:cgroup
  * @int pid
- * @treturn[1] string "/a/b" beneath the cgroup2 mount ("/" is its root)
+ * @treturn[1] string takana's one spelling of a cgroup: "/" for the root
+ *   of the cgroup2 mount, else "/a/b" relative to it (as `handle.path`)
  * @treturn[2] nil, message, errno: ESRCH when pid is not in the snapshot,
  *   ENOENT when its cgroup is gone or has no path here (no cgroup2 mount) */
 static int snap_cgroup(lua_State *L)
