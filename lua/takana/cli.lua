@@ -104,9 +104,10 @@ local json = jsonc.encode
 M.json = json
 
 -- The list fields named, when empty, stay JSON arrays ([] rather than {}).
+-- Raw reads: a record table raises on a field its snapshot left out.
 local function lists(t, ...)
   for i = 1, select("#", ...) do
-    local v = t[select(i, ...)]
+    local v = rawget(t, (select(i, ...)))
     if type(v) == "table" and next(v) == nil then setmetatable(v, jsonc.array) end
   end
   return t
