@@ -3,6 +3,7 @@
 package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;./bench/?.so;" .. package.cpath
 local takana = require "takana"
+local core = require "takana.core"
 local cb = require "takana_bench"
 local L = require "lib"
 
@@ -47,9 +48,50 @@ local ok, perr = pcall(function()
     results[n] = { stat = r[cases[1].name].min, c = r[cases[2].name].min, lua = r[cases[3].name].min }
   end
 end)
+
+-- cgroup.path(id) and snap:cgroup(pid) after the first call (the cache,
+-- vouched for by its removal watch), against the first call's resolver
+-- (open_by_handle_at, uncached) and against reading /proc/<pid>/cgroup.
+local paths = {}
+local pok, pathsperr = pcall(function()
+  local nested = assert(assert(unit:mkdir("a")):mkdir("b"))
+  local id = assert(core.cgroup_id(nested))
+  local mount = takana.cgroup.mounts().v2
+  local pid = kids[1] and kids[1].pid
+  local snap = assert(takana.snapshot { fields = { "pid", "cgroup_id" } })
+  assert(takana.cgroup.path(id) == nested.path, "cgroup.path disagrees with handle.path")
+  assert(snap:cgroup(pid) == unit.path, "snap:cgroup disagrees with handle.path")
+  local K = 1000
+  local path = takana.cgroup.path
+  local cases = {
+    { name = ("cgroup.path(id) cached, x%d"):format(K), run = function()
+      for _ = 1, K do path(id) end return K end },
+    { name = ("snap:cgroup(pid) cached, x%d"):format(K), run = function()
+      for _ = 1, K do snap:cgroup(pid) end return K end },
+    { name = ("first call's resolver (open_by_handle_at), x%d"):format(K), run = function()
+      for _ = 1, K do core.cgroup_path_by_handle(mount, id) end return K end },
+    { name = ("read /proc/<pid>/cgroup, x%d"):format(K), run = function()
+      for _ = 1, K do core.proc_cgroup(pid) end return K end },
+  }
+  local r = L.measure(cases, ROUNDS)
+  L.print_table(("cgroup paths, %d rounds alternating"):format(ROUNDS), cases, r, K)
+  paths.cached = r[cases[1].name].min / K
+  paths.snap = r[cases[2].name].min / K
+  paths.handle = r[cases[3].name].min / K
+  paths.proc = r[cases[4].name].min / K
+  -- The issue's own measure: os.clock over 100,000 calls.
+  local t0 = os.clock()
+  for _ = 1, 100000 do path(id) end
+  paths.clock = (os.clock() - t0) / 100000 * 1e9
+  nested:remove()
+  assert(nested:close() ~= false)
+  local a = assert(takana.cgroup(unit.path .. "/a"))
+  a:remove()
+end)
 for _, k in ipairs(kids) do k:signal("KILL") k:wait() k:close() end
 unit:remove()
 assert(ok, perr)
+assert(pok, pathsperr)
 local function ratio(x, label, text, good)
   print(("  %-60s %7.3f   target %s  %s"):format(label, x, text, good and "met" or "MISSED"))
 end
@@ -58,3 +100,9 @@ ratio(flat, "cg:stat at 200 / at 1", "<= 1.2", flat <= 1.2)
 local x = results[20].c / results[20].stat
 ratio(x, "C /proc sum at 20 / cg:stat", ">= 10", x >= 10)
 ratio(results[20].lua / results[20].stat, "plain-Lua /proc sum at 20 / cg:stat", "(info)", true)
+print(("  %-60s %7.3f us (os.clock, 100,000 calls)  target <= 1 us  %s"):format("cgroup.path(id) after the first",
+  paths.clock / 1e3, paths.clock <= 1000 and "met" or "MISSED"))
+ratio(paths.cached / 1e3, "cgroup.path(id) cached, us a call (min)", "<= 1", paths.cached <= 1000)
+ratio(paths.snap / 1e3, "snap:cgroup(pid) cached, us a call (min)", "<= 1", paths.snap <= 1000)
+ratio(paths.handle / paths.cached, "first call's resolver / cached cgroup.path", "(info)", true)
+ratio(paths.proc / paths.cached, "read /proc/<pid>/cgroup / cached cgroup.path", "(info)", true)

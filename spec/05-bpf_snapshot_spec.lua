@@ -28,10 +28,10 @@ end
 
 -- Fields compared apart below (identity, names, states, and what moves
 -- between two reads), or elsewhere (cgroup_id: 88-fields, proc leaves it
--- out by default). Every other field, a new one too, must equal /proc's.
+-- out by default; cmdline: 88-cmdline, in no default selection). Every other field, a new one too, must equal /proc's.
 local COMPARED_APART = { pid = true, start_ns = true, comm = true, state = true, nthreads = true,
                          utime_ns = true, stime_ns = true, rss_bytes = true, vsize_bytes = true,
-                         minflt = true, majflt = true, cgroup_id = true }
+                         minflt = true, majflt = true, cgroup_id = true, cmdline = true }
 local EXACT = {}
 for _, k in ipairs(core.record_fields) do
   if not COMPARED_APART[k] then EXACT[#EXACT + 1] = k end

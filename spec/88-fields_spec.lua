@@ -23,6 +23,13 @@ end
 
 local backends = H.snapshot_backends()
 
+-- Whether reading field k of record t raises as a field left out of the
+-- snapshot's selection does.
+local function absent(t, k)
+  local ok, err = pcall(function() return t[k] end)
+  return not ok and err:find("field '" .. k .. "' is not in this snapshot's selection", 1, true) ~= nil
+end
+
 -- The ids of the BPF programs process pid holds descriptors to, as the
 -- kernel lists them (/proc/<pid>/fdinfo: prog_id), as a set.
 local function bpf_prog_ids(pid)
@@ -37,40 +44,57 @@ end
 
 describe("snapshot{fields=...}", function()
   for _, name in ipairs(backends) do
-    it(name .. " fills the fields asked for and leaves the others nil", function()
+    it(name .. " fills the fields asked for, and raises on reading the others", function()
       local want = { "pid", "ppid", "comm", "utime_ns", "stime_ns", "rss_bytes", "cgroup_id" }
       local snap = assert(takana.snapshot { backend = name, fields = want })
       local full = assert(snap_all(name))
       local wanted = set(want)
+      wanted.start_ns = true   -- in every record
       local me, ref = snap:get(H.pid), full:get(H.pid)
+      -- the selection as the message lists it: in the record's order
+      local listed = {}
+      for _, k in ipairs(ALL) do
+        if wanted[k] then listed[#listed + 1] = k end
+      end
+      assert.same(listed, snap.fields)
+      local function unselected(t, k)
+        local ok, err = pcall(function() return t[k] end)
+        assert.falsy(ok, k)
+        assert.matches("field '" .. k .. "' is not in this snapshot's selection (" .. table.concat(listed, ", ")
+          .. ")", err, 1, true)
+      end
       for _, k in ipairs(ALL) do
         if wanted[k] and (k ~= "cgroup_id" or H.cgroup2_mount()) then
           assert.is_not_nil(me[k], k)
         elseif not wanted[k] then
-          assert.is_nil(me[k], k)
+          unselected(me, k)
         end
       end
       assert.equal(ref.ppid, me.ppid)
       assert.equal(ref.comm, me.comm)
       assert.equal(ref.cgroup_id, me.cgroup_id)
+      assert.equal(ref.start_ns, me.start_ns)
+      -- a name that is no field reads nil, as before
+      assert.is_nil(me.no_such_field)
       -- views and totable agree with get
       local seen = false
       for p in snap:each() do
         if p.pid == H.pid then
           seen = true
-          assert.is_nil(p.nthreads)
-          assert.is_nil(p.start_ns)
-          assert.is_nil(p.state)
+          unselected(p, "nthreads")
+          unselected(p, "state")
+          assert.equal(ref.start_ns, p.start_ns)
           assert.equal(me.comm, p.comm)
+          assert.is_nil(p.no_such_field)
           local t = p:totable()
-          assert.is_nil(t.uid)
+          unselected(t, "uid")
           assert.equal(me.ppid, t.ppid)
         end
       end
       assert.truthy(seen)
       for _, t in ipairs(snap:totable()) do
-        assert.is_nil(t.vsize_bytes)
-        assert.is_nil(t.kthread)
+        unselected(t, "vsize_bytes")
+        unselected(t, "kthread")
         assert.is_not_nil(t.pid)
       end
     end)
@@ -85,10 +109,10 @@ describe("snapshot{fields=...}", function()
         assert.equal(pc.comm, pa.comm)
         assert.equal(pc.ppid, pa.ppid)
         assert.equal("R", pa.state)
-        assert.is_nil(pa.uid)
+        assert.is_true(absent(pa, "uid"))
         assert.equal(H.uid(), pb.uid)
-        assert.is_nil(pb.comm)
-        assert.is_nil(pb.utime_ns)
+        assert.is_true(absent(pb, "comm"))
+        assert.is_true(absent(pb, "utime_ns"))
         -- what one selection left out does not leak into the next
         assert.is_not_nil(pc.nthreads)
         assert.is_not_nil(pc.majflt)
@@ -148,7 +172,8 @@ describe("snapshot{fields=...}", function()
         local r = takana.snapshot { backend = "kfunc", fields = fields }:get(me)
         local out = {}
         for _, k in ipairs { "ppid", "uid", "comm", "utime_ns" } do
-          out[#out + 1] = r[k] == nil and "nil" or (r[k] == ref[k] or k == "utime_ns") and "=" or tostring(r[k])
+          local ok, v = pcall(function() return r[k] end)
+          out[#out + 1] = not ok and "nil" or (r[k] == ref[k] or k == "utime_ns") and "=" or tostring(r[k])
         end
         if compare then
           out[#out + 1] = prog_ids() == held and "same" or (held .. " then " .. prog_ids())
@@ -179,13 +204,13 @@ describe("snapshot{fields=...}", function()
 
   it("defaults to the full record: cgroup_id on BPF tiers, left out by proc, cmdline by all", function()
     local p = assert(takana.snapshot { backend = "proc" }):get(H.pid)
-    assert.is_nil(p.cgroup_id)
-    assert.is_nil(p.cmdline)
+    assert.is_true(absent(p, "cgroup_id"))
+    assert.is_true(absent(p, "cmdline"))
     assert.is_not_nil(p.majflt)
     for _, name in ipairs(backends) do
       if name ~= "proc" then
         local q = assert(takana.snapshot { backend = name }):get(H.pid)
-        assert.is_nil(q.cmdline, name)
+        assert.is_true(absent(q, "cmdline"), name)
         for _, k in ipairs(ALL) do
           if k ~= "cmdline" and (k ~= "cgroup_id" or H.cgroup2_mount()) then
             assert.is_not_nil(q[k], k)
@@ -216,12 +241,62 @@ describe("snapshot{fields=...}", function()
     local c = assert(takana.snapshot { fields = { "pid", "utime_ns", "stime_ns" } })
     local ok, err = pcall(takana.delta, a, c)
     assert.falsy(ok)
-    assert.matches("without utime_ns and stime_ns", err)
+    assert.matches("delta(old, new): old: field 'utime_ns' is not in this snapshot's selection", err, 1, true)
     assert.has_error(function() takana.delta(b, a) end)
     -- pid and start are read whatever the selection: a reused pid is still told apart
     local d = takana.delta(b, c)
     assert.is_not_nil(d.cpu_ns[H.pid])
   end)
+end)
+
+-- Issue 23's traps 1 and 2, on each backend this host offers: an identity
+-- check needs start_ns whatever the selection, and a field left out of it
+-- raises instead of reading nil (p.kthread read nil: "no kernel threads").
+describe("no silent nils", function()
+  for _, name in ipairs(backends) do
+    it(name .. ": snap:process(own pid) works with fields = {\"pid\"}", function()
+      local snap = assert(takana.snapshot { backend = name, fields = { "pid" } })
+      assert.same({ "pid", "start_ns" }, snap.fields)
+      assert.is_true(snap:get(H.pid).start_ns > 0)
+      local p, err = snap:process(H.pid)
+      assert(p, err)
+      assert.equal(H.pid, p.pid)
+      p:close()
+    end)
+
+    it(name .. ": with fields = {\"pid\",\"cgroup_id\"}, p.kthread raises, naming it and the selection",
+      function()
+        local snap = assert(takana.snapshot { backend = name, fields = { "pid", "cgroup_id" } })
+        local want = "field 'kthread' is not in this snapshot's selection (pid, start_ns, cgroup_id)"
+        local function raises(f)
+          local ok, err = pcall(f)
+          assert.falsy(ok)
+          assert.matches(want, err, 1, true)
+        end
+        raises(function() return snap:get(1).kthread end)
+        raises(function() return snap:totable()[1].kthread end)
+        local p = snap:each()()   -- the first record's view
+        raises(function() return p.kthread end)
+        raises(function() return p:totable().kthread end)
+        -- methods and names that are no field keep working
+        assert.is_function(p.totable)
+        assert.is_nil(p.no_such_field)
+        -- filter and delta say it the same way
+        local ok, err = pcall(snap.filter, snap, { uid = 0 })
+        assert.falsy(ok)
+        assert.matches("filter{uid=}: field 'uid' is not in this snapshot's selection (pid, start_ns, cgroup_id)",
+          err, 1, true)
+        ok, err = pcall(takana.delta, snap, snap)
+        assert.falsy(ok)
+        assert.matches("delta(old, new): old: field 'utime_ns' is not in this snapshot's selection "
+          .. "(pid, start_ns, cgroup_id)", err, 1, true)
+        local bare = assert(takana.snapshot { backend = name, fields = { "pid" } })
+        ok, err = pcall(bare.cgroup, bare, H.pid)
+        assert.falsy(ok)
+        assert.matches("snapshot:cgroup: field 'cgroup_id' is not in this snapshot's selection (pid, start_ns)",
+          err, 1, true)
+      end)
+  end
 end)
 
 describe("cgroup_id", function()
@@ -435,7 +510,7 @@ describe("snap:filter", function()
     assert.has_error(function() snap:filter({}, 1) end)
     local ok, err = pcall(bare.filter, bare, { uid = 0 })
     assert.falsy(ok)
-    assert.matches("needs the field uid", err)
+    assert.matches("filter{uid=}: field 'uid' is not in this snapshot's selection (pid, start_ns)", err, 1, true)
     assert.has_error(function() bare:filter { comm = "x" } end)
     assert.has_error(function() bare:filter { cgroup = "/" } end)
   end)
@@ -488,7 +563,7 @@ describe("snap:cgroup", function()
       rawset(cg, "path", function() error("snap:cgroup called takana.cgroup.path") end)
       assert.equal("/" .. cgname, snap:cgroup(pid))
       rawset(cg, "path", saved)
-      assert.equal(cgname, takana.cgroup.path(id))
+      assert.equal("/" .. cgname, takana.cgroup.path(id))
       fx:kill()
       fx = nil
       H.cgroup_cleanup(path)

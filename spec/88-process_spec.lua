@@ -382,10 +382,10 @@ describe("takana.process", function()
     local q = assert(snap:process(fx.pid))
     assert.equal(fx.pid, q.pid)
     q:close()
-    -- A field selection without start_ns still records it (it reads nil).
+    -- A field selection without start_ns still has it: in every record.
     for _, backend in ipairs(H.snapshot_backends()) do
       local sel = assert(takana.snapshot { backend = backend, fields = { "comm" } })
-      assert.is_nil(sel:get(fx.pid).start_ns)
+      assert.is_true(sel:get(fx.pid).start_ns > 0)
       q = assert(sel:process(fx.pid))
       assert.equal(fx.pid, q.pid)
       q:close()
@@ -556,7 +556,13 @@ describe("takana.cgroup.path(id)", function()
     if not v2() then pending("no cgroup2 hierarchy mounted") return end
     local me = assert(takana.cgroup.self())
     local id = assert(core.cgroup_id(me))
-    assert.equal(me.relpath, takana.cgroup.path(id))
+    -- one spelling: handle.path's, "/" for the mount's root
+    assert.equal(me.path, takana.cgroup.path(id))
+    assert.equal(me.path, takana.cgroup.path(id))   -- from the cache
+    local root = assert(takana.cgroup("/"))
+    assert.equal("/", root.path)
+    assert.equal("/", takana.cgroup.path((assert(core.cgroup_id(root)))))
+    root:close()
     local cg = assert(takana.cgroup(id))
     assert.equal(me.path, cg.path)
     assert.equal(id, core.cgroup_id(cg))
@@ -572,7 +578,7 @@ describe("takana.cgroup.path(id)", function()
     local cg = assert(takana.cgroup(name .. "/a b/c"))
     local id = core.cgroup_id(cg)
     cg:close()
-    assert.equal(name .. "/a b/c", takana.cgroup.path(id))
+    assert.equal("/" .. name .. "/a b/c", takana.cgroup.path(id))
     assert.equal(name .. "/a b/c", assert(core.cgroup_ids(v2(), 100000))[id])
     local rel, err, errno = core.cgroup_path_by_handle(v2(), id)
     if rel then
@@ -589,6 +595,73 @@ describe("takana.cgroup.path(id)", function()
     v, err, errno = takana.cgroup(id)
     assert.is_nil(v)
     assert.equal(ENOENT, errno, err)
+  end)
+
+  it("caches id -> path, and a cgroup removed, or made again under its name, is never mistaken #root", function()
+    local path, name = H.test_cgroup_path()
+    if not path then pending("needs root and a cgroup2 mount") return end
+    finally(function() H.cgroup_cleanup(path) end)
+    local function make()
+      assert(os.execute("mkdir -p " .. H.shell_quote(path .. "/x")))
+      local cg = assert(takana.cgroup(name .. "/x"))
+      local id = assert(core.cgroup_id(cg))
+      cg:close()
+      return id
+    end
+    local old = make()
+    local want = "/" .. name .. "/x"
+    assert.equal(want, takana.cgroup.path(old))
+    assert.equal(want, core.cgroup_path_cached(old))   -- cached, and checked
+    -- removed: the cache no longer answers, nor does the resolver
+    assert(os.execute("rmdir " .. H.shell_quote(path .. "/x")))
+    assert.is_nil(core.cgroup_path_cached(old))
+    local v, err, errno = takana.cgroup.path(old)
+    assert.is_nil(v)
+    assert.equal(ENOENT, errno, err)
+    -- made again under the same name: a new id, and the old one stays gone
+    local new, _ = make(), nil
+    assert.are_not.equal(old, new)
+    assert.equal(want, takana.cgroup.path(new))
+    v, _, errno = takana.cgroup.path(old)
+    assert.is_nil(v)
+    assert.equal(ENOENT, errno)
+    -- and once more, with the second one cached when it goes
+    assert(os.execute("rmdir " .. H.shell_quote(path .. "/x")))
+    local again = make()
+    v, _, errno = takana.cgroup.path(new)
+    assert.is_nil(v)
+    assert.equal(ENOENT, errno)
+    assert.is_nil(core.cgroup_path_cached(new))
+    assert.equal(want, takana.cgroup.path(again))
+  end)
+
+  it("keeps a forked child from taking the parent's news of a removal #root", function()
+    local path, name = H.test_cgroup_path()
+    if not path then pending("needs root and a cgroup2 mount") return end
+    finally(function() H.cgroup_cleanup(path) end)
+    package.cpath = "./spec/?.so;" .. package.cpath
+    local envtool = require "envtool"
+    assert(os.execute("mkdir -p " .. H.shell_quote(path .. "/y")))
+    local cg = assert(takana.cgroup(name .. "/y"))
+    local id = assert(core.cgroup_id(cg))
+    cg:close()
+    assert.equal("/" .. name .. "/y", takana.cgroup.path(id))
+    assert.equal("/" .. name .. "/y", core.cgroup_path_cached(id))
+    -- removed: the news waits in the watch's queue, which a child shares
+    assert(os.execute("rmdir " .. H.shell_quote(path .. "/y")))
+    local pid = envtool.fork()
+    if pid == 0 then
+      envtool.alarm(30)
+      local ok = pcall(function()
+        assert(core.cgroup_path_cached(id) == nil)
+        assert(takana.cgroup.path(id) == nil)
+      end)
+      envtool.exit(ok and 0 or 1)
+    end
+    assert.equal(0, envtool.waitpid(pid))
+    -- the parent still learns it
+    assert.is_nil(core.cgroup_path_cached(id))
+    assert.is_nil((takana.cgroup.path(id)))
   end)
 
   it("answers ENOENT for an id no cgroup has", function()

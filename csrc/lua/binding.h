@@ -138,12 +138,16 @@ int tk_snapshot_process(lua_State *L);
  * non-snapshot), whatever its field selection: 1, or 0 when pid is not in
  * it (lua_snapshot.c). */
 int tk_snapshot_start_ns(lua_State *L, int idx, uint32_t pid, uint64_t *start_ns);
-/* core.cgroup_path_by_handle, core.cgroup_ids and core.cgroup_path
- * (lua_cgroup.c). */
+/* core.cgroup_path_by_handle, core.cgroup_ids, core.cgroup_path and
+ * core.cgroup_path_cached (lua_cgroup.c). */
 void tk_cgroup_path_open_lib(lua_State *L);
-/* The path of cgroup id beneath mount (cgroup_path.c's resolver, with this
- * Lua state's cache): pushes it, or nil, "cgroup.path: ...", errno. */
+/* The path of cgroup id beneath mount, "/a/b" ("/": its root), from
+ * cgroup_path.c's resolver with this Lua state's cache: pushes it and
+ * returns 1, or pushes nil, "cgroup.path: ...", errno and returns 3. */
 int tk_cgroup_path_push(lua_State *L, const char *mount, uint64_t id);
+/* The cache's answer alone, checked against the id: pushes it and returns
+ * 1, or pushes nothing and returns 0 (the resolver must be asked). */
+int tk_cgroup_path_cached_push(lua_State *L, uint64_t id);
 /* Registrar of lua_host.c: the host's and processes' small /proc files. */
 void tk_host_open_lib(lua_State *L);
 

@@ -1064,6 +1064,16 @@ static struct tk_cgpath_cache *cgpath_cache(lua_State *L)
 	return c;
 }
 
+int tk_cgroup_path_cached_push(lua_State *L, uint64_t id)
+{
+	const char *path = tk_cgpath_cached(cgpath_cache(L), id);
+
+	if (path == NULL)
+		return 0;
+	lua_pushstring(L, path);
+	return 1;
+}
+
 int tk_cgroup_path_push(lua_State *L, const char *mount, uint64_t id)
 {
 	struct tk_cgpath_cache *c = cgpath_cache(L);
@@ -1105,7 +1115,19 @@ int tk_cgroup_path_push(lua_State *L, const char *mount, uint64_t id)
 	return tk_push_error(L, ctx, r);
 }
 
-/* core.cgroup_path(mount, id) -> relpath | nil, msg, errno */
+/* core.cgroup_path_cached(id) -> path | nil: the cache's answer alone,
+ * checked against the id, before takana.cgroup.path looks up the mount. */
+static int l_cgroup_path_cached(lua_State *L)
+{
+	lua_Integer id = cg_id_check(L, 1);
+
+	tk_check_nargs(L, 1);
+	if (!tk_cgroup_path_cached_push(L, (uint64_t)id))
+		lua_pushnil(L);
+	return 1;
+}
+
+/* core.cgroup_path(mount, id) -> "/a/b" ("/": the mount's root) | nil, msg, errno */
 static int l_cgroup_path(lua_State *L)
 {
 	const char *mount = luaL_checkstring(L, 1);
@@ -1121,6 +1143,7 @@ void tk_cgroup_path_open_lib(lua_State *L)
 		{ "cgroup_path_by_handle", l_cgroup_path_by_handle },
 		{ "cgroup_ids", l_cgroup_ids },
 		{ "cgroup_path", l_cgroup_path },
+		{ "cgroup_path_cached", l_cgroup_path_cached },
 		{ NULL, NULL },
 	};
 	luaL_setfuncs(L, funcs, 0);

@@ -46,6 +46,7 @@ local options = util.check_options
 -- Where the hierarchies are mounted, as the core reads /proc/self/mountinfo
 -- (the same choice of cgroup2 mount as its cgroup ids are read against).
 local parse_mounts = core.cgroup_mounts
+local cached_path = core.cgroup_path_cached
 
 -- The parsed mount table, kept until the kernel flags a mount or unmount
 -- (core.mounts_changed): read-only for its users here.
@@ -195,7 +196,8 @@ local M = setmetatable({}, {
   -- @function cgroup
   -- @tparam string|int path e.g. "system.slice/foo.service" (a leading "/"
   --   is the mount root), or a cgroup id
-  -- @treturn[1] cgroup handle with `.path`
+  -- @treturn[1] cgroup handle with `.path`: "/" for the mount's root, else
+  --   "/a/b" relative to the mount (the spelling `cgroup.path(id)` gives)
   -- @treturn[2] nil, message, errno
   __call = function(M, path, ...)
     if select("#", ...) > 0 then argerror("cgroup", 2, "no more than 1 argument expected") end
@@ -204,19 +206,26 @@ local M = setmetatable({}, {
       if path <= 0 then argerror("cgroup", 1, "cgroup id must be positive") end
       local rel, err, errno = M.path(path)
       if not rel then return nil, err, errno end
-      return open(rel)
+      return open(check_path("cgroup", rel, 2))
     end
     return open(check_path("cgroup", path, 2))
   end,
 })
 
---- The path of a cgroup from its id (`cgroup_id` of records and events):
--- relative to the cgroup2 mount, "" for its root. With CAP_DAC_READ_SEARCH
--- the kernel opens the cgroup from the id (open_by_handle_at); without it,
--- a walk of the hierarchy, cached and refreshed when an id is missing. A
--- cached path is checked against the id before it is returned.
+--- The path of a cgroup from its id (`cgroup_id` of records and events),
+-- spelled as every takana path is: "/" for the cgroup2 mount's root, else
+-- "/a/b" relative to the mount (`handle.path`, `snap:cgroup`, the CLI).
+-- With CAP_DAC_READ_SEARCH the kernel opens the cgroup from the id
+-- (open_by_handle_at); without it, a walk of the hierarchy. Each answer is
+-- cached per Lua state (id -> path, shared with `snap:cgroup`): an inotify
+-- watch on the parents of cached cgroups vouches for it (one read), and
+-- after any removal each is checked once against its id (fstatat: a
+-- cgroup2 directory's inode number is its id), so a removed cgroup is
+-- never named, and one made again under the same name (a new id) is not
+-- mistaken for the old. About 0.5 us a call after the first
+-- (bench/cgroup.lua).
 -- @int id
--- @treturn[1] string the path, e.g. "system.slice/foo.service"
+-- @treturn[1] string the path, e.g. "/system.slice/foo.service"
 -- @treturn[2] nil, message, errno (ENOENT: no cgroup has that id, e.g. removed)
 function M.path(id, ...)
   nargs("cgroup.path", 1, select("#", ...) + 1)
@@ -224,6 +233,9 @@ function M.path(id, ...)
     argerror("cgroup.path", 1, "cgroup id (a positive integer) expected, got " ..
       (math.type(id) or type(id)))
   end
+  -- The cache first: a hit needs no look at the mount table.
+  local hit = cached_path(id)
+  if hit then return hit end
   local m, err, errno = v2_mount()
   if not m then return nil, err, errno end
   return core.cgroup_path(m.v2, id)

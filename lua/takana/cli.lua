@@ -104,9 +104,10 @@ local json = jsonc.encode
 M.json = json
 
 -- The list fields named, when empty, stay JSON arrays ([] rather than {}).
+-- Raw reads: a record table raises on a field its snapshot left out.
 local function lists(t, ...)
   for i = 1, select("#", ...) do
-    local v = t[select(i, ...)]
+    local v = rawget(t, (select(i, ...)))
     if type(v) == "table" and next(v) == nil then setmetatable(v, jsonc.array) end
   end
   return t
@@ -194,8 +195,7 @@ local function row_context()
     if math.type(id) == "integer" and id > 0 then
       local path = cgroups[id]
       if path == nil then
-        local rel = takana.cgroup.path(id)
-        path = rel and ("/" .. rel) or "?"
+        path = takana.cgroup.path(id) or "?"
         cgroups[id] = path
       end
       return printable(path)
@@ -330,10 +330,14 @@ function M.ps(args)
   -- only for the cgroup column (a /proc walk reads it per process).
   local record, want = nil, {}
   for _, f in ipairs(fields) do want[f] = true end
-  if want.cmd then
+  -- A field left out of the selection raises when read: cgroup_id is
+  -- named whenever the column is (the proc tier's default leaves it out).
+  if want.cmd or want.cgroup then
     record = {}
     for _, name in ipairs(core.record_fields) do
-      if name ~= "cgroup_id" or want.cgroup then record[#record + 1] = name end
+      if (name ~= "cgroup_id" or want.cgroup) and (name ~= "cmdline" or want.cmd) then
+        record[#record + 1] = name
+      end
     end
   end
   local snap, err = takana.snapshot { backend = backend, fields = record }

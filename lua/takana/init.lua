@@ -76,10 +76,15 @@ end
 --   between snapshots (default true);
 --   `fields`: the record fields to fill, e.g. `{"pid", "ppid", "comm"}`
 --   (default: all, but the proc backend leaves out `cgroup_id`, which costs
---   it a second file per process); the others read nil. BPF tiers then skip the kernel
+--   it a second file per process). BPF tiers then skip the kernel
 --   structures no field needs, and /proc reads `<pid>/cgroup` only for
---   `cgroup_id`. pid, start_ns and state are read whatever the selection
---   (a delta and the reaping check need them) but read nil unless selected.
+--   `cgroup_id`. `pid` and `start_ns` are in every record whatever the
+--   selection (identity: `snap:process`, a pid reused between snapshots).
+--   Reading any other field left out of the selection, from a record view
+--   or a record table, raises "field 'kthread' is not in this snapshot's
+--   selection (pid, start_ns, cgroup_id)...", as `filter`, `delta` and
+--   `snap:cgroup` do; a name that is no field reads nil. `snap.fields`
+--   lists the selection.
 -- @treturn[1] snapshot one userdata holding every record; `#snap`,
 --   `snap.backend`, `snap.time_ns` (CLOCK_BOOTTIME), `snap.vanished`
 --   (processes that exited mid-scan and were skipped), `snap.denied`
