@@ -757,8 +757,10 @@ return sup
       s:remove("old")
       s:service { name = "new", cmd = { "sleep", "100" } }
     end }
-    local old = sup:service { name = "old", cmd = { "sleep", "100" } }
+    -- (a watchdog gives it a notify socket, which goes with it)
+    local old = sup:service { name = "old", cmd = { "sleep", "100" }, watchdog = 3600 }
     assert.is_true(run_until(sup, function() return old.state == "running" end, 10))
+    assert.truthy(require("lfs").attributes(dir .. "/old.notify"))
     local oldcg = old.cgpath
     if takana.signals then
       local me = assert(takana.pidfd(H.pid))
@@ -772,6 +774,7 @@ return sup
     end, 10))
     assert.equal(2, gen)
     assert.is_nil(io.open(H.cgroup2_mount() .. oldcg .. "/cgroup.procs"))
+    assert.is_nil(require("lfs").attributes(dir .. "/old.notify"))
     if not takana.signals then pending("takana.signals has not landed: SIGHUP itself untested, the hook was called directly") end
   end)
 

@@ -665,6 +665,8 @@ end
 
 function supervisor:_forget(svc)
   if svc.cg_watched then self:_unwatch(svc.cg) end
+  -- (its notify socket node too: a removed service leaves nothing behind)
+  if (svc.ready_mode == "notify" or svc.watchdog) and self.rtdir then self.rtdir:unlink(svc.notify_name) end
   if svc.cg then
     svc.cg:remove()
     svc.cg:close()
