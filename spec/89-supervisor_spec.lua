@@ -922,7 +922,8 @@ sup:service { name = "other", cmd = { "sleep", "100" } }
 return sup
 ]]):format(boxname .. "/sup", dir, script))
     f:close()
-    local argv = { "unshare", "--pid", "--fork", "--mount-proc" }
+    -- (--kill-child: a supervisor left by a failed assertion dies with unshare)
+    local argv = { "unshare", "--pid", "--fork", "--mount-proc", "--kill-child" }
     for _, a in ipairs(H.lua_argv) do argv[#argv + 1] = a end
     for _, a in ipairs { "bin/takana", "supervise", "--init", file } do argv[#argv + 1] = a end
     argv.env = ENV
@@ -931,6 +932,31 @@ return sup
     assert.same({ exited = true, code = 7 }, st)
     assert.equal("0\n", H.read(out))
     assert.is_nil((takana.cgroup(boxname .. "/sup")))
+    -- SIGTERM to the namespace's init stops its services and it exits with
+    -- the only service's status: TERM's, 128 + 15.
+    f = assert(io.open(file, "w"))
+    f:write(([[
+local sup = assert(require("takana").supervisor { cgroup = %q, runtime = %q })
+sup:service { name = "only", cmd = { "sleep", "100" } }
+return sup
+]]):format(boxname .. "/sup", dir))
+    f:close()
+    p = track(assert(takana.spawn(argv)))
+    local init
+    assert.is_true(H.poll_until({}, function()
+      init = nil
+      for rec in takana.snapshot { fields = { "pid", "ppid" } }:each() do
+        if rec.ppid == p.pid then init = rec.pid end
+      end
+      local cg = init and takana.cgroup(boxname .. "/sup/only")
+      local up = cg and procs(cg) == 1
+      if cg then cg:close() end
+      return up
+    end, 100))
+    local fd = assert(takana.pidfd(init))
+    assert(fd:signal("TERM"))
+    fd:close()
+    assert.same({ exited = true, code = 143 }, p:wait(60))
   end)
 
   it("runs inside cqueues #root", function()
