@@ -368,6 +368,18 @@ describe("takana.supervisor", function()
       cmd = { "sh", "-c", "(setsid sh -c 'sleep 100 & exec sleep 100' </dev/null >/dev/null 2>&1 &); exit 0" } }
     assert.is_true(run_until(sup, function() return svc.state == "running" and not svc.child and procs(svc.cg) == 2 end, 10))
     assert.equal("running", svc.state)
+    -- The status pid is one the cgroup holds, and follows it when that
+    -- one exits while the other stays.
+    local shown = sup:status_of(svc).pid
+    assert.is_true(svc.cg:holds(shown))
+    local fd = assert(takana.pidfd(shown))
+    fd:signal("KILL")
+    fd:close()
+    assert.is_true(run_until(sup, function() return procs(svc.cg) == 1 end, 10))
+    local now_shown = sup:status_of(svc).pid
+    assert.not_equal(shown, now_shown)
+    assert.is_true(svc.cg:holds(now_shown))
+    assert.equal("running", svc.state)
     sup:stop("daemon")
     assert.is_true(run_until(sup, function() return svc.state == "stopped" end, 10))
     assert.equal(0, procs(svc.cg))
@@ -398,6 +410,82 @@ describe("takana.supervisor", function()
     sup:shutdown()
     assert.is_true(run_until(sup, function() return sup.done end, 10))
     assert.same({ "web", "db" }, order)
+  end)
+
+  it("a readiness timeout stops a service never ready as a failed start, and tells its dependents why #root", function()
+    if why then return pending(why) end
+    new()
+    for _, bad in ipairs { { timeout = 1 }, { notify = true, fd = 3 }, { notify = true, timeout = -1 },
+      { fd = 3, timeout = "1" }, { notify = true, bogus = 1 }, { notify = false } } do
+      assert.has_error(function() sup:service { name = "bad", cmd = { "true" }, ready = bad } end)
+    end
+    assert.equal(90, sup:service { name = "dflt", cmd = { "true" }, ready = "notify", autostart = false }.ready_timeout)
+    assert.is_nil(sup:service { name = "off", cmd = { "true" }, ready = { fd = 3, timeout = false }, autostart = false }
+      .ready_timeout)
+    local db = sup:service { name = "db", ready = { notify = true, timeout = 1 }, restart = "never", cmd = { "sleep", "100" } }
+    local web = sup:service { name = "web", depends = { "db" }, cmd = { "sleep", "100" } }
+    local quick = sup:service { name = "quick", ready = { fd = 3, timeout = 60 }, restart = "never",
+      cmd = { "sh", "-c", "echo >&3; exec sleep 100" } }
+    assert.is_true(run_until(sup, function() return db.state == "failed" end, 20))
+    assert.equal("not ready after 1 s", db.reason)
+    assert.is_true(db.last_exit.ready_timeout)
+    assert.equal(15, db.last_exit.signal)
+    assert.is_nil(db.last_exit.stopped)
+    assert.equal(0, procs(db.cg))
+    assert.matches("x db %- failed: not ready after 1 s", S.format_status { sup:status_of(db) })
+    assert.matches("%(not ready in time%)", S.format_status { sup:status_of(db) })
+    run_until(sup, function() return false end, 0.2)
+    assert.equal("waiting", web.state)
+    assert.equal("waiting for db: failed: not ready after 1 s", web.reason)
+    -- ready within its timeout: left alone
+    assert.same({ "running", true }, { quick.state, quick.ready })
+    assert.is_nil(quick.ready_deadline)
+    assert.is_nil(quick.last_exit)
+    -- A restarted one: each timeout is a failed start, which the start
+    -- limit counts.
+    local flaky = sup:service { name = "flaky", ready = { notify = true, timeout = 0.2 },
+      backoff = { initial = 0 }, start_limit = { burst = 2, interval = 600 }, cmd = { "sleep", "100" } }
+    assert.is_true(run_until(sup, function() return flaky.state == "failed" end, 20))
+    assert.matches("^start limit: 2 starts", flaky.reason)
+    assert.equal(2, #flaky.exits)
+    assert.is_true(flaky.exits[1].ready_timeout and flaky.exits[2].ready_timeout)
+    assert.equal(2, flaky.fails)
+  end)
+
+  it("a clean shutdown removes the cgroups, sockets and runtime directory it made, and nothing else #root", function()
+    if why then return pending(why) end
+    local lfs = require "lfs"
+    local box_cg = assert(takana.cgroup(boxname))
+    local found = assert(box_cg:mkdir("found"))
+    assert(found:mkdir("old")):close()
+    local rt = dir .. "/rt"
+    -- its own cgroup and runtime directory made, its service cgroup too
+    new { cgroup = boxname .. "/made", runtime = rt, control = dir .. "/ctl/ctl.sock" }
+    sup:service { name = "n", ready = { notify = true, timeout = false }, cmd = { "sleep", "100" } }
+    -- a second supervisor in a cgroup found, with a service cgroup found
+    local other = assert(takana.supervisor { cgroup = boxname .. "/found", runtime = dir, signals = false })
+    finally(function() other:close() end)
+    other:service { name = "old", cmd = { "sleep", "100" } }
+    other:service { name = "new", ready = "notify", cmd = { "sleep", "100" } }
+    assert.is_true(run_until(sup, function()
+      other:step(0)
+      return procs(sup.services.n.cg) == 1 and procs(other.services.new.cg) == 1 and procs(other.services.old.cg) == 1
+    end, 20))
+    assert.truthy(lfs.attributes(rt .. "/n.notify"))
+    assert.truthy(lfs.attributes(dir .. "/new.notify"))
+    for _, s in ipairs { sup, other } do
+      s:shutdown()
+      assert.is_true(run_until(s, function() return s.done end, 20))
+      s:close()
+    end
+    sup = nil
+    assert.is_nil(lfs.attributes(rt))
+    assert.is_nil(lfs.attributes(dir .. "/ctl"))
+    assert.is_nil(lfs.attributes(dir .. "/new.notify"))
+    assert.is_nil((takana.cgroup(boxname .. "/made")))
+    assert.same({ "old" }, found:children())
+    found:close()
+    box_cg:close()
   end)
 
   it("ignores notifications from processes outside the service's cgroup #root", function()
@@ -688,8 +776,10 @@ return sup
       s:remove("old")
       s:service { name = "new", cmd = { "sleep", "100" } }
     end }
-    local old = sup:service { name = "old", cmd = { "sleep", "100" } }
+    -- (a watchdog gives it a notify socket, which goes with it)
+    local old = sup:service { name = "old", cmd = { "sleep", "100" }, watchdog = 3600 }
     assert.is_true(run_until(sup, function() return old.state == "running" end, 10))
+    assert.truthy(require("lfs").attributes(dir .. "/old.notify"))
     local oldcg = old.cgpath
     if takana.signals then
       local me = assert(takana.pidfd(H.pid))
@@ -703,6 +793,7 @@ return sup
     end, 10))
     assert.equal(2, gen)
     assert.is_nil(io.open(H.cgroup2_mount() .. oldcg .. "/cgroup.procs"))
+    assert.is_nil(require("lfs").attributes(dir .. "/old.notify"))
     if not takana.signals then pending("takana.signals has not landed: SIGHUP itself untested, the hook was called directly") end
   end)
 
@@ -760,6 +851,7 @@ return sup
 local sup = assert(require("takana").supervisor { cgroup = %q, control = %q, runtime = %q })
 sup:service { name = "a", cmd = { "sh", "-c", "echo hello from a; exec sleep 100" } }
 sup:service { name = "b", cmd = { "sleep", "100" }, depends = { "a" } }
+sup:service { name = "c", cmd = { "sleep", "100" }, autostart = false }
 return sup
 ]]):format(boxname .. "/sup", dir .. "/ctl.sock", dir))
     f:close()
@@ -788,14 +880,22 @@ return sup
     assert.matches("stdout hello from a", out)
     code = ctl(sock .. " stop b")
     assert.equal(0, code)
-    for _ = 1, 100 do
-      out = select(2, ctl(sock .. " status b"))
-      if out:match("stopped") then break end
-      takana.poll({}, 0.05)
-    end
+    assert.equal(0, (ctl(sock .. " --wait down b --timeout 20")))
+    out = select(2, ctl(sock .. " status b"))
     assert.matches("o b %- stopped", out)
     assert.matches("last exit: signal 15 %(stopped%)", out)
     assert.equal(0, (ctl(sock .. " start b")))
+    assert.equal(0, (ctl(sock .. " --wait ready b --timeout 20")))
+    assert.matches("%* b %- running", select(2, ctl(sock .. " status b")))
+    code, out = ctl("--timeout 0.3 " .. sock .. " --wait up c")
+    assert.equal(1, code)
+    assert.matches("c not up after 0.3 s %(stopped%)", out)
+    code, out = ctl(sock .. " --wait sideways c")
+    assert.equal(2, code)
+    assert.matches("up, ready or down", out)
+    code, out = ctl(sock .. " --wait up nope")
+    assert.equal(1, code)
+    assert.matches("no service 'nope'", out)
     assert.equal(0, (ctl(sock .. " signal a CONT")))
     code, out = ctl(sock .. " restart nope")
     assert.equal(1, code)
@@ -805,7 +905,7 @@ return sup
     code, out = ctl(sock .. " --json status")
     assert.equal(0, code)
     local r = assert(S.json_decode(out))
-    assert.equal(2, #r.services)
+    assert.equal(3, #r.services)
     code, out = H.run("LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " .. H.lua
       .. " bin/takana export --top 0 --supervisor " .. sock)
     assert.equal(0, code)
@@ -816,10 +916,66 @@ return sup
     local st = p:wait()
     if takana.signals then
       assert.equal(0, st.code)
-      local cg = assert(takana.cgroup(boxname .. "/sup/a"))
-      assert.equal(0, procs(cg))
-      cg:close()
+      -- a clean shutdown: the cgroups it made are gone
+      assert.is_nil((takana.cgroup(boxname .. "/sup/a")))
+      assert.is_nil((takana.cgroup(boxname .. "/sup")))
     end
+  end)
+
+  it("takana supervise --init as a pid namespace's init: no zombies, and the main service's exit status #root", function()
+    if why then return pending(why) end
+    if not io.open("/usr/bin/unshare") then return pending("unshare is not installed (util-linux)") end
+    local out, file = dir .. "/zombies", dir .. "/init.lua"
+    -- 25 orphans that exit at once (each a subshell's background child),
+    -- then a count of the zombies in the namespace (builtins only: the
+    -- count itself leaves no child)
+    local script = "i=0; while [ $i -lt 25 ]; do (sh -c 'exit 0' &); i=$((i+1)); done; sleep 5; z=0; "
+      .. "for f in /proc/[0-9]*/stat; do read -r p c s rest < $f && [ \"$s\" = Z ] && z=$((z+1)); done; "
+      .. "echo $z > " .. out .. "; exit 7"
+    local f = assert(io.open(file, "w"))
+    f:write(([[
+-- two services: the main one is named
+local sup = assert(require("takana").supervisor { cgroup = %q, runtime = %q, main = "z" })
+sup:service { name = "z", restart = "never", cmd = { "sh", "-c", %q } }
+sup:service { name = "other", cmd = { "sleep", "100" } }
+return sup
+]]):format(boxname .. "/sup", dir, script))
+    f:close()
+    -- (--kill-child: a supervisor left by a failed assertion dies with unshare)
+    local argv = { "unshare", "--pid", "--fork", "--mount-proc", "--kill-child" }
+    for _, a in ipairs(H.lua_argv) do argv[#argv + 1] = a end
+    for _, a in ipairs { "bin/takana", "supervise", "--init", file } do argv[#argv + 1] = a end
+    argv.env = ENV
+    local p = track(assert(takana.spawn(argv)))
+    local st = p:wait(60)
+    assert.same({ exited = true, code = 7 }, st)
+    assert.equal("0\n", H.read(out))
+    assert.is_nil((takana.cgroup(boxname .. "/sup")))
+    -- SIGTERM to the namespace's init stops its services and it exits with
+    -- the only service's status: TERM's, 128 + 15.
+    f = assert(io.open(file, "w"))
+    f:write(([[
+local sup = assert(require("takana").supervisor { cgroup = %q, runtime = %q })
+sup:service { name = "only", cmd = { "sleep", "100" } }
+return sup
+]]):format(boxname .. "/sup", dir))
+    f:close()
+    p = track(assert(takana.spawn(argv)))
+    local init
+    assert.is_true(H.poll_until({}, function()
+      init = nil
+      for rec in takana.snapshot { fields = { "pid", "ppid" } }:each() do
+        if rec.ppid == p.pid then init = rec.pid end
+      end
+      local cg = init and takana.cgroup(boxname .. "/sup/only")
+      local up = cg and procs(cg) == 1
+      if cg then cg:close() end
+      return up
+    end, 100))
+    local fd = assert(takana.pidfd(init))
+    assert(fd:signal("TERM"))
+    fd:close()
+    assert.same({ exited = true, code = 143 }, p:wait(60))
   end)
 
   it("runs inside cqueues #root", function()

@@ -960,17 +960,22 @@ function M.bench(args)
 end
 
 help.supervise = [[
-usage: takana supervise FILE.lua
+usage: takana supervise [--init] FILE.lua
   Runs FILE.lua, which declares services on a supervisor and returns it
   (`local sup = require("takana").supervisor{...}; sup:service{...};
   return sup`), then runs that supervisor until SIGTERM or SIGINT stops
   every service in reverse dependency order. SIGHUP calls its reload hook.
+  --init (the default as PID 1): a container's init, as tini: it reaps
+  every orphan, and the end of the main service (`main = NAME`, or the only
+  one) stops the rest; the exit status is then the main service's (its
+  code, or 128 + the signal that ended it).
 ]]
 
 function M.supervise(args)
-  local opts, operands = parse_args(args, { help = "bool" }, "supervise")
+  local opts, operands = parse_args(args, { help = "bool", init = "bool" }, "supervise")
   if opts.help then io.write(help.supervise) return 0 end
   if #operands ~= 1 then usage_error("supervise: one FILE.lua expected") end
+  if opts.init then require("takana.supervisor").init_default = true end
   local chunk, lerr = loadfile(operands[1])
   if not chunk then fail("supervise: " .. lerr) end
   local ok, sup, serr = pcall(chunk)
@@ -981,22 +986,68 @@ function M.supervise(args)
   end
   local rok, rerr = sup:run()
   if not rok then fail("supervise: " .. tostring(rerr)) end
-  return 0
+  return sup:exit_code() or 0
 end
 
 help.ctl = [[
 usage: takana ctl [--json] [--timeout S] SOCKET status|start|stop|restart|signal|logs [NAME] [SIG|N]
+       takana ctl [--timeout S] SOCKET --wait up|ready|down NAME
   Talks to a running supervisor through its control socket:
     status [NAME]        state, pid, uptime, restarts, last exit, readiness
     start|stop|restart NAME
     signal NAME SIG      SIG to every process of the service's cgroup
     logs NAME [N]        the last N (default 50) captured lines
   --json prints the supervisor's answer as it came.
+  --wait STATE NAME asks for NAME's status until it is up (starting or
+  running: its process is there), ready (running and ready) or down (no
+  process: stopped, failed, backoff or waiting), as s6-svc -wU and sv -w
+  do; it exits 1 with the last state once --timeout S (default 5) passes,
+  or at once when waiting for up or ready and the service has failed.
 ]]
 
+-- Whether a status answer s is in the --wait state.
+local wait_states = {
+  up = function(s) return s.state == "starting" or s.state == "running" end,
+  ready = function(s) return s.state == "running" and s.ready == true end,
+  down = function(s) return s.state == "stopped" or s.state == "failed" or s.state == "backoff" or s.state == "waiting" end,
+}
+
+local function ctl_wait(S, sock, state, name, timeout)
+  local reached = wait_states[state]
+  if not reached then usage_error("ctl: --wait up, ready or down expected, got '" .. printable(state) .. "'") end
+  if not name then usage_error("ctl: --wait " .. state .. " needs a service NAME") end
+  local now = require("takana").now
+  local deadline = now() + timeout
+  while true do
+    local r, err = S.request(sock, { cmd = "status", name = name }, math.max(deadline - now(), 0.1))
+    if not r then fail("ctl: " .. sock .. ": " .. err) end
+    if not r.ok then fail("ctl: " .. printable(tostring(r.error))) end
+    local s = type(r.services) == "table" and r.services[1]
+    if type(s) ~= "table" then fail("ctl: " .. sock .. ": a malformed status answer") end
+    if reached(s) then return 0 end
+    local last = tostring(s.state) .. (s.reason and (": " .. tostring(s.reason)) or "")
+    if state ~= "down" and s.state == "failed" then
+      io.stderr:write("takana ctl: ", printable(name), " failed, so it will not be ", state, ": ", printable(last), "\n")
+      return 1
+    end
+    if now() >= deadline then
+      io.stderr:write(("takana ctl: %s not %s after %g s (%s)\n"):format(printable(name), state, timeout, printable(last)))
+      return 1
+    end
+    require("takana").poll({}, math.min(0.05, math.max(deadline - now(), 0)))
+  end
+end
+
 function M.ctl(args)
-  local opts, operands = parse_args(args, { help = "bool", json = "bool", timeout = "value" }, "ctl")
+  local opts, operands = parse_args(args, { help = "bool", json = "bool", timeout = "value", wait = "value" }, "ctl")
   if opts.help then io.write(help.ctl) return 0 end
+  if opts.wait then
+    if #operands > 2 then usage_error("ctl: --wait STATE takes SOCKET and one NAME (see --help)") end
+    local timeout = tonumber(opts.timeout or "5")
+    if not timeout or timeout <= 0 or timeout > 3600 then usage_error("ctl: --timeout needs 0 < seconds <= 3600") end
+    if not operands[1] then usage_error("ctl: SOCKET expected (see --help)") end
+    return ctl_wait(require "takana.supervisor", operands[1], opts.wait, operands[2], timeout)
+  end
   local sock, cmd, name, extra = operands[1], operands[2], operands[3], operands[4]
   if not sock or not cmd then usage_error("ctl: SOCKET and a command expected (see --help)") end
   local S = require "takana.supervisor"

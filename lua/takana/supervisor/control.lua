@@ -172,6 +172,7 @@ local function exit_words(ex)
   if ex.main_exited and (ex.code or ex.signal) then w = w .. " (MAINPID)" end
   if ex.oom then w = w .. " (oom)" end
   if ex.watchdog then w = w .. " (watchdog timeout)" end
+  if ex.ready_timeout then w = w .. " (not ready in time)" end
   if ex.stopped then w = w .. " (stopped)" end
   return w .. " after " .. fmt_secs(ex.runtime)
 end

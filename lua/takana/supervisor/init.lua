@@ -35,7 +35,8 @@ M.array = json.array
 
 local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string",
   adopt = "boolean", reload = "function", signals = "boolean", runtime = "string", subreaper = "boolean",
-  log_size = "number", log_files = "number", log_lines = "number", on_exit = "function" }
+  log_size = "number", log_files = "number", log_lines = "number", on_exit = "function", init = "boolean",
+  main = "string" }
 
 -- The runtime directory when none is given: /run/takana/<cgroup> for root,
 -- $XDG_RUNTIME_DIR/takana/<cgroup> otherwise; never a guessable name in a
@@ -55,6 +56,7 @@ end
 -- undeclared and services are signalled through their cgroups.
 local function own_cgroup(spec)
   local cg, err, errno = spec
+  local made = false
   if type(spec) == "string" then
     cg, err, errno = takana.cgroup(spec)
     if not cg and errno == ENOENT then
@@ -62,7 +64,9 @@ local function own_cgroup(spec)
       local p
       p, err, errno = takana.cgroup(parent or "")
       if p then
-        cg, err, errno = p:mkdir(name, { exist_ok = true })
+        cg, err, errno = p:mkdir(name)
+        made = cg ~= nil
+        if not cg and errno == E.EEXIST then cg, err, errno = p:mkdir(name, { exist_ok = true }) end
         p:close()
       end
     end
@@ -78,7 +82,7 @@ local function own_cgroup(spec)
     return nil, ("supervisor: cgroup %s holds this process (pid %d): a supervisor's cgroup holds only its services")
       :format(cg.path, core.getpid()), EDEADLK
   end
-  return cg
+  return cg, nil, nil, made
 end
 
 --- Creates a supervisor.
@@ -103,6 +107,16 @@ end
 --   reaped on SIGCHLD (caught unless `signals = false`), when a run ends
 --   and on `close`; the last such supervisor's `close` (of any Lua state)
 --   clears the flag unless it was set before;
+--   `init`: act as a container's init (default: true when this process is
+--   PID 1, or under `takana supervise --init`): a subreaper that reaps
+--   every orphan re-parented to it, in any cgroup (never a process of its
+--   own that is no service's orphan: run nothing else that waits for a
+--   child in it), SIGTERM and SIGINT stop every service, then `run`
+--   returns, and the `main` service's end is the end of all;
+--   `main`: a service's name (default under `init`: the only service,
+--   when there is one): once it has ended and is not restarted, every
+--   service is stopped and `run` returns; `sup:exit_code()` gives its
+--   status, as tini exits with its child's;
 --   `runtime`: a directory for notify sockets (default: /run/takana/<cgroup>
 --   for root, $XDG_RUNTIME_DIR/takana/<cgroup> otherwise); made if missing,
 --   mode 0711, and refused (nil, message, errno) when another user owns it
@@ -125,9 +139,9 @@ function M.new(opts, ...)
     log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false, notify_batch = 64,
     started_at = now(),
   }, supervisor)
-  local cg, err, errno = own_cgroup(opts.cgroup)
+  local cg, err, errno, made = own_cgroup(opts.cgroup)
   if not cg then return nil, err, errno end
-  self.cg = cg
+  self.cg, self.cg_made = cg, made
   self.own_cg = type(opts.cgroup) == "string" -- a handle given stays its caller's to close
   local ep
   ep, err, errno = core.epoll()
@@ -189,7 +203,11 @@ function M.new(opts, ...)
   else
     self.nofile_error = hard -- kept: services still start, fewer fit
   end
-  if opts.subreaper then
+  local init = opts.init
+  if init == nil then init = M.init_default == true or core.getpid() == 1 end
+  self.init, self.main_name = init, opts.main
+  local subreaper = opts.subreaper or init
+  if subreaper then
     local ok
     ok, err, errno = core.subreaper_hold(true)
     if not ok then return self:_abandon("supervisor: " .. tostring(err), errno) end
@@ -197,7 +215,7 @@ function M.new(opts, ...)
   end
   if opts.signals ~= false then
     local sig
-    sig, err, errno = takana.signals { "TERM", "INT", "HUP", opts.subreaper and "CHLD" or nil }
+    sig, err, errno = takana.signals { "TERM", "INT", "HUP", subreaper and "CHLD" or nil }
     if not sig then
       return self:_abandon("supervisor: signals: " .. tostring(err), errno)
     end
@@ -255,6 +273,9 @@ function supervisor:_tick()
       and (svc.state == "running" or (svc.state == "starting" and svc.watchdog_triggered)) then
       self:_watchdog_fire(svc)
     end
+    if svc and svc.ready_deadline and t >= svc.ready_deadline and svc.state == "starting" then
+      self:_ready_timeout(svc)
+    end
     if svc and svc.deadline and t >= svc.deadline then
       svc.deadline = nil
       if svc.state == "backoff" then
@@ -276,6 +297,7 @@ function supervisor:_tick()
       end
       if not blocked then self:_begin_stop(svc) end
     elseif svc and svc.want == "down" and (svc.state == "backoff" or svc.state == "waiting") then
+      if svc.state == "waiting" then svc.reason = nil end
       svc.state = "stopped"
       svc.deadline = nil
     end
@@ -293,12 +315,14 @@ function supervisor:_tick()
     for _, name in ipairs(self.order) do
       local svc = self.services[name]
       if svc and svc.want == "up" and (svc.state == "stopped" or svc.state == "waiting") then
-        if self:_deps_ready(svc) then
+        local why = self:_deps_wait(svc)
+        if not why then
           svc.restart_now = nil
           self:_start(svc)
           if svc.state == "running" then progress = true end
         else
           svc.state = "waiting"
+          svc.reason = why
         end
       end
     end
@@ -313,6 +337,8 @@ function supervisor:timeout()
     local at = svc.deadline
     local wd = (svc.state == "running" or svc.state == "starting") and svc.watchdog_deadline
     if wd and (not at or wd < at) then at = wd end
+    local rd = svc.state == "starting" and svc.ready_deadline
+    if rd and (not at or rd < at) then at = rd end
     if svc.notify_paused and (not at or svc.notify_paused < at) then at = svc.notify_paused end
     if at then
       local d = math.max(0, at - t)
@@ -380,6 +406,9 @@ function supervisor:close()
     svc.logd = nil
     if (svc.ready_mode == "notify" or svc.watchdog) and self.rtdir then self.rtdir:unlink(svc.notify_name) end
     if svc.cg then
+      -- A service cgroup this supervisor made goes with it once empty
+      -- (after a shutdown); a populated one, or one it found, stays.
+      if svc.cg_made and not populated(svc.cg) then svc.cg:remove() end
       svc.cg:close()
       svc.cg, svc.cg_watched = nil, false
     end
@@ -412,7 +441,10 @@ function supervisor:close()
     core.nofile_hold(false)
     self.nofile = nil
   end
-  if self.own_cg then self.cg:close() end
+  if self.own_cg then
+    if self.cg_made and not populated(self.cg) then self.cg:remove() end
+    self.cg:close()
+  end
   if self.ep then self.ep:close() end
 end
 
@@ -446,6 +478,34 @@ function supervisor:_signals()
   end
 end
 
+-- The main service's name: `main`, else under `init` the only service.
+function supervisor:_main_name()
+  if self.main_name then return self.main_name end
+  if self.init and #self.order == 1 then return self.order[1] end
+end
+
+-- svc has ended a run or failed to start: when it is the main service and
+-- stays down, everything stops (a container ends with its main process).
+function supervisor:_main_check(svc)
+  if self.shutting or svc.name ~= self:_main_name() then return end
+  if svc.state == "failed" or (svc.want == "down" and svc.state == "stopped") then self:shutdown() end
+end
+
+--- The main service's status (`main`, or the only service under `init`)
+-- as a shell gives one: its last run's exit code, or 128 + the signal
+-- that ended it; 1 when it could not start or its status is unknown; nil
+-- without a main service or before its first run ended.
+function supervisor:exit_code()
+  local name = self:_main_name()
+  local svc = name and self.services[name]
+  if not svc then return nil end
+  local ex = svc.last_exit
+  if not ex then return svc.state == "failed" and 1 or nil end
+  if ex.code then return ex.code end
+  if ex.signal then return 128 + ex.signal end
+  return 1
+end
+
 --- Calls the reload hook (`reload` option), as SIGHUP does. The hook may
 -- add (`sup:service`), remove (`sup:remove`) or change services.
 function supervisor:reload()
@@ -470,13 +530,31 @@ local function exit_status(ex)
   return t
 end
 
+-- The pid status shows: the MAINPID= one once named, the first child's
+-- while it lives, else (a forking daemon's first process has exited) one
+-- the cgroup still holds, looked up again once the one shown has left it.
+local function status_pid(svc)
+  if svc.mainfd then return svc.main_pid end
+  if svc.pid then return svc.pid end
+  -- (cgroup.procs, not the process's own cgroup file: a zombie that
+  -- nobody reaps still names its cgroup there)
+  if svc.main_pid and svc.cg and active(svc) then
+    local procs = svc.cg:procs()
+    if procs and #procs > 0 then
+      for _, pid in ipairs(procs) do if pid == svc.main_pid then return pid end end
+      svc.main_pid = procs[1]
+    end
+  end
+  return svc.main_pid
+end
+
 --- The status of one service as a plain table (what `takana ctl status`
 -- prints).
 function supervisor.status_of(_, svc)
   local t = now()
   local ex = svc.last_exit
   return {
-    name = svc.name, state = svc.state, pid = svc.pid or svc.main_pid, ready = svc.ready or false,
+    name = svc.name, state = svc.state, pid = status_pid(svc), ready = svc.ready or false,
     uptime = (active(svc) and svc.started_at) and round(t - svc.started_at) or nil,
     restarts = svc.restarts, reason = svc.reason, status = svc.status_text,
     adopted = svc.adopted or nil, oom_kills = svc.oom_kills, cgroup = svc.cgpath,

@@ -21,6 +21,7 @@ function supervisor:_set_ready(svc)
     svc.state = "running"
     svc.ready = true
     svc.ready_at = now()
+    svc.ready_deadline = nil
     if not svc.watchdog_triggered then self:_watchdog_arm(svc) end
   end
 end
@@ -112,6 +113,16 @@ function supervisor:_watchdog_fire(svc)
     or ("watchdog: no WATCHDOG=1 in %g s"):format(svc.watchdog_s)
   svc.after_failure = true
   self:_begin_stop(svc, 6)
+end
+
+-- Not ready within the readiness timeout: the stop sequence, and the run
+-- counts as a failed start.
+function supervisor:_ready_timeout(svc)
+  svc.ready_deadline = nil
+  svc.ready_timed_out = true
+  svc.reason = ("not ready after %g s"):format(svc.ready_timeout)
+  svc.after_failure = true
+  self:_begin_stop(svc)
 end
 
 -- MAINPID=n from inside the cgroup: n is the service's main process from

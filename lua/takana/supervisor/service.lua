@@ -8,7 +8,10 @@ local M, supervisor, now, argerror, nargs = C.M, C.supervisor, C.now, C.argerror
 local check_options, required, signum, OCTAL_0600, SUN_PATH_MAX = C.check_options, C.required, C.signum, C.OCTAL_0600, C.SUN_PATH_MAX
 local live, populated, oom_count, cpu_ns, close_obj = C.live, C.populated, C.oom_count, C.cpu_ns, C.close_obj
 local main_status = C.main_status
-local ENOENT, ESRCH = C.E.ENOENT, C.E.ESRCH
+local ENOENT, ESRCH, EEXIST = C.E.ENOENT, C.E.ESRCH, C.E.EEXIST
+
+-- Seconds a service with `ready` has to say so (systemd's TimeoutStartSec).
+local DEFAULT_READY_TIMEOUT = 90
 
 --- The options of `sup:service{...}`, one row each: `name`, `type` (as
 -- the check reads it: Lua types joined by "|"), `doc`, and `spawn` for
@@ -22,11 +25,24 @@ M.service_options = {
   { name = "cwd", type = "string", doc = "the working directory" },
   { name = "restart", type = "string|function",
     doc = '"on-failure" (default), "always", "never", or `function(svc, record) -> delay or false`' },
-  { name = "backoff", type = "table", doc = "`{initial=0.1, max=30, factor=2, reset_after=60}`" },
-  { name = "start_limit", type = "table", doc = "`{burst=5, interval=10}`: then state \"failed\", with the reason" },
-  { name = "ready", type = "string|table", doc = '"notify" (sd_notify) or `{fd=n}` (s6)' },
-  { name = "stop", type = "table", doc = '`{signal="TERM", timeout=5}`: then cgroup.kill, then a wait until empty' },
-  { name = "depends", type = "table", doc = "`{names}`: started once these are ready" },
+  { name = "backoff", type = "table",
+    doc = "the delay before a restart: `initial * factor ^ failures`, at most `max`; the failure count is reset "
+      .. "by a run of `reset_after` s. Default `{initial=0.1, max=30, factor=2, reset_after=60}`; "
+      .. "`{initial=0}` restarts at once" },
+  { name = "start_limit", type = "table",
+    doc = "at most `burst` starts within `interval` s, then state \"failed\", with the reason. Default "
+      .. "`{burst=5, interval=10}`; `{burst=0}` turns it off" },
+  { name = "ready", type = "string|table",
+    doc = '"notify" (sd_notify), `{notify=true, timeout=s}`, or `{fd=n, timeout=s}` (s6): running once '
+      .. "ready. Not ready within `timeout` s (default 90, as systemd's TimeoutStartSec; `false` or 0 turns "
+      .. "it off): the stop sequence, a failed start (the restart policy and start limit count it) with the "
+      .. "reason \"not ready after N s\" and an exit record with `ready_timeout = true`" },
+  { name = "stop", type = "table",
+    doc = '`{signal="TERM", timeout=5}` (the defaults): the signal to the whole cgroup, then after `timeout` s '
+      .. 'cgroup.kill, then a wait until empty; `timeout=0` kills at once' },
+  { name = "depends", type = "table",
+    doc = "`{names}`: started once these are ready; until then \"waiting\", its reason naming the first "
+      .. "that is not (and why, when it failed)" },
   { name = "limits", type = "table", doc = '`{["memory.max"]=...}`, applied loudly' },
   { name = "log", type = "string|function|boolean", doc = "the service's own log target, as the supervisor's `log`" },
   { name = "autostart", type = "boolean", doc = "default true" },
@@ -67,6 +83,7 @@ end
 -- - `adopted` true for a run adopted from an earlier supervisor
 -- - `stopped` yes: true when the run ended because a stop was asked for
 -- - `watchdog` yes: true when the watchdog ended the run (a failure)
+-- - `ready_timeout` yes: true when the run was stopped for not being ready in time (a failure)
 -- - `main_exited` yes: true when the main process's exit ended the run
 -- - `time` `os.time()` at the end of the run
 -- - `error` yes: why the run could not start (no other field but `errno` and `runtime`)
@@ -87,6 +104,7 @@ M.exit_record = {
   { name = "adopted", doc = "true for a run adopted from an earlier supervisor" },
   { name = "stopped", status = true, doc = "true when the run ended because a stop was asked for" },
   { name = "watchdog", status = true, doc = "true when the watchdog ended the run (a failure)" },
+  { name = "ready_timeout", status = true, doc = "true when the run was stopped for not being ready in time (a failure)" },
   { name = "main_exited", status = true, doc = "true when the main process's exit ended the run" },
   { name = "time", doc = "`os.time()` at the end of the run" },
   { name = "error", status = true, doc = "why the run could not start (no other field but `errno` and `runtime`)" },
@@ -103,11 +121,20 @@ M.exit_record = {
 -- - `cwd` (string): the working directory
 -- - `restart` (string or function): "on-failure" (default), "always", "never", or `function(svc,
 --   record) -> delay or false`
--- - `backoff` (table): `{initial=0.1, max=30, factor=2, reset_after=60}`
--- - `start_limit` (table): `{burst=5, interval=10}`: then state "failed", with the reason
--- - `ready` (string or table): "notify" (sd_notify) or `{fd=n}` (s6)
--- - `stop` (table): `{signal="TERM", timeout=5}`: then cgroup.kill, then a wait until empty
--- - `depends` (table): `{names}`: started once these are ready
+-- - `backoff` (table): the delay before a restart: `initial * factor ^ failures`, at most `max`;
+--   the failure count is reset by a run of `reset_after` s. Default `{initial=0.1, max=30,
+--   factor=2, reset_after=60}`; `{initial=0}` restarts at once
+-- - `start_limit` (table): at most `burst` starts within `interval` s, then state "failed", with
+--   the reason. Default `{burst=5, interval=10}`; `{burst=0}` turns it off
+-- - `ready` (string or table): "notify" (sd_notify), `{notify=true, timeout=s}`, or `{fd=n,
+--   timeout=s}` (s6): running once ready. Not ready within `timeout` s (default 90, as systemd's
+--   TimeoutStartSec; `false` or 0 turns it off): the stop sequence, a failed start (the restart
+--   policy and start limit count it) with the reason "not ready after N s" and an exit record with
+--   `ready_timeout = true`
+-- - `stop` (table): `{signal="TERM", timeout=5}` (the defaults): the signal to the whole cgroup,
+--   then after `timeout` s cgroup.kill, then a wait until empty; `timeout=0` kills at once
+-- - `depends` (table): `{names}`: started once these are ready; until then "waiting", its reason
+--   naming the first that is not (and why, when it failed)
 -- - `limits` (table): `{["memory.max"]=...}`, applied loudly
 -- - `log` (string or function or boolean): the service's own log target, as the supervisor's `log`
 -- - `autostart` (boolean): default true
@@ -139,11 +166,35 @@ function supervisor:service(t, ...)
   if type(t.restart) == "string" and not ({ always = 1, ["on-failure"] = 1, never = 1 })[t.restart] then
     argerror("service", 1, "option 'restart': \"always\", \"on-failure\", \"never\" or a function expected")
   end
+  local ready_mode, ready_timeout = t.ready, DEFAULT_READY_TIMEOUT
   if type(t.ready) == "string" and t.ready ~= "notify" then
     argerror("service", 1, "option 'ready': \"notify\" or {fd = n} expected")
   end
-  if type(t.ready) == "table" and not (math.type(t.ready.fd) == "integer" and t.ready.fd >= 3 and t.ready.fd < 1024) then
-    argerror("service", 1, "option 'ready': {fd = 3..1023} expected")
+  if type(t.ready) == "table" then
+    local r = t.ready
+    for k in pairs(r) do
+      if not ({ fd = 1, notify = 1, timeout = 1 })[k] then
+        argerror("service", 1, "option 'ready': {notify = true} or {fd = n}, and timeout =, expected (got key '"
+          .. tostring(k) .. "')")
+      end
+    end
+    if r.notify ~= nil and r.fd ~= nil then argerror("service", 1, "option 'ready': notify or fd, not both") end
+    if r.notify == true then
+      ready_mode = "notify"
+    elseif not (math.type(r.fd) == "integer" and r.fd >= 3 and r.fd < 1024) then
+      argerror("service", 1, "option 'ready': {notify = true} or {fd = 3..1023} expected")
+    else
+      ready_mode = { fd = r.fd }
+    end
+    if r.timeout ~= nil then
+      if r.timeout == false or r.timeout == 0 then
+        ready_timeout = nil
+      elseif not (type(r.timeout) == "number" and r.timeout > 0 and r.timeout <= 86400) then
+        argerror("service", 1, "option 'ready': timeout = 0..86400 seconds or false expected")
+      else
+        ready_timeout = r.timeout
+      end
+    end
   end
   local b = t.backoff or {}
   for k, v in pairs(b) do
@@ -175,7 +226,7 @@ function supervisor:service(t, ...)
     backoff = { initial = b.initial or 0.1, max = b.max or 30, factor = b.factor or 2,
       reset_after = b.reset_after or 60 },
     start_limit = { burst = sl.burst or 5, interval = sl.interval or 10 },
-    ready_mode = t.ready, stop_signal = signum("service", 1, st.signal or "TERM"),
+    ready_mode = ready_mode, ready_timeout = ready_mode and ready_timeout or nil, stop_signal = signum("service", 1, st.signal or "TERM"),
     stop_timeout = st.timeout or 5, depends = t.depends or {}, limits = t.limits,
     log = t.log, spawn_extra = {}, watchdog = t.watchdog, watchdog_timeouts = 0,
     state = "stopped", want = t.autostart == false and "down" or "up",
@@ -228,7 +279,11 @@ function supervisor:get(name) return self.services[name] end
 
 function supervisor:_svc_cgroup(svc)
   if svc.cg then return svc.cg end
-  local cg, err, errno = self.cg:mkdir(svc.name, { exist_ok = true })
+  -- Made here, or found (an earlier run's, adopted): only one made here is
+  -- removed at close.
+  local cg, err, errno = self.cg:mkdir(svc.name)
+  local made = cg ~= nil
+  if not cg and errno == EEXIST then cg, err, errno = self.cg:mkdir(svc.name, { exist_ok = true }) end
   if not cg then return nil, err, errno end
   local ok
   ok, err, errno = self:_watch(cg, function() self:_cgroup_event(svc) end, true)
@@ -237,6 +292,7 @@ function supervisor:_svc_cgroup(svc)
     return nil, err, errno
   end
   svc.cg = cg
+  svc.cg_made = svc.cg_made or made
   svc.cgpath = "/" .. cg.relpath
   svc.cg_watched = true
   return cg
@@ -251,18 +307,23 @@ end
 
 -- ---- start ----
 
-function supervisor:_deps_ready(svc)
+-- nil when svc's dependencies are all ready, else why it waits: the first
+-- that is not, with its state and reason.
+function supervisor:_deps_wait(svc)
   for _, d in ipairs(svc.depends) do
     local dep = self.services[d]
-    if not dep or dep.state ~= "running" then return false end
+    if not dep then return "waiting for " .. d .. ": no such service" end
+    if dep.state ~= "running" then
+      return ("waiting for %s: %s%s"):format(d, dep.state, dep.reason and (": " .. dep.reason) or "")
+    end
   end
-  return true
 end
 
-function supervisor._fail(_, svc, reason)
+function supervisor:_fail(svc, reason)
   svc.state = "failed"
   svc.reason = reason
   svc.deadline = nil
+  self:_main_check(svc)
 end
 
 -- The start limit: nil, or why svc may not start now. Leaves in
@@ -376,6 +437,8 @@ function supervisor:_started(svc, child, cg, t, ch)
     assert(self:_watch(ch.readyr, function() self:_readyfd(svc) end))
   end
   svc.state = "starting"
+  svc.ready_deadline = svc.ready_timeout and t + svc.ready_timeout or nil
+  svc.ready_timed_out = nil
   if svc.ready_mode == nil then self:_set_ready(svc) end
   if svc.want == "down" then self:_begin_stop(svc) end
 end
@@ -473,7 +536,7 @@ function supervisor:_reap(runs)
       if runs ~= false and svc.mainfd and svc.main_pid == pid and not svc.mainfd:alive() then
         self:_main_exit(svc)
       end
-    elseif not others[pid] and supervised(pid) then
+    elseif not others[pid] and (self.init or supervised(pid)) then
       local fd = takana.pidfd(pid)
       if fd then fd:wait(0) fd:close() end
     end
@@ -548,7 +611,7 @@ function supervisor:_maybe_finished(svc)
     maxrss_bytes = svc.usage and svc.usage.maxrss_bytes,
     runtime = svc.started_at and t - svc.started_at or 0, adopted = svc.adopted or nil,
     stopped = svc.stop_requested or nil, pid = svc.main_pid,
-    watchdog = svc.watchdog_fired, main_exited = svc.main_exited }
+    watchdog = svc.watchdog_fired, main_exited = svc.main_exited, ready_timeout = svc.ready_timed_out }
   local oom = svc.cg and oom_count(svc.cg)
   if oom and svc.oom_before then
     rec.oom = oom > svc.oom_before
@@ -563,6 +626,7 @@ function supervisor:_maybe_finished(svc)
   svc.main_pid = nil
   svc.killing = nil
   svc.watchdog_deadline, svc.watchdog_fired, svc.watchdog_triggered, svc.main_exited = nil, nil, nil, nil
+  svc.ready_deadline, svc.ready_timed_out = nil, nil
   if svc.cg_killed then
     -- A cgroup once killed through cgroup.kill is not reused: on some
     -- kernels (6.18.44 here) a process later spawned into it is SIGKILLed
@@ -592,14 +656,17 @@ function supervisor:_maybe_finished(svc)
   if svc.want == "down" or svc.stop_requested then
     svc.stop_requested = nil
     svc.state = "stopped"
-    if svc.removing then self:_forget(svc) end
+    if svc.removing then self:_forget(svc) else self:_main_check(svc) end
     return
   end
   self:_schedule(svc, rec)
+  self:_main_check(svc)
 end
 
 function supervisor:_forget(svc)
   if svc.cg_watched then self:_unwatch(svc.cg) end
+  -- (its notify socket node too: a removed service leaves nothing behind)
+  if (svc.ready_mode == "notify" or svc.watchdog) and self.rtdir then self.rtdir:unlink(svc.notify_name) end
   if svc.cg then
     svc.cg:remove()
     svc.cg:close()
@@ -612,7 +679,7 @@ end
 
 -- Decides what follows an exit: a restart after the backoff, or nothing.
 function supervisor:_schedule(svc, rec)
-  local failed = rec.error ~= nil or rec.code ~= 0 or rec.signal ~= nil or rec.oom or rec.watchdog
+  local failed = rec.error ~= nil or rec.code ~= 0 or rec.signal ~= nil or rec.oom or rec.watchdog or rec.ready_timeout
   if rec.code == nil and rec.signal == nil and rec.error == nil then failed = true end
   local b = svc.backoff
   if (rec.runtime or 0) >= b.reset_after then svc.fails = 0 end
@@ -629,12 +696,13 @@ function supervisor:_schedule(svc, rec)
   elseif svc.restart == "always" or (svc.restart == "on-failure" and failed) then
     delay = math.min(b.max, b.initial * b.factor ^ svc.fails)
   end
-  -- The watchdog's reason outlives the run it ended.
-  svc.reason = rec.error or (rec.watchdog and svc.reason) or nil
+  -- The watchdog's and the readiness timeout's reasons outlive the run
+  -- they ended (dependents waiting on it show them).
+  svc.reason = rec.error or ((rec.watchdog or rec.ready_timeout) and svc.reason) or nil
   if not delay then
     -- Not restarted: it stays down until asked (start, restart).
     svc.want = "down"
-    svc.state = rec.error and "failed" or "stopped"
+    svc.state = (rec.error or rec.ready_timeout) and "failed" or "stopped"
     return
   end
   svc.fails = svc.fails + 1
@@ -652,6 +720,7 @@ function supervisor:_begin_stop(svc, sig)
   svc.stop_requested = not svc.cleaning and not svc.after_failure or nil
   svc.after_failure = nil
   svc.watchdog_deadline = nil
+  svc.ready_deadline = nil
   sig = sig or svc.stop_signal
   if svc.cleaning then sig = 15 end
   if svc.child then svc.child:signal(sig) end
@@ -700,6 +769,7 @@ function supervisor:stop(name)
   if svc.state == "running" or svc.state == "starting" then
     self:_begin_stop(svc)
   elseif svc.state == "backoff" or svc.state == "waiting" or svc.state == "failed" then
+    if svc.state == "waiting" then svc.reason = nil end
     svc.state = "stopped"
     svc.deadline = nil
     if svc.removing then self:_forget(svc) end
