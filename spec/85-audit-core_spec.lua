@@ -356,7 +356,8 @@ end)
 --   * names the README leaves to the reader are stubs: `takana` (the
 --     module), `resync_from(snapshot)`.
 --   * a block fenced ```lua no-run (a daemon's configuration: the
---     supervisor, whose own spec runs it) is documentation only.
+--     supervisor, whose own spec runs it; a policy that kills processes:
+--     the oom-guard, whose trigger spec 89-pressure runs) is documentation only.
 --   * a block with an endless event loop (`while true do` and no `break`)
 --     runs alone (its own program, the stubs above) for a few seconds while
 --     this spec starts processes, and passes if it was still running, with

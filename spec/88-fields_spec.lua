@@ -591,8 +591,9 @@ end)
 
 -- The value-level schema check: a field every process reads as zero, nil,
 -- false or empty on a backend is a field that backend does not fill. A
--- niced child of another uid with arguments is started so that nice, uid
--- and cmdline have a value to show on any host. These may stay empty on a
+-- niced child of another uid with arguments, in a session of its own, is
+-- started so that nice, uid, sid and cmdline have a value to show on any
+-- host (a guest's init may never call setsid: every sid there is 0). These may stay empty on a
 -- quiet host, each for its reason:
 local may_be_empty = {
   majflt = "a major fault needs a read from disk; a host with all it runs cached has none",
@@ -611,7 +612,7 @@ describe("every record field", function()
   it("has a value for some process on every backend", function()
     if H.no_spawn then return pending(H.no_spawn) end
     local root = H.read("/proc/self/status"):match("\nUid:%s+0%s") ~= nil
-    local child = assert(takana.spawn { "nice", "-n", "5", "sleep", "30", user = root and 65534 or nil })
+    local child = assert(takana.spawn { "nice", "-n", "5", "sleep", "30", user = root and 65534 or nil, setsid = true })
     finally(function() child:signal("KILL") child:wait() child:close() end)
     -- nice has exec'd sleep once its comm says so
     for _ = 1, 500 do
