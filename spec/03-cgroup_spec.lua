@@ -265,7 +265,7 @@ describe("takana.cgroup.path without CAP_DAC_READ_SEARCH (a walk of the hierarch
       :format(q, long, long))))
     local id = assert(math.tointeger(tonumber(select(2, H.run("stat -c %i " .. q .. "/target")):match("%d+"))))
     local code, out = H.run(as_nobody .. "env LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " ..
-      "lua5.4 -e 'print(assert(require(\"takana\").cgroup.path(" .. id .. ")))'")
+      H.lua .. " -e 'print(assert(require(\"takana\").cgroup.path(" .. id .. ")))'")
     assert.equal(0, code, out)
     assert.truthy(out:find(name .. "/target\n", 1, true), out)
   end)
