@@ -508,6 +508,16 @@ describe("takana.supervisor", function()
     assert.is_true(db.notify_rejected >= 1)   -- READY, then the barrier
   end)
 
+  it("close() leaves alone a service cgroup its caller already removed #root", function()
+    if why then return pending(why) end
+    new()
+    local svc = sup:service { name = "gone", cmd = { "sleep", "100" }, restart = "never" }
+    assert.is_true(run_until(sup, function() return svc.state == "running" end, 10))
+    assert.is_true(svc.cg:kill { wait = 5 })
+    assert.is_true(svc.cg:remove())
+    assert.has_no_error(function() sup:close() end)
+  end)
+
   it("drops a notify datagram longer than its buffer whole, and reads the next #root", function()
     if why then return pending(why) end
     new()

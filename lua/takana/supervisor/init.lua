@@ -408,7 +408,9 @@ function supervisor:close()
     if svc.cg then
       -- A service cgroup this supervisor made goes with it once empty
       -- (after a shutdown); a populated one, or one it found, stays.
-      if svc.cg_made and not populated(svc.cg) then svc.cg:remove() end
+      -- (A handle the caller closed or removed itself is left as it is.)
+      local read, busy = pcall(populated, svc.cg)
+      if svc.cg_made and read and not busy then svc.cg:remove() end
       svc.cg:close()
       svc.cg, svc.cg_watched = nil, false
     end
@@ -442,7 +444,8 @@ function supervisor:close()
     self.nofile = nil
   end
   if self.own_cg then
-    if self.cg_made and not populated(self.cg) then self.cg:remove() end
+    local read, busy = pcall(populated, self.cg)
+    if self.cg_made and read and not busy then self.cg:remove() end
     self.cg:close()
   end
   if self.ep then self.ep:close() end
