@@ -394,10 +394,14 @@ function supervisor:run()
   return true
 end
 
---- Closes the supervisor's descriptors (services are not touched).
+--- Closes the supervisor's descriptors and removes its sockets (services
+-- are not touched). After a completed shutdown it also removes the
+-- cgroups it made, once empty; without one they stay, for the caller or a
+-- next supervisor to find.
 function supervisor:close()
   if self.closed then return end
   self.closed = true
+  local shut_down = self.done
   for _, svc in pairs(self.services) do
     for _, k in ipairs { "child", "out", "err", "notify", "readyp", "mainfd" } do
       if svc[k] then svc[k]:close() svc[k] = nil end
@@ -406,11 +410,11 @@ function supervisor:close()
     svc.logd = nil
     if (svc.ready_mode == "notify" or svc.watchdog) and self.rtdir then self.rtdir:unlink(svc.notify_name) end
     if svc.cg then
-      -- A service cgroup this supervisor made goes with it once empty
-      -- (after a shutdown); a populated one, or one it found, stays.
+      -- A service cgroup this supervisor made goes with it after a
+      -- shutdown, once empty; a populated one, or one it found, stays.
       -- (A handle the caller closed or removed itself is left as it is.)
       local read, busy = pcall(populated, svc.cg)
-      if svc.cg_made and read and not busy then svc.cg:remove() end
+      if shut_down and svc.cg_made and read and not busy then svc.cg:remove() end
       svc.cg:close()
       svc.cg, svc.cg_watched = nil, false
     end
@@ -445,7 +449,7 @@ function supervisor:close()
   end
   if self.own_cg then
     local read, busy = pcall(populated, self.cg)
-    if self.cg_made and read and not busy then self.cg:remove() end
+    if shut_down and self.cg_made and read and not busy then self.cg:remove() end
     self.cg:close()
   end
   if self.ep then self.ep:close() end
