@@ -123,6 +123,28 @@ describe("the supervisor's descriptors (dir:bind, core.unix_connect, core.pipe, 
     dir:close()
   end)
 
+  it("a connect to a listener whose accept queue is full ends at the timeout with ETIMEDOUT", function()
+    local dir = assert(core.dir_open(d))
+    local ls = assert(dir:bind("ctl.sock", "listen"))   -- never accepts, as a wedged supervisor
+    local held, refused = {}, nil
+    for _ = 1, 200 do                                    -- the backlog is 64
+      local c, _, errno = core.unix_connect(d .. "/ctl.sock", 0.05)
+      if not c then refused = errno break end
+      held[#held + 1] = c
+    end
+    assert.equal(core.errno.ETIMEDOUT, refused)
+    assert.is_true(#held >= 64)
+    local r, err, errno = S.request(d .. "/ctl.sock", { cmd = "status" }, 0.2)
+    assert.is_nil(r)
+    assert.equal(core.errno.ETIMEDOUT, errno)
+    assert.matches("^connect .*ctl%.sock: ", err)
+    assert.has_error(function() core.unix_connect(d .. "/ctl.sock", -1) end)
+    assert.has_error(function() core.unix_connect(d .. "/ctl.sock", "soon") end)
+    for _, c in ipairs(held) do c:close() end
+    ls:close()
+    dir:close()
+  end)
+
   it("a notify socket reads the sender's credentials #slow", function()
     if H.no_spawn then return pending(H.no_spawn) end
     if not io.open("/usr/bin/systemd-notify") then return pending("systemd-notify is not installed") end

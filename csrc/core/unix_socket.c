@@ -6,9 +6,11 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fd_drop.h"
 #include "process.h"
 #include "safe_dir.h"
@@ -59,10 +61,11 @@ int tk_unix_socket_bind(int dirfd, const char *dir_path, const char *name, int d
 	return fd;
 }
 
-int tk_unix_connect(const char *path, const char **step)
+int tk_unix_connect(const char *path, int64_t timeout_ms, const char **step)
 {
 	struct sockaddr_un sa;
 	size_t len = strlen(path);
+	int64_t deadline = tk_deadline_ms(timeout_ms);
 	int fd, r;
 
 	*step = "connect";
@@ -76,12 +79,33 @@ int tk_unix_connect(const char *path, const char **step)
 	if (fd < 0)
 		return -errno;
 	*step = "connect";
-	do
+	for (;;) {
+		/* A listener whose accept queue is full (a wedged supervisor)
+		 * keeps a blocking AF_UNIX connect waiting; the kernel bounds
+		 * that wait by SO_SNDTIMEO, and then says EAGAIN. */
+		if (timeout_ms >= 0) {
+			int left = tk_timeout_slice(timeout_ms, deadline);
+			struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (suseconds_t)(left % 1000) * 1000 };
+
+			if (left == 0) {
+				r = -ETIMEDOUT;
+				break;
+			}
+			if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0) {
+				r = -errno;
+				break;
+			}
+		}
 		r = connect(fd, (const struct sockaddr *)&sa,
 		            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1));
-	while (r < 0 && errno == EINTR);
-	if (r < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
-		r = -errno;
+		if (r == 0)
+			r = fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ? -errno : 0;
+		else
+			r = errno == EAGAIN && timeout_ms >= 0 ? -ETIMEDOUT : -errno;
+		if (r != -EINTR)
+			break;
+	}
+	if (r < 0) {
 		close(fd);
 		return r;
 	}

@@ -7,6 +7,7 @@
 #define TAKANA_UNIX_SOCKET_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -29,8 +30,10 @@ int tk_unix_socket_bind(int dirfd, const char *dir_path, const char *name, int d
 
 /* A stream socket connected to path (NUL-terminated, shorter than
  * sun_path), then made non-blocking: the fd, or -errno (-ENAMETOOLONG for
- * a path that does not fit) with *step ("socket" or "connect"). */
-int tk_unix_connect(const char *path, const char **step);
+ * a path that does not fit, -ETIMEDOUT when a listener whose accept queue
+ * is full took no connection within timeout_ms; < 0 waits forever) with
+ * *step ("socket" or "connect"). */
+int tk_unix_connect(const char *path, int64_t timeout_ms, const char **step);
 
 /* accept4 on a listening socket (non-blocking, O_CLOEXEC) with the peer's
  * SO_PEERCRED: the fd, or -errno with *step ("accept" or

@@ -121,17 +121,20 @@ int tk_unix_bind(lua_State *L, int dirfd, const char *dir_path, const char *name
 /*** Connects a stream socket to path; the result is non-blocking.
  * @function unix_connect
  * @string path
+ * @number[opt] timeout seconds to wait while the listener's accept queue is
+ *   full (nil: no bound); then nil, message, ETIMEDOUT
  * @treturn[1] socket
  * @treturn[2] nil, message, errno */
 static int l_unix_connect(lua_State *L)
 {
 	const char *path = ux_path(L, 1), *step;
+	int64_t timeout_ms = tk_timeout_check(L, 2);
 	struct lunix *u;
 	int fd;
 
-	tk_check_nargs(L, 1);
+	tk_check_nargs(L, 2);
 	u = ux_new(L, UX_STREAM);
-	fd = tk_unix_connect(path, &step);
+	fd = tk_unix_connect(path, timeout_ms, &step);
 	if (fd < 0 && strcmp(step, "socket") == 0)
 		return tk_push_error(L, "connect", fd);
 	if (fd < 0)

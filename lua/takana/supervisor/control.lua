@@ -127,10 +127,12 @@ end
 function M.request(path, req, timeout)
   if type(path) ~= "string" then argerror("request", 1, "string expected, got " .. type(path)) end
   if type(req) ~= "table" then argerror("request", 2, "table expected, got " .. type(req)) end
-  local c, err, errno = core.unix_connect(path)
+  local deadline = now() + (timeout or 5)
+  -- The timeout bounds the connect too: a wedged supervisor's full accept
+  -- queue would keep it waiting.
+  local c, err, errno = core.unix_connect(path, timeout or 5)
   if not c then return nil, err, errno end
   local out = M.json_encode(req) .. "\n"
-  local deadline = now() + (timeout or 5)
   while out ~= "" do
     local n, werr, werrno = c:write(out)
     if not n and werrno ~= EAGAIN then c:close() return nil, werr, werrno end
