@@ -138,11 +138,12 @@ describe("audit 12: a comm that is not UTF-8", function()
   local shown = 'a\u{FFFD}\\"b\\\\c\\nd\u{FFFD}'
 
   it("is replaced by U+FFFD in label values and JSON, the rest kept", function()
-    assert.equal("x\u{FFFD}y", cli.valid_utf8("x\255y"))
-    assert.equal("ok\u{FFFD}\u{FFFD}", cli.valid_utf8("ok\226\130"))
-    assert.equal("\u{FFFD}\u{FFFD}\u{FFFD}", cli.valid_utf8("\237\160\128")) -- a surrogate
-    assert.equal("\u{FFFD}\u{FFFD}", cli.valid_utf8("\192\175")) -- overlong '/'
-    assert.equal("ünï ✓ 𝄞", cli.valid_utf8("ünï ✓ 𝄞"))
+    local valid_utf8 = require("takana.prometheus").valid_utf8
+    assert.equal("x\u{FFFD}y", valid_utf8("x\255y"))
+    assert.equal("ok\u{FFFD}\u{FFFD}", valid_utf8("ok\226\130"))
+    assert.equal("\u{FFFD}\u{FFFD}\u{FFFD}", valid_utf8("\237\160\128")) -- a surrogate
+    assert.equal("\u{FFFD}\u{FFFD}", valid_utf8("\192\175")) -- overlong '/'
+    assert.equal("ünï ✓ 𝄞", valid_utf8("ünï ✓ 𝄞"))
     local fx = H.fixture { "--name", hostile }
     local _, js = takana_cmd("ps --json")
     fx:kill()

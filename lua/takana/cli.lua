@@ -77,26 +77,6 @@ local function parse_args(args, spec, cmd)
   return opts, rest
 end
 
--- A comm is any 15 bytes a process chose. Consumers that require UTF-8
--- reject the whole document over one bad byte (node_exporter drops every
--- series of the textfile, a JSON parser the whole line), so each byte that
--- is not part of a valid sequence becomes U+FFFD, as Go's decoder does.
-local function valid_utf8(s)
-  if utf8.len(s) then return s end
-  local parts, i = {}, 1
-  while i <= #s do
-    local n, bad = utf8.len(s, i)
-    if n then
-      parts[#parts + 1] = s:sub(i)
-      break
-    end
-    parts[#parts + 1] = s:sub(i, bad - 1)
-    parts[#parts + 1] = "\u{FFFD}"
-    i = bad + 1
-  end
-  return table.concat(parts)
-end
-M.valid_utf8 = valid_utf8
 
 -- One JSON value a line, pure ASCII (takana.json, the supervisor's codec
 -- too).
@@ -653,37 +633,10 @@ usage: takana export [--textfile DIR] [--cgroup PATH]... [--top N] [--backend B]
   --backend B  as for ps: by default proc below 5,000 tasks, else auto
 ]]
 
--- The exposition format escapes \\, \" and \n in a label value, and its
--- parser rejects invalid UTF-8 there (and with it the whole textfile).
-local function label(v)
-  return '"' .. valid_utf8(tostring(v)):gsub('[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }) .. '"'
-end
-
-local function labels(t)
-  local keys, parts = {}, {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. label(t[k]) end
-  return #parts > 0 and ("{" .. table.concat(parts, ",") .. "}") or ""
-end
-
-local function prom_number(v)
-  if math.type(v) == "integer" then return tostring(v) end
-  if v ~= v then return "NaN" end
-  if v == math.huge then return "+Inf" end
-  return ("%.10g"):format(v)
-end
-
 -- Builds the exposition text; exported for the specs.
 function M.exposition(opts)
-  local out, declared = {}, {}
-  local function metric(name, kind, help_text, lbl, value)
-    if not declared[name] then
-      out[#out + 1] = ("# HELP %s %s\n# TYPE %s %s"):format(name, help_text, name, kind)
-      declared[name] = true
-    end
-    out[#out + 1] = name .. labels(lbl) .. " " .. prom_number(value)
-  end
+  local m = require("takana.prometheus").new()
+  local function metric(name, kind, help_text, lbl, value) m:add(name, kind, help_text, lbl, value) end
   local monotime = takana.now
   local t0 = monotime()
   local snap, err, errno = takana.snapshot { backend = opts.backend or "auto" }
@@ -745,7 +698,7 @@ function M.exposition(opts)
     local ok, serr, serrno = require("takana.supervisor").metrics(sock, metric)
     if not ok then return nil, serr, serrno end
   end
-  return table.concat(out, "\n") .. "\n"
+  return m:text()
 end
 
 function M.export(args)

@@ -408,12 +408,18 @@ end
 -- descriptor, its functions return `nil, "takana.cgroup: cannot load it now:
 -- ...", EMFILE` until a later access loads it.
 -- @field cgroup
+
+--- The Prometheus text format as a library (`takana.prometheus.new()`); see
+-- the takana.prometheus module. Loaded on first use, as `takana.cgroup`.
+-- @field prometheus
+local lazy_fields = { cgroup = "takana.cgroup", prometheus = "takana.prometheus" }
 setmetatable(M, { __index = function(t, k)
-  if k ~= "cgroup" then return nil end
-  local cgroup, err, errno = lazy_require "takana.cgroup"
-  if not cgroup then return unavailable(err, errno) end
-  rawset(t, "cgroup", cgroup)
-  return cgroup
+  local name = lazy_fields[k]
+  if not name then return nil end
+  local mod, err, errno = lazy_require(name)
+  if not mod then return unavailable(err, errno) end
+  rawset(t, k, mod)
+  return mod
 end })
 
 --- A supervisor: services as cgroups, restart policy in Lua; see
