@@ -873,6 +873,15 @@ return sup
     table.sort(got)
     assert.same({ "talk stderr two", "talk stdout no newline", "talk stdout one" }, got)
     assert.equal(3, #svc.lines)
+    -- Each kept line starts with an RFC 3339 UTC stamp with microseconds,
+    -- within a second of now.
+    for _, l in ipairs(svc.lines) do
+      local y, mo, d, h, mi, sec, us = l:match("^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)%.(%d%d%d%d%d%d)Z std")
+      assert.truthy(y, l)
+      local t = os.time { year = y, month = mo, day = d, hour = h, min = mi, sec = sec, isdst = false }
+        - os.time(os.date("!*t", 0)) + tonumber(us) / 1e6
+      assert.is_true(math.abs(t - takana.realtime()) < 5, l)
+    end
   end)
 
   it("takana ctl against a running supervisor #root", function()

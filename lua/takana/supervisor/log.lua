@@ -8,9 +8,22 @@ local ENOENT = C.E.ENOENT
 
 -- ---- logs ----
 
+-- RFC 3339 in UTC with microseconds, as s6-log's TAI64N and svlogd's
+-- stamps resolve lines a service writes in one burst. The date part is
+-- formatted once a second: a flood writes many lines a second.
+local stamp_sec, stamp_prefix = -1, ""
+local function stamp()
+  local t = core.realtime()
+  local sec = math.floor(t)
+  local us = math.floor((t - sec) * 1e6)
+  if us > 999999 then us = 999999 end
+  if sec ~= stamp_sec then stamp_sec, stamp_prefix = sec, os.date("!%Y-%m-%dT%H:%M:%S", sec) end
+  return ("%s.%06dZ"):format(stamp_prefix, us)
+end
+
 function supervisor:_log_line(svc, stream, line)
   local ring = svc.lines
-  ring[#ring + 1] = ("%s %s %s"):format(os.date("!%Y-%m-%dT%H:%M:%SZ"), stream, line)
+  ring[#ring + 1] = ("%s %s %s"):format(stamp(), stream, line)
   if #ring > self.log_lines * 2 then
     table.move(ring, #ring - self.log_lines + 1, #ring, 1)
     for i = #ring, self.log_lines + 1, -1 do ring[i] = nil end
