@@ -13,7 +13,7 @@ local function ldoc()
   os.remove(dir .. ".log")
   assert(ok, "ldoc failed:\n" .. log)
   local pages = {}
-  for _, m in ipairs { "takana", "takana.cgroup", "takana.supervisor" } do
+  for _, m in ipairs { "takana", "takana.cgroup", "takana.supervisor", "takana.ctl", "takana.prometheus" } do
     pages[m] = assert(H.read(dir .. "/modules/" .. m .. ".html"), "ldoc wrote no page for " .. m)
   end
   os.execute("rm -rf " .. dir)
@@ -69,6 +69,12 @@ describe("make doc", function()
     for k, v in pairs(require "takana.supervisor") do
       if type(v) == "function" and not k:match("^_") then
         assert(sup[k], "takana.supervisor." .. k .. " is not in the reference")
+      end
+    end
+    for _, name in ipairs { "takana.ctl", "takana.prometheus" } do
+      local doc = anchors(assert(pages[name], name .. " has no page"))
+      for k, v in pairs(require(name)) do
+        if type(v) == "function" and not k:match("^_") then assert(doc[k], name .. "." .. k .. " is not in the reference") end
       end
     end
   end)

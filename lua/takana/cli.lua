@@ -7,10 +7,7 @@ local jsonc = require "takana.json"
 
 local M = {}
 
-local function usage_error(msg)
-  io.stderr:write("takana: ", msg, "\n")
-  os.exit(2)
-end
+local usage_error = util.usage_error
 
 local function fail(msg)
   io.stderr:write("takana: ", msg, "\n")
@@ -37,45 +34,7 @@ function M.oneshot_backend(cmd, backend)
   return "cheapest"
 end
 
--- Parses argv against {flag = "bool"|"value"|"list"}; returns options and
--- operands. A "list" flag may repeat; its values collect in order.
-local function parse_args(args, spec, cmd)
-  local opts, rest = {}, {}
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "--" then
-      table.move(args, i + 1, #args, #rest + 1, rest)
-      break
-    elseif a:sub(1, 1) == "-" and #a > 1 then
-      local name, inline = a:match("^%-%-?([^=]+)=(.*)$")
-      name = name or a:match("^%-%-?(.+)$")
-      local kind = spec[name]
-      if kind == nil then usage_error(cmd .. ": unknown option '" .. a .. "' (see --help)") end
-      if kind == "bool" then
-        if inline then usage_error(cmd .. ": option '" .. name .. "' takes no value") end
-        opts[name] = true
-      else
-        local v = inline
-        if v == nil then
-          i = i + 1
-          v = args[i]
-        end
-        if v == nil then usage_error(cmd .. ": option '" .. name .. "' needs a value") end
-        if kind == "list" then
-          opts[name] = opts[name] or {}
-          table.insert(opts[name], v)
-        else
-          opts[name] = v
-        end
-      end
-    else
-      rest[#rest + 1] = a
-    end
-    i = i + 1
-  end
-  return opts, rest
-end
+local parse_args = util.parse_args
 
 
 -- One JSON value a line, pure ASCII (takana.json, the supervisor's codec
@@ -942,93 +901,9 @@ function M.supervise(args)
   return sup:exit_code() or 0
 end
 
-help.ctl = [[
-usage: takana ctl [--json] [--timeout S] SOCKET status|start|stop|restart|signal|logs [NAME] [SIG|N]
-       takana ctl [--timeout S] SOCKET --wait up|ready|down NAME
-  Talks to a running supervisor through its control socket:
-    status [NAME]        state, pid, uptime, restarts, last exit, readiness
-    start|stop|restart NAME
-    signal NAME SIG      SIG to every process of the service's cgroup
-    logs NAME [N]        the last N (default 50) captured lines
-  --json prints the supervisor's answer as it came.
-  --wait STATE NAME asks for NAME's status until it is up (starting or
-  running: its process is there), ready (running and ready) or down (no
-  process: stopped, failed, backoff or waiting), as s6-svc -wU and sv -w
-  do; it exits 1 with the last state once --timeout S (default 5) passes,
-  or at once when waiting for up or ready and the service has failed.
-]]
+help.ctl = require("takana.ctl").help
 
--- Whether a status answer s is in the --wait state.
-local wait_states = {
-  up = function(s) return s.state == "starting" or s.state == "running" end,
-  ready = function(s) return s.state == "running" and s.ready == true end,
-  down = function(s) return s.state == "stopped" or s.state == "failed" or s.state == "backoff" or s.state == "waiting" end,
-}
-
-local function ctl_wait(S, sock, state, name, timeout)
-  local reached = wait_states[state]
-  if not reached then usage_error("ctl: --wait up, ready or down expected, got '" .. printable(state) .. "'") end
-  if not name then usage_error("ctl: --wait " .. state .. " needs a service NAME") end
-  local now = require("takana").now
-  local deadline = now() + timeout
-  while true do
-    local r, err = S.request(sock, { cmd = "status", name = name }, math.max(deadline - now(), 0.1))
-    if not r then fail("ctl: " .. sock .. ": " .. err) end
-    if not r.ok then fail("ctl: " .. printable(tostring(r.error))) end
-    local s = type(r.services) == "table" and r.services[1]
-    if type(s) ~= "table" then fail("ctl: " .. sock .. ": a malformed status answer") end
-    if reached(s) then return 0 end
-    local last = tostring(s.state) .. (s.reason and (": " .. tostring(s.reason)) or "")
-    if state ~= "down" and s.state == "failed" then
-      io.stderr:write("takana ctl: ", printable(name), " failed, so it will not be ", state, ": ", printable(last), "\n")
-      return 1
-    end
-    if now() >= deadline then
-      io.stderr:write(("takana ctl: %s not %s after %g s (%s)\n"):format(printable(name), state, timeout, printable(last)))
-      return 1
-    end
-    require("takana").poll({}, math.min(0.05, math.max(deadline - now(), 0)))
-  end
-end
-
-function M.ctl(args)
-  local opts, operands = parse_args(args, { help = "bool", json = "bool", timeout = "value", wait = "value" }, "ctl")
-  if opts.help then io.write(help.ctl) return 0 end
-  if opts.wait then
-    if #operands > 2 then usage_error("ctl: --wait STATE takes SOCKET and one NAME (see --help)") end
-    local timeout = tonumber(opts.timeout or "5")
-    if not timeout or timeout <= 0 or timeout > 3600 then usage_error("ctl: --timeout needs 0 < seconds <= 3600") end
-    if not operands[1] then usage_error("ctl: SOCKET expected (see --help)") end
-    return ctl_wait(require "takana.supervisor", operands[1], opts.wait, operands[2], timeout)
-  end
-  local sock, cmd, name, extra = operands[1], operands[2], operands[3], operands[4]
-  if not sock or not cmd then usage_error("ctl: SOCKET and a command expected (see --help)") end
-  local S = require "takana.supervisor"
-  if not ({ status = 1, start = 1, stop = 1, restart = 1, signal = 1, logs = 1 })[cmd] then
-    usage_error("ctl: unknown command '" .. printable(cmd) .. "' (status, start, stop, restart, signal, logs)")
-  end
-  if cmd ~= "status" and not name then usage_error("ctl: " .. cmd .. " needs a service NAME") end
-  local timeout = tonumber(opts.timeout or "5")
-  if not timeout or timeout <= 0 or timeout > 3600 then usage_error("ctl: --timeout needs 0 < seconds <= 3600") end
-  local req = { cmd = cmd, name = name }
-  if cmd == "signal" then req.signal = extra or "TERM" end
-  if cmd == "logs" then req.lines = tonumber(extra or "50") end
-  local r, err = S.request(sock, req, timeout)
-  if not r then fail("ctl: " .. sock .. ": " .. err) end
-  if opts.json then
-    io.write(json(r), "\n")
-  elseif not r.ok then
-    io.stderr:write("takana ctl: ", printable(tostring(r.error)), "\n")
-  elseif cmd == "status" then
-    -- (an answer of the wrong shape is the server's fault, said as such)
-    local ok, text = pcall(S.format_status, r.services)
-    if not ok then fail("ctl: " .. sock .. ": a malformed status answer: " .. printable(tostring(text))) end
-    io.write(text)
-  elseif cmd == "logs" then
-    for _, l in ipairs(r.lines) do io.write(printable(l), "\n") end
-  end
-  return r.ok and 0 or 1
-end
+function M.ctl(args) return require("takana.ctl").main(args) end
 
 local commands = { "probe", "ps", "top", "watch", "cgroup", "export", "bench", "supervise", "ctl" }
 

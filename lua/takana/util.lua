@@ -85,4 +85,51 @@ function M.printable(text)
   return table.concat(out)
 end
 
+-- A command-line mistake: said on stderr, and the command exits 2.
+function M.usage_error(msg)
+  io.stderr:write("takana: ", msg, "\n")
+  os.exit(2)
+end
+local usage_error = M.usage_error
+
+-- The CLI's: parses argv against {flag = "bool"|"value"|"list"}; returns options and
+-- operands, or exits 2 with the mistake (see usage_error). A "list" flag may repeat; its values collect in order.
+function M.parse_args(args, spec, cmd)
+  local opts, rest = {}, {}
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--" then
+      table.move(args, i + 1, #args, #rest + 1, rest)
+      break
+    elseif a:sub(1, 1) == "-" and #a > 1 then
+      local name, inline = a:match("^%-%-?([^=]+)=(.*)$")
+      name = name or a:match("^%-%-?(.+)$")
+      local kind = spec[name]
+      if kind == nil then usage_error(cmd .. ": unknown option '" .. a .. "' (see --help)") end
+      if kind == "bool" then
+        if inline then usage_error(cmd .. ": option '" .. name .. "' takes no value") end
+        opts[name] = true
+      else
+        local v = inline
+        if v == nil then
+          i = i + 1
+          v = args[i]
+        end
+        if v == nil then usage_error(cmd .. ": option '" .. name .. "' needs a value") end
+        if kind == "list" then
+          opts[name] = opts[name] or {}
+          table.insert(opts[name], v)
+        else
+          opts[name] = v
+        end
+      end
+    else
+      rest[#rest + 1] = a
+    end
+    i = i + 1
+  end
+  return opts, rest
+end
+
 return M

@@ -17,23 +17,12 @@ C.argerror, C.nargs, C.check_options = argerror, util.nargs, util.check_options
 
 function C.now() return (takana.now or core.monotime)() end
 
--- What a service sent (STATUS=) or caused (reasons) reaches an admin's
--- terminal: every string in v, nested ones too, with control bytes shown
--- escaped (util.printable), never interpreted.
-local function printable_all(v)
-  if type(v) == "string" then return util.printable(v) end
-  if type(v) ~= "table" then return v end
-  local out = {}
-  for k, x in pairs(v) do out[k] = printable_all(x) end
-  return out
-end
-
 local function signum(fname, n, sig)
   local ok, s = pcall(core.signum, sig) -- the C parser every signal name goes through
   if ok and s >= 1 then return s end
   argerror(fname, n, "a signal number or name (TERM, KILL, HUP...) expected, got " .. tostring(sig))
 end
-C.printable_all, C.signum = printable_all, signum
+C.signum = signum
 
 -- The supervisor class: each part adds its methods to this one table.
 local supervisor = {}
