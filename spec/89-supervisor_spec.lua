@@ -864,6 +864,55 @@ return sup
     assert.matches("stdout a+$", svc.lines[#svc.lines])
   end)
 
+  it("control delegated: read to a user, everything to a group, nothing to others #root", function()
+    if why then return pending(why) end
+    assert(os.execute("chmod 711 " .. H.shell_quote(dir)))   -- others reach dir/ctl only
+    local sock = dir .. "/ctl/ctl.sock"
+    new { control = { path = sock, read = { users = { "nobody" } }, allow = { groups = { 4242 } } } }
+    sup:service { name = "a", cmd = { "sleep", "100" } }
+    assert.is_true(run_until(sup, function() return sup.services.a.state == "running" end, 10))
+    assert.equal("rw-rw-rw-", require("lfs").attributes(sock, "permissions"))
+    assert.equal("rwx--x--x", require("lfs").attributes(dir .. "/ctl", "permissions"))
+    -- takana ctl run as ids, stepping the supervisor until it has answered
+    local function ctl_as(ids, ...)
+      local argv = { table.unpack(H.lua_argv) }
+      for _, a in ipairs { "bin/takana", "ctl", "--timeout", "5", sock, ... } do argv[#argv + 1] = a end
+      argv.env, argv.stdout, argv.stderr = ENV, "pipe", "pipe"
+      for k, v in pairs(ids) do argv[k] = v end
+      local client = track(assert(takana.spawn(argv)))
+      assert.is_true(run_until(sup, function() return not client:alive() end, 20))
+      local out, err = client.stdout:read("a"), client.stderr:read("a")
+      return client:wait().code, out, err
+    end
+    local code, out, err = ctl_as({ user = 65534 }, "status", "a")
+    assert.equal(0, code, err)
+    assert.matches("^%* a %- running", out)
+    code, _, err = ctl_as({ user = 65534 }, "stop", "a")
+    assert.equal(1, code)
+    assert.matches("permission denied: uid 65534 may read %(status, logs%), not stop", err)
+    assert.equal("running", sup.services.a.state)
+    -- 4242 as a supplementary group (SO_PEERGROUPS) may do everything
+    code, _, err = ctl_as({ user = 65533, group = 65533, groups = { 4242 } }, "stop", "a")
+    assert.equal(0, code, err)
+    assert.is_true(run_until(sup, function() return sup.services.a.state == "stopped" end, 10))
+    code, _, err = ctl_as({ user = 65533, group = 65533, groups = {} }, "status", "a")
+    assert.equal(1, code)
+    assert.matches("permission denied: uid 65533", err)
+    -- an unknown name raises at construction, as service{user=} does
+    assert.has_error(function()
+      takana.supervisor { cgroup = boxname .. "/x", runtime = dir, control = { path = dir .. "/c2", read = { users = { "no-such-user-xq" } } } }
+    end, "bad argument #1 to 'supervisor' (unknown user 'no-such-user-xq')")
+    assert.has_error(function()
+      takana.supervisor { cgroup = boxname .. "/x", runtime = dir, control = { allow = {} } }
+    end)
+    assert.has_error(function()
+      takana.supervisor { cgroup = boxname .. "/x", runtime = dir, control = { path = dir .. "/c2", allow = { users = { {} } } } }
+    end)
+    assert.has_error(function()
+      takana.supervisor { cgroup = boxname .. "/x", runtime = dir, control = { path = dir .. "/c2", deny = {} } }
+    end)
+  end)
+
   it("hands each captured line to a log function, with its stream #root", function()
     if why then return pending(why) end
     local got = {}

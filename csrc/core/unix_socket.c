@@ -16,6 +16,9 @@
 #include "safe_dir.h"
 #include "unix_socket.h"
 
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
 #ifndef SO_PASSPIDFD
 #define SO_PASSPIDFD 76
 #endif
@@ -110,6 +113,17 @@ int tk_unix_connect(const char *path, int64_t timeout_ms, const char **step)
 		return r;
 	}
 	return fd;
+}
+
+int tk_unix_peer_groups(int fd, gid_t *groups, int max)
+{
+	socklen_t len = (socklen_t)((size_t)max * sizeof *groups);
+
+	/* The connecting process's supplementary groups as they were at
+	 * connect (Linux 4.13); ERANGE says how many there are. */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return errno == ERANGE ? (int)(len / sizeof *groups) : -errno;
+	return (int)(len / sizeof *groups);
 }
 
 int tk_unix_accept(int lfd, pid_t *pid, uid_t *uid, gid_t *gid, const char **step)

@@ -40,6 +40,11 @@ int tk_unix_connect(const char *path, int64_t timeout_ms, const char **step);
  * "accept: SO_PEERCRED"). */
 int tk_unix_accept(int lfd, pid_t *pid, uid_t *uid, gid_t *gid, const char **step);
 
+/* The peer's supplementary groups (SO_PEERGROUPS) of a connected stream
+ * socket, at most max of them into groups: how many it has (more than max:
+ * call again with room for that many), or -errno. */
+int tk_unix_peer_groups(int fd, gid_t *groups, int max);
+
 /* What one datagram's control data says of its sender. */
 struct tk_unix_sender {
 	pid_t pid;            /* SCM_CREDENTIALS, or 0 */

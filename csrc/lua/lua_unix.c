@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
 
@@ -329,6 +330,46 @@ static int ux_accept(lua_State *L)
 	return 4;
 }
 
+/*** The connected peer's supplementary groups, as they were when it
+ * connected (SO_PEERGROUPS): what a control socket that admits a group
+ * checks beside the peer's uid and primary gid.
+ * @function socket:peer_groups
+ * @treturn[1] {integer,...} gids
+ * @treturn[2] nil, message, errno */
+static int ux_peer_groups(lua_State *L)
+{
+	struct lunix *u = ux_check(L, 1);
+	gid_t small[64], *groups = small;
+	int max = 64, n;
+
+	tk_check_nargs(L, 1);
+	ux_require(L, u, UX_STREAM, "peer_groups");
+	for (;;) {
+		n = tk_unix_peer_groups(u->h.fd, groups, max);
+		if (n <= max)
+			break;
+		if (groups != small)
+			free(groups);
+		max = n;
+		groups = malloc((size_t)max * sizeof *groups);
+		if (groups == NULL)
+			return tk_push_error(L, "peer_groups", -ENOMEM);
+	}
+	if (n < 0) {
+		if (groups != small)
+			free(groups);
+		return tk_push_error(L, "peer_groups: SO_PEERGROUPS", n);
+	}
+	lua_createtable(L, n, 0);
+	for (int i = 0; i < n; i++) {
+		lua_pushinteger(L, (lua_Integer)groups[i]);
+		lua_rawseti(L, -2, i + 1);
+	}
+	if (groups != small)
+		free(groups);
+	return 1;
+}
+
 /*** Reads what is there, up to max bytes (default 64 KiB, at most 1 MiB).
  * @function socket:read
  * @int[opt] max
@@ -391,6 +432,7 @@ void tk_unix_open_lib(lua_State *L)
 	static const luaL_Reg methods[] = {
 		{ "recv", ux_recv },
 		{ "accept", ux_accept },
+		{ "peer_groups", ux_peer_groups },
 		{ "read", ux_read },
 		{ "write", ux_write },
 		{ "add", ux_epoll_add },

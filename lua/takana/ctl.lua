@@ -52,6 +52,9 @@ function M.request(path, req, timeout)
   local out = json.encode(req) .. "\n"
   while out ~= "" do
     local n, werr, werrno = c:write(out)
+    -- A supervisor that refuses this peer answers at once and closes: its
+    -- answer is still there to read.
+    if not n and werrno == E.EPIPE then break end
     if not n and werrno ~= EAGAIN then c:close() return nil, werr, werrno end
     if n then out = out:sub(n + 1) else core.poll_fds({ c:fileno() }, 0.01, { "w" }) end
     if now() > deadline then c:close() return nil, "request: timed out", ETIMEDOUT end

@@ -34,6 +34,7 @@ local required = { required = true }
 C.required = required
 
 local OCTAL_0600, OCTAL_0640, OCTAL_0700, OCTAL_0711, OCTAL_0750 = 384, 416, 448, 457, 488
+C.OCTAL_0666 = 438
 
 -- A unix socket address holds 107 bytes of path: a runtime directory
 -- leaves room for "/_NNNN.notify" beneath it.

@@ -16,17 +16,42 @@ end
 
 -- ---- control ----
 
+-- What the peer may do: "all" (this supervisor's user, root, or one the
+-- control option's `allow` names), "read" (`read`: status and logs), or nil.
+-- A group admits a peer whose primary or supplementary group it is, as
+-- they were when it connected.
+function supervisor:_role(c, uid, gid)
+  if uid == self.uid or uid == 0 then return "all" end
+  local roles = self.control_roles
+  if not roles then return nil end
+  local groups
+  for _, role in ipairs { "allow", "read" } do
+    local set = roles[role]
+    if set then
+      if set.uids[uid] or set.gids[gid] then return role == "allow" and "all" or "read" end
+      if next(set.gids) then
+        groups = groups or c:peer_groups() or {}
+        for _, g in ipairs(groups) do
+          if set.gids[g] then return role == "allow" and "all" or "read" end
+        end
+      end
+    end
+  end
+end
+
 function supervisor:_accept()
   while true do
-    local c, pid, uid = self.control:accept()
+    local c, pid, uid, gid = self.control:accept()
     if not c then return end
-    -- The socket is 0600 already; the peer's uid is checked as well, so a
-    -- socket file moved or chmod'ed by mistake still admits nobody else.
-    if uid ~= self.uid and uid ~= 0 then
+    -- Without delegation the socket is 0600; the peer's credentials are
+    -- checked as well, so a socket file moved or chmod'ed by mistake still
+    -- admits nobody else.
+    local role = self:_role(c, uid, gid)
+    if not role then
       c:write(M.json_encode(refusal("permission denied: uid " .. uid, E.EACCES)) .. "\n")
       c:close()
     else
-      local conn = { sock = c, inbuf = "", outbuf = "", pid = pid }
+      local conn = { sock = c, inbuf = "", outbuf = "", pid = pid, uid = uid, role = role }
       self.conns[c:fileno()] = conn
       if not self:_watch(c, function() self:_conn_read(conn) end) then
         self.conns[c:fileno()] = nil
@@ -59,7 +84,7 @@ function supervisor:_conn_read(conn)
     local line, rest = conn.inbuf:match("^([^\n]*)\n(.*)$")
     if not line then break end
     conn.inbuf = rest
-    conn.outbuf = conn.outbuf .. M.json_encode(self:_command(line)) .. "\n"
+    conn.outbuf = conn.outbuf .. M.json_encode(self:_command(line, conn)) .. "\n"
   end
   self:_flush(conn)
 end
@@ -86,13 +111,17 @@ function supervisor:_flush_conns()
 end
 
 local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true }
+local read_only = { status = true, logs = true }
 
-function supervisor:_command(line)
+function supervisor:_command(line, conn)
   local req, err = M.json_decode(line)
   if type(req) ~= "table" then return refusal("bad request: " .. tostring(err or "an object expected"), EBADMSG) end
   local cmd = req.cmd
   if not commands[cmd] then
     return refusal("unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs)", E.EINVAL)
+  end
+  if conn and conn.role == "read" and not read_only[cmd] then
+    return refusal(("permission denied: uid %d may read (status, logs), not %s"):format(conn.uid, cmd), E.EACCES)
   end
   local name = req.name
   if cmd == "status" and name == nil then return { ok = true, services = self:status(), pid = self.pid } end

@@ -17,6 +17,7 @@ local C = require "takana.supervisor.class"
 local M, supervisor, now, E, argerror = C.M, C.supervisor, C.now, C.E, C.argerror
 local nargs, check_options, required, OCTAL_0600, OCTAL_0700 = C.nargs, C.check_options, C.required, C.OCTAL_0600, C.OCTAL_0700
 local OCTAL_0711, SUN_PATH_MAX, RUNTIME_PATH_MAX, live, populated = C.OCTAL_0711, C.SUN_PATH_MAX, C.RUNTIME_PATH_MAX, C.live, C.populated
+local OCTAL_0666 = C.OCTAL_0666
 local ENOENT, EPERM, EDEADLK = C.E.ENOENT, C.E.EPERM, C.E.EDEADLK
 
 -- ---- JSON ----
@@ -33,10 +34,42 @@ M.array = json.array
 
 -- ---- supervisor ----
 
-local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string",
+local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string|table",
   adopt = "boolean", reload = "function", signals = "boolean", runtime = "string", subreaper = "boolean",
   log_size = "number", log_files = "number", log_lines = "number", on_exit = "function", init = "boolean",
   main = "string" }
+
+-- control = path, or {path = ..., allow = who, read = who} where who is
+-- {users = {name or uid, ...}, groups = {name or gid, ...}}: the path, and
+-- the sets of uids and gids each role admits (names resolved now, raising
+-- for an unknown one, as service{user=} does).
+local function control_option(c)
+  if c == nil or type(c) == "string" then return c end
+  check_options("supervisor", 1, c, { path = "string", allow = "table", read = "table" })
+  if type(c.path) ~= "string" then argerror("supervisor", 1, "option 'control': 'path' (a string) is required") end
+  local roles = {}
+  for _, role in ipairs { "allow", "read" } do
+    local who = c[role]
+    if who then
+      check_options("supervisor", 1, who, { users = "table", groups = "table" })
+      local set = { uids = {}, gids = {} }
+      for i, u in ipairs(who.users or {}) do
+        if type(u) ~= "string" and math.type(u) ~= "integer" then
+          argerror("supervisor", 1, ("option 'control': %s.users[%d]: a user name or uid expected"):format(role, i))
+        end
+        set.uids[(core.ids(u, nil, "supervisor"))] = true
+      end
+      for i, g in ipairs(who.groups or {}) do
+        if type(g) ~= "string" and math.type(g) ~= "integer" then
+          argerror("supervisor", 1, ("option 'control': %s.groups[%d]: a group name or gid expected"):format(role, i))
+        end
+        set.gids[select(2, core.ids(nil, g, "supervisor"))] = true
+      end
+      roles[role] = set
+    end
+  end
+  return c.path, roles
+end
 
 -- The runtime directory when none is given: /run/takana/<cgroup> for root,
 -- $XDG_RUNTIME_DIR/takana/<cgroup> otherwise; never a guessable name in a
@@ -97,7 +130,14 @@ end
 --   `log_lines`: lines kept in memory a service for `logs` (default 200);
 --   `control`: a unix socket path for `takana ctl` (mode 0600, at most 107
 --   bytes; its directory is made 0700 when missing, and must be this
---   user's own and writable by no one else, as the runtime directory);
+--   user's own and writable by no one else, as the runtime directory), or
+--   `{path = ..., allow = who, read = who}` to delegate it, `who` being
+--   `{users = {name or uid, ...}, groups = {name or gid, ...}}`: `allow`
+--   may run every command, `read` only `status` and `logs` (as s6-svperms
+--   gives a group control and everyone status). The socket is then 0666
+--   (its directory 0711 when made) and each connection is judged by its
+--   peer's uid, gid and supplementary groups (SO_PEERCRED, SO_PEERGROUPS);
+--   this user and root may always do everything, anyone else is refused;
 --   `adopt`: adopt services found running in their cgroups (default: stop
 --   them first); `reload`: `function(sup)` called on SIGHUP;
 --   `signals`: catch TERM, INT and HUP (default true);
@@ -132,6 +172,7 @@ function M.new(opts, ...)
   nargs("supervisor", 1, select("#", ...) + 1)
   check_options("supervisor", 1, opts, sup_options, required)
   if opts.cgroup == nil then argerror("supervisor", 1, "option 'cgroup' is required") end
+  local control, roles = control_option(opts.control)
   local self = setmetatable({
     services = {}, order = {}, fds = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
     reload_hook = opts.reload, on_exit = opts.on_exit,
@@ -152,13 +193,14 @@ function M.new(opts, ...)
   -- other user can plant or swap a name in it; services reach their own
   -- socket only (each is owned by its service's user, mode 0600).
   local ctl_dir, ctl_name
-  if opts.control then
-    ctl_dir, ctl_name = opts.control:match("^(.*)/([^/]+)$")
-    if not ctl_name then ctl_dir, ctl_name = ".", opts.control end
+  self.control_roles = roles
+  if control then
+    ctl_dir, ctl_name = control:match("^(.*)/([^/]+)$")
+    if not ctl_name then ctl_dir, ctl_name = ".", control end
     if ctl_dir == "" then ctl_dir = "/" end
-    if #opts.control > SUN_PATH_MAX then
+    if #control > SUN_PATH_MAX then
       return self:_abandon(("supervisor: control socket %s: longer than the %d bytes a unix socket address holds")
-        :format(opts.control, SUN_PATH_MAX), E.ENAMETOOLONG)
+        :format(control, SUN_PATH_MAX), E.ENAMETOOLONG)
     end
   end
   local rt = opts.runtime
@@ -180,14 +222,18 @@ function M.new(opts, ...)
     dir, err, errno = self:_logdir(self.log)
     if not dir then return self:_abandon("supervisor: log " .. err, errno) end
   end
-  if opts.control then
+  if control then
     -- Its own directory, checked as the runtime one is (an existing one,
-    -- such as /run, keeps its mode).
-    dir, err, errno = core.dir_open(ctl_dir, { create = true, private = true, mode = OCTAL_0700 })
+    -- such as /run, keeps its mode). Delegated control: others must reach
+    -- the socket (0711 directory, 0666 socket); who may do what is then
+    -- decided by the peer's credentials, read at accept.
+    local delegated = roles ~= nil
+    dir, err, errno = core.dir_open(ctl_dir, { create = true, private = true,
+                                               mode = delegated and OCTAL_0711 or OCTAL_0700 })
     if not dir then return self:_abandon("supervisor: control socket " .. err, errno) end
     self.ctl_dir = dir
     local ls
-    ls, err, errno = dir:bind(ctl_name, "listen", { mode = OCTAL_0600 })
+    ls, err, errno = dir:bind(ctl_name, "listen", { mode = delegated and OCTAL_0666 or OCTAL_0600 })
     if not ls then return self:_abandon("supervisor: control socket: " .. err, errno) end
     self.control = ls
     self.control_name = ctl_name
