@@ -887,15 +887,15 @@ return sup
     local code, out, err = ctl_as({ user = 65534 }, "status", "a")
     assert.equal(0, code, err)
     assert.matches("^%* a %- running", out)
-    code, _, err = ctl_as({ user = 65534 }, "stop", "a")
+    code, out, err = ctl_as({ user = 65534 }, "stop", "a")
     assert.equal(1, code)
     assert.matches("permission denied: uid 65534 may read %(status, logs%), not stop", err)
     assert.equal("running", sup.services.a.state)
     -- 4242 as a supplementary group (SO_PEERGROUPS) may do everything
-    code, _, err = ctl_as({ user = 65533, group = 65533, groups = { 4242 } }, "stop", "a")
+    code, out, err = ctl_as({ user = 65533, group = 65533, groups = { 4242 } }, "stop", "a")
     assert.equal(0, code, err)
     assert.is_true(run_until(sup, function() return sup.services.a.state == "stopped" end, 10))
-    code, _, err = ctl_as({ user = 65533, group = 65533, groups = {} }, "status", "a")
+    code, out, err = ctl_as({ user = 65533, group = 65533, groups = {} }, "status", "a")
     assert.equal(1, code)
     assert.matches("permission denied: uid 65533", err)
     -- an unknown name raises at construction, as service{user=} does
