@@ -19,6 +19,12 @@ for i, name in ipairs(core.record_fields) do
   for _, f in ipairs(SIX) do if f == name then SIX_MASK = SIX_MASK | (1 << (i - 1)) end end
 end
 local COUNTS = os.getenv("COUNTS") or "natural,1000,10000"
+-- WALK=1: only the kfunc walk against takana's snapshot on it, pid only,
+-- six fields and the full record (issue 26's table), plus the hidden
+-- init's /proc read; COUNTS then defaults to natural,10000.
+local WALK = os.getenv("WALK") == "1"
+if WALK and not os.getenv("COUNTS") then COUNTS = "natural,10000" end
+local PID = { "pid" }
 
 -- What a user writes today in plain Lua.
 local function lua_way()
@@ -81,7 +87,52 @@ local function cross_check(name)
          only_bpf, name, b.from_proc))
 end
 
+-- The walk table: takana.snapshot on the kfunc tier against the same
+-- program driven bare from C (one test run, records read in place), for
+-- pid only, six fields and the full record.
+local function run_walk(title, natural)
+  if not (bpf.raw and bpf.tiers.kfunc) then
+    print("note: WALK=1 needs the kfunc tier and the bare-C BPF paths"); return
+  end
+  local cases = {
+    { key = "Dp", name = "Dp) C: kfunc walk, pid only", run = cb.kfunc_raw_pids },
+    { key = "D6", name = "D6) C: kfunc walk, six fields",
+      run = function() return cb.kfunc_raw_fields(SIX_MASK) end },
+    { key = "D", name = "D) C: kfunc walk, full record", run = cb.kfunc_raw },
+    { key = "kp", name = "takana{fields={pid}}",
+      run = function() return #takana.snapshot { backend = "kfunc", fields = PID } end },
+    { key = "k6", name = "takana{fields=six}",
+      run = function() return #takana.snapshot { backend = "kfunc", fields = SIX } end },
+    { key = "k", name = "takana{} (full record)",
+      run = function() return #takana.snapshot { backend = "kfunc" } end },
+    { key = "init", name = "C: pread + parse /proc/1/stat (kept fd)", run = cb.init_stat_read },
+  }
+  local res = L.measure(cases, ROUNDS)
+  local by = {}
+  for _, c in ipairs(cases) do by[c.key] = c.name end
+  L.print_table(("%s: %d processes, %d rounds, order alternating"):format(title, res[by.D].count, ROUNDS),
+    cases, res)
+  local function r(a, b, label, limit)
+    L.ratio(res, by[a], by[b], label, { text = ("<= %.2f"):format(limit), ok = function(x) return x <= limit end })
+    local x = res[by[a]].median / res[by[b]].median
+    print(("  %-60s %7.3f   (medians)"):format("", x))
+  end
+  r("kp", "Dp", "takana pid only / Dp", 1.15)
+  r("k6", "D6", "takana six fields / D6", 1.3)
+  r("k", "D", "takana full / D", 1.3)
+  local hidden = takana.snapshot { backend = "kfunc" }.from_proc > 0
+  if natural then
+    local lim = 2 * res[by.D].min + 3000
+    print(("  %-60s %7.1f us  target <= 2 x D + 3 us = %.1f us  %s"):format("takana full (min)",
+      res[by.k].min / 1e3, lim / 1e3, res[by.k].min <= lim and "met" or "MISSED"))
+  end
+  print(("  init hidden from BPF here: %s; its /proc/1/stat read costs %.1f us (min) of each snapshot")
+    :format(hidden and "yes" or "no", res[by.init].min / 1e3))
+  print()
+end
+
 local function run(title)
+  if WALK then return run_walk(title, title == "natural count") end
   local iter_snap = assert(takana.snapshot { backend = "proc" })
   local cases = {
     { key = "A", name = "A) C: readdir + open/read/close + parse", run = cb.plain_scan },

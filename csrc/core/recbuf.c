@@ -30,6 +30,7 @@ void tk_recbuf_free(struct tk_recbuf *rb)
 	rb->recs = NULL;
 	rb->text = NULL;
 	rb->len = rb->cap = rb->text_len = rb->text_cap = 0;
+	rb->init_room = 0;
 }
 
 static int record_cmp(const void *a, const void *b)
@@ -161,15 +162,6 @@ void tk_cputime_split(uint64_t rtime, uint64_t prev_ut, uint64_t prev_st, uint64
 	}
 	*utime = ut;
 	*stime = st;
-}
-
-void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
-{
-	uint64_t ut = w->rec.utime_ns, st = w->rec.stime_ns;
-
-	tk_cputime_split(w->runtime_ns, w->prev_utime_ns, w->prev_stime_ns, &ut, &st);
-	out->utime_ns = ut;
-	out->stime_ns = st;
 }
 
 /* Each kind's member size: a line of TK_FIELDS whose member does not

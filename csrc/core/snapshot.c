@@ -14,6 +14,17 @@
 #include "snapshot.h"
 #include "util.h"
 
+/* The room a BPF walk left for init, unused. */
+static int drop_init_room(struct tk_recbuf *out)
+{
+	if (out->init_room) {
+		out->len--;
+		memmove(&out->recs[0], &out->recs[1], out->len * sizeof *out->recs);
+		out->init_room = 0;
+	}
+	return 0;
+}
+
 /* Init is always there in the initial pid namespace, yet some kernels hide
  * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
  * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
@@ -28,7 +39,7 @@ static int add_hidden_init(struct tk_proc_scanner *sc, uint32_t fields, int want
 	int err;
 
 	if (tk_recbuf_find(out, 1) != NULL)
-		return 0;
+		return drop_init_room(out);
 	err = tk_proc_scanner_ensure_open(sc);
 	if (err == 0)
 		err = tk_proc_scan_init(sc, &rec);
@@ -46,11 +57,16 @@ static int add_hidden_init(struct tk_proc_scanner *sc, uint32_t fields, int want
 	}
 	if (err == -EACCES || err == -EPERM) {
 		out->denied++;
-		return 0;
+		return drop_init_room(out);
 	}
 	if (err == 0) {
 		tk_record_mask(&rec, fields);
-		err = tk_recbuf_insert(out, &rec);
+		if (out->init_room) {
+			out->recs[0] = rec;
+			out->init_room = 0;
+		} else {
+			err = tk_recbuf_insert(out, &rec);
+		}
 	}
 	if (err < 0) {
 		snprintf(why, why_len, "init is hidden from BPF here; reading /proc/1: %s",
@@ -91,7 +107,9 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 	if (proc_ids)
 		tk_cgid_cache_close(&cgids);
 	sc->cgids = NULL;
-	if (err == 0)
+	if (err == 0 && !b->may_hide_init)
+		(void)drop_init_room(out);
+	if (err == 0 && !b->in_order)
 		tk_recbuf_sort(out);
 	if (err == 0 && b->may_hide_init)
 		err = add_hidden_init(sc, (req->fields | TK_F_ALWAYS) & TK_F_WALK,
