@@ -42,17 +42,13 @@ static int add_hidden_init(struct tk_proc_scanner *sc, uint32_t fields, int want
 		return drop_init_room(out);
 	err = tk_proc_scanner_ensure_open(sc);
 	if (err == 0)
-		err = tk_proc_scan_init(sc, &rec);
+		err = tk_proc_scan_init(sc, &rec, (fields & TK_F(UID)) != 0);
 	/* As for every /proc record, a cgroup that cannot be read is nil (id
 	 * 0) and the record stays. */
 	if (err == 0 && want_id) {
-		struct tk_cgid_cache cgids;
 		uint64_t id = 0;
 
-		if (tk_cgid_cache_open(&cgids) == 0) {
-			(void)tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, &cgids, &id);
-			tk_cgid_cache_close(&cgids);
-		}
+		(void)tk_proc_scan_init_cgroup_id(sc, &id);
 		rec.cgroup_id = id;
 	}
 	if (err == -EACCES || err == -EPERM) {
