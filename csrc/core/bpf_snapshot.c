@@ -601,8 +601,9 @@ wire_copy(struct tk_record *r, const struct tk_wire_record *w, uint32_t fields, 
 			r->comm_len = comm16_len(r->comm);
 	} else {
 		/* The selected fields one by one: a test of each of the 18
-		 * was most of a small selection's copy. */
-		uint32_t rest = fields & ~(TK_F_ALWAYS | TK_F(CMDLINE));
+		 * was most of a small selection's copy. The times are split
+		 * below. */
+		uint32_t rest = fields & ~(TK_F_ALWAYS | TK_F(CMDLINE) | TK_F(UTIME) | TK_F(STIME));
 
 		record_zero(r);
 		r->pid = w->rec.pid;

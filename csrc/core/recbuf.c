@@ -123,47 +123,6 @@ const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
 	return NULL;
 }
 
-__extension__ typedef unsigned __int128 u128;
-
-/* kernel/sched/cputime.c cputime_adjust(), without storing prev (that
- * stays the kernel's): the precise runtime split in the sampled ratio,
- * never below the split /proc reported last. */
-void tk_cputime_split(uint64_t rtime, uint64_t prev_ut, uint64_t prev_st, uint64_t *utime,
-                      uint64_t *stime)
-{
-	uint64_t ut = *utime, st = *stime;
-
-	if (prev_ut + prev_st >= rtime) {
-		*utime = prev_ut;
-		*stime = prev_st;
-		return;
-	}
-	if (st == 0) {
-		/* all of it is utime: st stays 0 and ut = rtime - st below */
-	} else if (ut == 0) {
-		st = rtime;
-	} else {
-		uint64_t product;
-
-		/* 128-bit division is a libgcc call; most products fit in 64. */
-		if (!__builtin_mul_overflow(st, rtime, &product))
-			st = product / (st + ut);
-		else
-			st = (uint64_t)((u128)st * rtime / (st + ut));
-		if (st > rtime)
-			st = rtime;
-	}
-	if (st < prev_st)
-		st = prev_st;
-	ut = rtime - st;
-	if (ut < prev_ut) {
-		ut = prev_ut;
-		st = rtime - ut;
-	}
-	*utime = ut;
-	*stime = st;
-}
-
 /* Each kind's member size: a line of TK_FIELDS whose member does not
  * match its kind fails to compile here. */
 #define TK_KIND_SIZE_U32 4
