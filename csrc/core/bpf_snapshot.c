@@ -567,25 +567,29 @@ static inline __attribute__((always_inline)) void record_zero(struct tk_record *
 		memcpy(p + i, &zero, sizeof zero);
 }
 
-/* Kinds copied by a plain assignment; comm (measured), cmdline (read
- * after the walk) and the kthread bit (in flags, always copied) apart. */
-#define WIRE_COPY_U32(m) r->m = w->rec.m;
-#define WIRE_COPY_S32(m) r->m = w->rec.m;
-#define WIRE_COPY_U64(m) r->m = w->rec.m;
-#define WIRE_COPY_NS(m) r->m = w->rec.m;
-#define WIRE_COPY_BYTES(m) r->m = w->rec.m;
-#define WIRE_COPY_CGROUP(m) r->m = w->rec.m;
-#define WIRE_COPY_STATE(m) r->m = w->rec.m;
-#define WIRE_COPY_COMM(m) \
-	if (w->rec.comm_len == TK_WIRE_COMM_NUL) { \
-		memcpy(r->comm, w->rec.comm, 16); \
-		r->comm_len = comm16_len(r->comm); \
-	} else { \
-		memcpy(r->comm, w->rec.comm, sizeof r->comm); \
-		r->comm_len = w->rec.comm_len; \
-	}
-#define WIRE_COPY_CMDLINE(m)
-#define WIRE_COPY_KTHREAD(m)
+/* A field's case in wire_copy: a plain assignment for most kinds; comm is
+ * measured; cmdline (read after the walk) and the kthread bit (in flags,
+ * always copied) have none. */
+#define WIRE_CASE_PLAIN(id, m) case TK_FLD_##id: r->m = w->rec.m; break;
+#define WIRE_CASE_U32 WIRE_CASE_PLAIN
+#define WIRE_CASE_S32 WIRE_CASE_PLAIN
+#define WIRE_CASE_U64 WIRE_CASE_PLAIN
+#define WIRE_CASE_NS WIRE_CASE_PLAIN
+#define WIRE_CASE_BYTES WIRE_CASE_PLAIN
+#define WIRE_CASE_CGROUP WIRE_CASE_PLAIN
+#define WIRE_CASE_STATE WIRE_CASE_PLAIN
+#define WIRE_CASE_COMM(id, m) \
+	case TK_FLD_##id: \
+		if (w->rec.comm_len == TK_WIRE_COMM_NUL) { \
+			memcpy(r->m, w->rec.m, 16); \
+			r->comm_len = comm16_len(r->m); \
+		} else { \
+			memcpy(r->m, w->rec.m, sizeof r->m); \
+			r->comm_len = w->rec.comm_len; \
+		} \
+		break;
+#define WIRE_CASE_CMDLINE(id, m)
+#define WIRE_CASE_KTHREAD(id, m)
 
 /* One wire record to a snapshot record in a single pass (a copy, then a
  * mask, touched each record twice): the fields asked for, the others zero
@@ -612,8 +616,7 @@ wire_copy(struct tk_record *r, const struct tk_wire_record *w, uint32_t fields, 
 		r->state = w->rec.state;
 		for (; rest != 0; rest &= rest - 1) {
 			switch (__builtin_ctz(rest)) {
-#define FIELD_COPY(id, name, member, kind) \
-			case TK_FLD_##id: WIRE_COPY_##kind(member) break;
+#define FIELD_COPY(id, name, member, kind) WIRE_CASE_##kind(id, member)
 			TK_FIELDS(FIELD_COPY)
 #undef FIELD_COPY
 			default:
