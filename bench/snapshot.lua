@@ -14,10 +14,11 @@ local L = require "lib"
 local ROUNDS = tonumber(os.getenv("ROUNDS") or "") or 33
 -- The six fields of issue 14's target, as takana and as the program's bits.
 local SIX = { "pid", "ppid", "comm", "state", "utime_ns", "stime_ns" }
-local SIX_MASK = 0
+local SIX_MASK, PID_MASK = 0, 1
 for i, name in ipairs(core.record_fields) do
   for _, f in ipairs(SIX) do if f == name then SIX_MASK = SIX_MASK | (1 << (i - 1)) end end
 end
+assert(core.record_fields[1] == "pid")
 local COUNTS = os.getenv("COUNTS") or "natural,1000,10000"
 -- WALK=1: only the kfunc walk against takana's snapshot on it, pid only,
 -- six fields and the full record (issue 26's table), plus the hidden
@@ -106,6 +107,12 @@ local function run_walk(title, natural)
     { key = "k", name = "takana{} (full record)",
       run = function() return #takana.snapshot { backend = "kfunc" } end },
     { key = "init", name = "C: pread + parse /proc/1/stat (kept fd)", run = cb.init_stat_read },
+    { key = "cp", name = "core.snapshot_take pid only",
+      run = function() return #core.snapshot_take("kfunc", PID_MASK) end },
+    { key = "c6", name = "core.snapshot_take six",
+      run = function() return #core.snapshot_take("kfunc", SIX_MASK) end },
+    { key = "c", name = "core.snapshot_take full",
+      run = function() return #core.snapshot_take("kfunc") end },
     { key = "initp", name = "C: takana's hidden-init path, pid only",
       run = function() return cb.init_from_proc(false) end },
     { key = "initf", name = "C: takana's hidden-init path, full (uid, cgroup)",
