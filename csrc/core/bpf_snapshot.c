@@ -571,13 +571,13 @@ static inline __attribute__((always_inline)) void record_zero(struct tk_record *
  * measured; cmdline (read after the walk) and the kthread bit (in flags,
  * always copied) have none. */
 #define WIRE_CASE_PLAIN(id, m) case TK_FLD_##id: r->m = w->rec.m; break;
-#define WIRE_CASE_U32 WIRE_CASE_PLAIN
-#define WIRE_CASE_S32 WIRE_CASE_PLAIN
-#define WIRE_CASE_U64 WIRE_CASE_PLAIN
-#define WIRE_CASE_NS WIRE_CASE_PLAIN
-#define WIRE_CASE_BYTES WIRE_CASE_PLAIN
-#define WIRE_CASE_CGROUP WIRE_CASE_PLAIN
-#define WIRE_CASE_STATE WIRE_CASE_PLAIN
+#define WIRE_CASE_U32(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_S32(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_U64(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_NS(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_BYTES(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_CGROUP(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_STATE(id, m) WIRE_CASE_PLAIN(id, m)
 #define WIRE_CASE_COMM(id, m) \
 	case TK_FLD_##id: \
 		if (w->rec.comm_len == TK_WIRE_COMM_NUL) { \
