@@ -162,7 +162,7 @@ _Static_assert(TK_FLD_COUNT < 32, "a field selection (TK_F_ALL) is a 32-bit mask
 
 /* The kfunc program notes where its walk leaves pid order, up to this many
  * times; past that user space sorts. */
-#define TK_KFUNC_DESCENTS 16
+#define TK_KFUNC_DESCENTS 16   /* a power of 2 */
 
 struct tk_wire_record {
 	struct tk_record rec;
