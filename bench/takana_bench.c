@@ -17,6 +17,7 @@
 #include <lauxlib.h>
 
 #include "clock.h"
+#include "proc_scan.h"
 #include "proc_stat.h"
 #include "util.h"
 
@@ -99,6 +100,55 @@ static int l_readdir_floor(lua_State *L)
 	return 2;
 }
 
+
+/* What a BPF snapshot adds on a host that hides init from BPF: one pread
+ * of /proc/1/stat on a kept descriptor, and its parse (init_stat_read()). */
+static int init_stat_fd = -1;
+
+static int l_init_stat_read(lua_State *L)
+{
+	struct tk_units units;
+	struct tk_record rec;
+	char buf[4096];
+	ssize_t len;
+	uint64_t t0;
+
+	tk_units_init(&units);
+	if (init_stat_fd < 0)
+		init_stat_fd = open("/proc/1/stat", O_RDONLY | O_CLOEXEC);
+	if (init_stat_fd < 0)
+		return luaL_error(L, "open /proc/1/stat: %s", strerror(errno));
+	t0 = now_ns();
+	len = pread(init_stat_fd, buf, sizeof buf, 0);
+	if (len <= 0 || tk_stat_parse(buf, (size_t)len, &units, &rec) != 0)
+		return luaL_error(L, "read /proc/1/stat failed");
+	lua_pushinteger(L, 1);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
+/* takana's own hidden-init path (init_from_proc(full)): init's record
+ * from /proc/1/stat through a kept scanner, with its owner and cgroup id
+ * when full, as a BPF snapshot of the full record pays for it. */
+static struct tk_proc_scanner init_scanner = { .proc_fd = -1, .init_fd = -1,
+                                               .init_cgroup_fd = -1 };
+
+static int l_init_from_proc(lua_State *L)
+{
+	int full = lua_toboolean(L, 1);
+	struct tk_record rec;
+	uint64_t t0, id;
+
+	if (init_scanner.proc_fd < 0 && tk_proc_scanner_init(&init_scanner, "/proc") < 0)
+		return luaL_error(L, "open /proc: %s", strerror(errno));
+	t0 = now_ns();
+	if (tk_proc_scan_init(&init_scanner, &rec, full) < 0 ||
+	    (full && tk_proc_scan_init_cgroup_id(&init_scanner, &id) < 0))
+		return luaL_error(L, "init from /proc failed");
+	lua_pushinteger(L, 1);
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
 
 /* fork + exec + wait: the cost grows with the parent's touched memory. */
 static int l_fork_exec_wait(lua_State *L)
@@ -253,6 +303,29 @@ static int l_kfunc_raw(lua_State *L)
 		return luaL_error(L, "more than %d processes", RAW_CAPACITY);
 	for (i = 0; i < n; i++)
 		acc += raw_records[i].rec.pid + raw_records[i].rec.utime_ns;
+	lua_pushinteger(L, (lua_Integer)n + (lua_Integer)(acc & 0));
+	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
+	return 2;
+}
+
+/* Dp: pid only (kfunc_raw_pids()): the program told to fill no field but
+ * what it always writes (pid, start, state, flags), then one pass reading
+ * the pids in place: the floor of takana.snapshot{fields = {"pid"}}. */
+static int l_kfunc_raw_pids(lua_State *L)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts);
+	uint64_t t0 = now_ns(), acc = 0;
+	uint32_t n, i;
+
+	raw_kfunc->data->want_fields = TK_F(PID);
+	if (bpf_prog_test_run_opts(bpf_program__fd(raw_kfunc->progs.snapshot_kfunc), &opts) != 0)
+		return luaL_error(L, "test run: %s", strerror(errno));
+	n = raw_kfunc->bss->total;
+	raw_kfunc->data->want_fields = TK_F_ALL;
+	if (n > RAW_CAPACITY)
+		return luaL_error(L, "more than %d processes", RAW_CAPACITY);
+	for (i = 0; i < n; i++)
+		acc += raw_records[i].rec.pid;
 	lua_pushinteger(L, (lua_Integer)n + (lua_Integer)(acc & 0));
 	lua_pushinteger(L, (lua_Integer)(now_ns() - t0));
 	return 2;
@@ -444,6 +517,8 @@ int luaopen_takana_bench(lua_State *L)
 	static const luaL_Reg funcs[] = {
 		{ "plain_scan", l_plain_scan },
 		{ "readdir_floor", l_readdir_floor },
+		{ "init_stat_read", l_init_stat_read },
+		{ "init_from_proc", l_init_from_proc },
 		{ "now_ns", l_now_ns },
 		{ "boottime_ns", l_boottime_ns },
 		{ "fork_exec_wait", l_fork_exec_wait },
@@ -462,6 +537,8 @@ int luaopen_takana_bench(lua_State *L)
 	lua_setfield(L, -2, "bpf_raw_load");
 	lua_pushcfunction(L, l_kfunc_raw);
 	lua_setfield(L, -2, "kfunc_raw");
+	lua_pushcfunction(L, l_kfunc_raw_pids);
+	lua_setfield(L, -2, "kfunc_raw_pids");
 	lua_pushcfunction(L, l_kfunc_raw_fields);
 	lua_setfield(L, -2, "kfunc_raw_fields");
 	lua_pushcfunction(L, l_iter_raw);

@@ -36,7 +36,7 @@ struct tk_record {
 	__u32 sid;
 	__u32 uid;          /* effective uid as /proc shows it (owner of /proc/<pid>) */
 	__u32 nthreads;
-	__u32 nice;         /* two's-complement int32 (-20..19) */
+	__u32 state;        /* the one-letter state /proc shows, as ASCII */
 	__u32 flags;        /* TK_REC_* */
 	__u64 start_ns;     /* since boot, CLOCK_BOOTTIME */
 	__u64 utime_ns;     /* whole process: live threads plus exited ones */
@@ -49,7 +49,7 @@ struct tk_record {
 	                     * directory); 0 when no cgroup2 hierarchy is mounted */
 	__u32 cmdline_off;  /* cmdline: its bytes in the snapshot's text (tk_recbuf) */
 	__u32 cmdline_len;  /* TK_CMDLINE_NONE: not read (gone before its turn) */
-	__u32 state;        /* the one-letter state /proc shows, as ASCII */
+	__u32 nice;         /* two's-complement int32 (-20..19) */
 	__u32 comm_len;     /* bytes used in comm (comm may hold any byte, even NUL-free newlines) */
 	char comm[TK_COMM_LEN];
 };
@@ -106,7 +106,9 @@ enum tk_field_kind {
  * the programs test): X(ID, name, member, kind). One line here is a field
  * for the binding, the mask and the specs; the struct above stays written
  * by hand because its layout is the wire format (BPF objects, the mmaped
- * array) and is ordered for alignment, not for reading. A new integer
+ * array) and is ordered for alignment and for the copy out of the array
+ * (what every selection reads, pid, state, flags and start_ns, in its
+ * first 40 bytes), not for reading. A new integer
  * field: a member above, its @field line and a line here, its BPF fill
  * (takana_task.bpf.h) and its /proc fill (csrc/core/proc_stat.c). */
 #define TK_FIELDS(X) \
@@ -153,10 +155,14 @@ _Static_assert(TK_FLD_COUNT < 32, "a field selection (TK_F_ALL) is a 32-bit mask
 
 /* What the BPF programs write: the record with utime_ns/stime_ns still the
  * kernel's raw tick-sampled sums, plus what user space needs to split the
- * precise runtime as /proc does (tk_cputime_adjust in csrc/core/snapshot.c). */
+ * precise runtime as /proc does (tk_cputime_split in csrc/core/recbuf.c). */
 /* In a wire record's comm_len: the comm is NUL-terminated within its first
  * 16 bytes; user space measures it. */
 #define TK_WIRE_COMM_NUL 0xffffffffu
+
+/* The kfunc program notes where its walk leaves pid order, up to this many
+ * times; past that user space sorts. */
+#define TK_KFUNC_DESCENTS 16   /* a power of 2 */
 
 struct tk_wire_record {
 	struct tk_record rec;

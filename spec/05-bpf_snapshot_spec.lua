@@ -539,3 +539,53 @@ assert(envtool.waitpid(pid) == 0)
     end
   end)
 end)
+
+-- The kfunc walk follows the task list, in creation order: pids rise along
+-- it except after a wrap. A fixture makes that happen on demand (clone3
+-- set_tid gives a child a free pid below its elder sibling's), 3 times (its
+-- program marks the runs, and they are merged) and 20 (past the marks it
+-- keeps: a sort). Either way: pid order, each process once, none missing.
+describe("a BPF walk that leaves pid order", function()
+  for _, name in ipairs(TIERS) do
+    for _, n in ipairs { 3, 20 } do
+      it(("gives pid order and one record per process (%s, %d descents) #root #bpf"):format(name, n), function()
+        if not H.is_root() then return pending("clone3 with set_tid needs root") end
+        local _, why = tier(name)
+        if why then return pending(why) end
+        local fx = H.fixture { "--life", 60, "--descents", n }
+        local kids, drops = fx.extra, 0
+        for i = 2, #kids do
+          if kids[i] < kids[i - 1] then drops = drops + 1 end
+        end
+        assert.equal(2 * n, #kids)
+        assert.equal(n, drops)
+        for _, fields in ipairs { false, { "pid" }, { "pid", "ppid", "comm" } } do
+          local before = takana.snapshot { backend = "proc" }
+          local snap = assert(takana.snapshot { backend = name, fields = fields or nil })
+          local after = takana.snapshot { backend = "proc" }
+          local last, count = 0, 0
+          for p in snap:each() do
+            assert.truthy(p.pid > last, ("pid %d after %d"):format(p.pid, last))
+            last, count = p.pid, count + 1
+          end
+          assert.equal(#snap, count)
+          for _, k in ipairs(kids) do
+            local r = snap:get(k)
+            assert.truthy(r, "child " .. k .. " missing")
+            if not fields or fields[2] then
+              assert.equal(fx.pid, r.ppid)
+              assert.equal("fixture", r.comm)
+            end
+          end
+          assert.truthy(snap:get(1), "init missing")
+          -- Every process alive through the BPF walk is in it.
+          for p in before:each() do
+            local q = after:get(p.pid)
+            if same(p, q) then assert.truthy(snap:get(p.pid), "pid " .. p.pid .. " missing") end
+          end
+        end
+        fx:kill()
+      end)
+    end
+  end
+end)

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include <unistd.h>
 
 #include <linux/cn_proc.h>
+#include <linux/sched.h>
+#include <sys/syscall.h>
 #include <linux/connector.h>
 #include <linux/netlink.h>
 #include <sys/socket.h>
@@ -150,11 +153,69 @@ static void die_with_parent(unsigned life)
 	alarm(life);
 }
 
+/* A child with the pid asked for (clone3 set_tid, in our pid namespace:
+ * root), sleeping until its parent dies; -1 with errno. */
+static pid_t child_at(pid_t want, unsigned life)
+{
+	struct clone_args args;
+	pid_t tid = want, c;
+
+	memset(&args, 0, sizeof args);
+	args.exit_signal = SIGCHLD;
+	args.set_tid = (uint64_t)(uintptr_t)&tid;
+	args.set_tid_size = 1;
+	c = (pid_t)syscall(SYS_clone3, &args, sizeof args);
+	if (c == 0) {
+		die_with_parent(life);
+		for (;;)
+			pause();
+	}
+	return c;
+}
+
+/* --descents N: N times a child by fork(), then one given a lower free pid
+ * than it (child_at): the task list, in creation order, leaves pid order N
+ * times, as after a pid wrap. Prints "ready <self> <children in creation
+ * order>". */
+static int descents(long n, unsigned life)
+{
+	pid_t low = 301;   /* RESERVED_PIDS: below, the kernel hands out none after a wrap */
+
+	printf("ready %d", (int)getpid());
+	for (long i = 0; i < n; i++) {
+		pid_t high = fork(), c = -1;
+
+		if (high == 0) {
+			die_with_parent(life);
+			for (;;)
+				pause();
+		}
+		if (high < 0)
+			return 1;
+		for (; low < high; low++) {
+			c = child_at(low, life);
+			if (c >= 0 || errno != EEXIST)
+				break;
+		}
+		if (c < 0) {
+			fprintf(stderr, "fixture: clone3 set_tid below %d: %s\n", (int)high,
+			        low < high ? strerror(errno) : "no free pid");
+			return 1;
+		}
+		low++;
+		printf(" %d %d", (int)high, (int)c);
+	}
+	printf("\n");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: fixture [--name N] [--threads N] [--exited-threads N] "
 	                "[--burn-ms MS] [--touch-mb MB] [--zombie] [--nice N] [--setsid] "
-	                "[--spin] [--tree] [--argv-unterminated] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS] [--thread-storm N] [--cn-send PORTID exit|seq|cpu PID] "
+	                "[--spin] [--tree] [--argv-unterminated] [--rename NAME (0.2 s after ready)] [--herd N] [--churn SECONDS] [--trickle N] [--life SECONDS] [--thread-storm N] [--cn-send PORTID exit|seq|cpu PID] [--descents N] "
 	                "[--chdir DIR] [--nofile SOFT] [--oom-adj N] [--open N] [-- ARGS (ignored)]\n");
 	exit(2);
 }
@@ -185,6 +246,10 @@ int main(int argc, char **argv)
 			break;
 		if (strcmp(a, "--cn-send") == 0 && i + 3 < argc)
 			return cn_send((unsigned)strtoul(argv[i + 1], NULL, 10), argv[i + 2], atoi(argv[i + 3]));
+		if (strcmp(a, "--descents") == 0 && v != NULL) {
+			die_with_parent(life);
+			return descents(atol(v), life);
+		}
 		if (strcmp(a, "--thread-storm") == 0 && v != NULL) {
 			die_with_parent(life);
 			return thread_storm(atol(v));

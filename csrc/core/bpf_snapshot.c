@@ -105,6 +105,8 @@ struct tier {
 	volatile uint32_t *want_fields;    /* in its .data: the field selection */
 	/* kfunc */
 	volatile uint32_t *total;
+	volatile uint32_t *descents;  /* where the walk left pid order (the program's comment) */
+	volatile uint32_t *descent_at;
 	const struct tk_wire_record *records;  /* read-only mapping of the array */
 	size_t mapped_bytes;
 	size_t capacity;
@@ -144,7 +146,7 @@ static void kfunc_unload(struct tier *t)
 	takana_kfunc__destroy(t->kfunc);
 	t->kfunc = NULL;
 	t->prog_fd = -1;
-	t->total = t->foreign_pidns = t->want_fields = NULL;
+	t->total = t->foreign_pidns = t->want_fields = t->descents = t->descent_at = NULL;
 	t->capacity = 0;
 }
 
@@ -201,6 +203,8 @@ static int kfunc_light_adopt(void *skel, void *ctx)
 	t->kfunc_light = s;
 	t->prog_fd = s->progs.snapshot_kfunc.prog_fd;
 	t->total = &s->bss->total;
+	t->descents = &s->bss->descents;
+	t->descent_at = s->bss->descent_at;
 	t->foreign_pidns = &s->bss->foreign_pidns;
 	t->want_fields = &s->data->want_fields;
 	return s->maps.records.map_fd;
@@ -224,6 +228,8 @@ static int kfunc_libbpf_adopt(void *skel, void *ctx)
 	t->kfunc = s;
 	t->prog_fd = bpf_program__fd(s->progs.snapshot_kfunc);
 	t->total = &s->bss->total;
+	t->descents = &s->bss->descents;
+	t->descent_at = s->bss->descent_at;
 	t->foreign_pidns = &s->bss->foreign_pidns;
 	t->want_fields = &s->data->want_fields;
 	return bpf_map__fd(s->maps.records);
@@ -344,7 +350,7 @@ struct kfunc_objects {
 	struct takana_kfunc_light *light;
 	struct takana_kfunc *skel;
 	int prog_fd;
-	volatile uint32_t *total, *foreign_pidns, *want_fields;
+	volatile uint32_t *total, *foreign_pidns, *want_fields, *descents, *descent_at;
 	const struct tk_wire_record *records;
 	size_t mapped_bytes, capacity;
 };
@@ -353,7 +359,8 @@ struct kfunc_objects {
 static struct kfunc_objects kfunc_objects_take(struct tier *t)
 {
 	struct kfunc_objects o = { t->kfunc_light, t->kfunc, t->prog_fd, t->total, t->foreign_pidns,
-	                           t->want_fields, t->records, t->mapped_bytes, t->capacity };
+	                           t->want_fields, t->descents, t->descent_at, t->records,
+	                           t->mapped_bytes, t->capacity };
 
 	t->kfunc_light = NULL;
 	t->kfunc = NULL;
@@ -370,6 +377,8 @@ static void kfunc_objects_put(struct tier *t, const struct kfunc_objects *o)
 	t->total = o->total;
 	t->foreign_pidns = o->foreign_pidns;
 	t->want_fields = o->want_fields;
+	t->descents = o->descents;
+	t->descent_at = o->descent_at;
 	t->records = o->records;
 	t->mapped_bytes = o->mapped_bytes;
 	t->capacity = o->capacity;
@@ -506,22 +515,14 @@ static uint32_t comm16_len(const char *comm)
 	return 16;
 }
 
-/* The order of w by pid. The kfunc walk follows the task list, which is
- * creation order: pid order only until pids wrap. An LSD radix sort of
- * (pid << 32 | index) keys, a byte a pass, costs far less than sorting the
- * records themselves. *order is NULL when w is in pid order already. */
-static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
-                     const uint64_t **order)
+/* The order of w by pid: an LSD radix sort of (pid << 32 | index) keys, a
+ * byte a pass, costs far less than sorting the records themselves. */
+static int pid_sort(struct tier *t, const struct tk_wire_record *w, size_t n,
+                    const uint64_t **order)
 {
 	uint64_t *keys;
 	uint32_t max_pid = 0;
-	size_t i;
 
-	*order = NULL;
-	for (i = 1; i < n && w[i - 1].rec.pid < w[i].rec.pid; i++)
-		;
-	if (i >= n)
-		return 0;
 	if (t->order_cap < n) {
 		/* n keys and the radix sort's n more */
 		uint64_t *k = tk_grow(t->order, &t->order_cap, n, 2 * sizeof *k, 512);
@@ -530,7 +531,7 @@ static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
 		t->order = k;
 	}
 	keys = t->order;
-	for (i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		keys[i] = (uint64_t)w[i].rec.pid << 32 | i;
 		if (w[i].rec.pid > max_pid)
 			max_pid = w[i].rec.pid;
@@ -539,50 +540,213 @@ static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
 	return 0;
 }
 
-static const struct tk_wire_record *ordered(const struct tk_wire_record *w,
-                                            const uint64_t *order, size_t i)
+/* iter/task walks pids upward, so its leaders are in pid order unless a
+ * read was resumed. *order is NULL when w is in pid order already. */
+static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
+                     const uint64_t **order)
 {
-	return order ? &w[(uint32_t)order[i]] : &w[i];
+	size_t i;
+
+	*order = NULL;
+	for (i = 1; i < n && w[i - 1].rec.pid < w[i].rec.pid; i++)
+		;
+	return i >= n ? 0 : pid_sort(t, w, n, order);
 }
 
-/* Wire records to snapshot records, in pid order (a pid seen twice, which
- * a resumed iter/task read could give, is kept once): the comm measured,
- * the CPU time split as /proc does, the start time moved to our time
- * namespace's clock (out->boot_offset_ns). */
+typedef uint64_t u64x2 __attribute__((vector_size(16)));
+
+/* 16-byte stores: memset() of a record became a rep stos, 40% of the copy. */
+static inline __attribute__((always_inline)) void record_zero(struct tk_record *r)
+{
+	const u64x2 zero = { 0, 0 };
+	char *p = (char *)r;
+
+	_Static_assert(sizeof *r % sizeof zero == 0, "a record is whole 16-byte words");
+#pragma GCC unroll 16
+	for (size_t i = 0; i < sizeof *r; i += sizeof zero)
+		memcpy(p + i, &zero, sizeof zero);
+}
+
+/* A field's case in wire_copy: a plain assignment for most kinds; comm is
+ * measured; cmdline (read after the walk) and the kthread bit (in flags,
+ * always copied) have none. */
+#define WIRE_CASE_PLAIN(id, m) case TK_FLD_##id: r->m = w->rec.m; break;
+#define WIRE_CASE_U32(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_S32(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_U64(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_NS(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_BYTES(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_CGROUP(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_STATE(id, m) WIRE_CASE_PLAIN(id, m)
+#define WIRE_CASE_COMM(id, m) \
+	case TK_FLD_##id: \
+		if (w->rec.comm_len == TK_WIRE_COMM_NUL) { \
+			memcpy(r->m, w->rec.m, 16); \
+			r->comm_len = comm16_len(r->m); \
+		} else { \
+			memcpy(r->m, w->rec.m, sizeof r->m); \
+			r->comm_len = w->rec.comm_len; \
+		} \
+		break;
+#define WIRE_CASE_CMDLINE(id, m)
+#define WIRE_CASE_KTHREAD(id, m)
+
+/* One wire record to a snapshot record in a single pass (a copy, then a
+ * mask, touched each record twice): the fields asked for, the others zero
+ * (the program left a former record's there), the comm measured, the CPU
+ * time split as /proc does, the start time moved to our time namespace's
+ * clock. fields holds TK_F_ALWAYS. */
+static inline __attribute__((always_inline)) void
+wire_copy(struct tk_record *r, const struct tk_wire_record *w, uint32_t fields, uint64_t boot_offset)
+{
+	if (fields == TK_F_WALK) {
+		*r = w->rec;
+		if (r->comm_len == TK_WIRE_COMM_NUL)
+			r->comm_len = comm16_len(r->comm);
+	} else {
+		/* The selected fields one by one: a test of each of the 18
+		 * was most of a small selection's copy. The times are split
+		 * below. */
+		uint32_t rest = fields & ~(TK_F_ALWAYS | TK_F(CMDLINE) | TK_F(UTIME) | TK_F(STIME));
+
+		record_zero(r);
+		r->pid = w->rec.pid;
+		r->flags = w->rec.flags;
+		r->start_ns = w->rec.start_ns;
+		r->state = w->rec.state;
+		for (; rest != 0; rest &= rest - 1) {
+			switch (__builtin_ctz(rest)) {
+#define FIELD_COPY(id, name, member, kind) WIRE_CASE_##kind(id, member)
+			TK_FIELDS(FIELD_COPY)
+#undef FIELD_COPY
+			default:
+				break;
+			}
+		}
+	}
+	r->start_ns += boot_offset;
+	if (fields & (TK_F(UTIME) | TK_F(STIME))) {
+		uint64_t ut = w->rec.utime_ns, st = w->rec.stime_ns;
+
+		tk_cputime_split(w->runtime_ns, w->prev_utime_ns, w->prev_stime_ns, &ut, &st);
+		r->utime_ns = (fields & TK_F(UTIME)) ? ut : 0;
+		r->stime_ns = (fields & TK_F(STIME)) ? st : 0;
+	}
+}
+
+/* Appends w to out (room reserved) unless it repeats the last pid (a
+ * resumed iter/task read can give one twice) or is being reaped: a process
+ * in EXIT_DEAD, or with no thread left in its signal_struct, is still on
+ * the task list for a moment; /proc skips it as vanished, and so do we. */
+static inline __attribute__((always_inline)) void
+wire_emit(const struct tk_wire_record *w, uint32_t fields, struct tk_recbuf *out)
+{
+	if (out->len > 0 && out->recs[out->len - 1].pid == w->rec.pid)
+		return;
+	if (w->rec.state == 'X' || ((fields & TK_F(NTHREADS)) && w->rec.nthreads == 0)) {
+		out->vanished++;
+		return;
+	}
+	wire_copy(&out->recs[out->len++], w, fields, (uint64_t)out->boot_offset_ns);
+}
+
+/* Room for init at recs[0] when the walk's lowest pid is not 1 (recbuf.h);
+ * out is empty, with room reserved. */
+static void init_room_make(struct tk_recbuf *out, uint32_t lowest_pid)
+{
+	if (lowest_pid == 1)
+		return;
+	record_zero(&out->recs[0]);
+	out->len = 1;
+	out->init_room = 1;
+}
+
+/* Wire records to snapshot records, in pid order (by order, or as they
+ * are when it is NULL). */
 static int wire_finish(const struct tk_wire_record *w, size_t n, const uint64_t *order,
                        uint32_t fields, struct tk_recbuf *out)
 {
-	size_t i;
 	/* One more: init, when hidden from BPF, is inserted afterwards, and a
 	 * full array would double (a 1.6 MB copy at 10,000 processes). */
 	int err = recbuf_reserve(out, n + 1);
 
 	if (err < 0)
 		return err;
-	for (i = 0; i < n; i++) {
-		const struct tk_wire_record *src = ordered(w, order, i);
-		struct tk_record *r;
+	init_room_make(out, n == 0 ? 0 : order ? w[(uint32_t)order[0]].rec.pid : w[0].rec.pid);
+	if (order == NULL)
+		for (size_t i = 0; i < n; i++)
+			wire_emit(&w[i], fields, out);
+	else
+		for (size_t i = 0; i < n; i++)
+			wire_emit(&w[(uint32_t)order[i]], fields, out);
+	return 0;
+}
 
-		if (out->len > 0 && out->recs[out->len - 1].pid == src->rec.pid)
-			continue;
-		/* A process being reaped (EXIT_DEAD, or no thread left in its
-		 * signal_struct) is still on the task list for a moment: /proc
-		 * skips it as vanished, and so do we. */
-		if (src->rec.state == 'X' || ((fields & TK_F(NTHREADS)) && src->rec.nthreads == 0)) {
-			out->vanished++;
-			continue;
-		}
-		r = &out->recs[out->len++];
-		*r = src->rec;
-		r->start_ns += (uint64_t)out->boot_offset_ns;
-		if ((fields & TK_F(COMM)) && r->comm_len == TK_WIRE_COMM_NUL)
-			r->comm_len = comm16_len(r->comm);
-		if (fields & (TK_F(UTIME) | TK_F(STIME)))
-			tk_cputime_adjust(src, r);
-		/* What the program did not fill holds a former record's. */
-		if (fields != TK_F_WALK)
-			tk_record_mask(r, fields);
+/* The kfunc walk's records in pid order: the ascending runs its program
+ * marked (descent_at) merged while they are copied, with no sort and no
+ * second pass; 1 run, the common case, is a straight copy. Returns 1 when
+ * the marks cannot be used (too many runs), for a sort instead. */
+static int wire_merge(struct tier *t, const struct tk_wire_record *w, size_t n, uint32_t fields,
+                      struct tk_recbuf *out)
+{
+	size_t head[TK_KFUNC_DESCENTS + 1], end[TK_KFUNC_DESCENTS + 1], k = 0;
+	uint32_t descents = *t->descents, lowest;
+	int err;
+
+	if (descents > TK_KFUNC_DESCENTS)
+		return 1;
+	head[0] = 0;
+	for (uint32_t j = 0; j < descents; j++) {
+		size_t at = t->descent_at[j];
+
+		if (at <= head[k] || at >= n)
+			return 1;
+		end[k++] = at;
+		head[k] = at;
 	}
+	end[k++] = n;
+	err = recbuf_reserve(out, n + 1);
+	if (err < 0)
+		return err;
+	lowest = n == 0 ? 0 : w[0].rec.pid;
+	for (size_t j = 1; j < k; j++)
+		if (w[head[j]].rec.pid < lowest)
+			lowest = w[head[j]].rec.pid;
+	init_room_make(out, lowest);
+	if (k == 1) {
+		for (size_t i = 0; i < n; i++)
+			wire_emit(&w[i], fields, out);
+		return 0;
+	}
+	/* A few runs: the one with the lowest head gives records until its
+	 * pid passes the next lowest head (runs interleave in stretches, so
+	 * mostly one comparison a record); an exhausted run is dropped. */
+	while (k > 1) {
+		uint32_t low = UINT32_MAX, next = UINT32_MAX;
+		size_t best = 0;
+
+		for (size_t j = 0; j < k; j++) {
+			uint32_t pid = w[head[j]].rec.pid;
+
+			if (pid < low) {
+				next = low;
+				low = pid;
+				best = j;
+			} else if (pid < next) {
+				next = pid;
+			}
+		}
+		do
+			wire_emit(&w[head[best]++], fields, out);
+		while (head[best] < end[best] && w[head[best]].rec.pid < next);
+		if (head[best] == end[best]) {
+			head[best] = head[k - 1];
+			end[best] = end[k - 1];
+			k--;
+		}
+	}
+	for (size_t i = head[0]; i < end[0]; i++)
+		wire_emit(&w[i], fields, out);
 	return 0;
 }
 
@@ -608,7 +772,10 @@ static int kfunc_run(struct tier *t, uint32_t fields, struct tk_recbuf *out, cha
 		if (total <= t->capacity) {
 			const uint64_t *order;
 
-			err = pid_order(t, t->records, total, &order);
+			err = wire_merge(t, t->records, total, fields, out);
+			if (err <= 0)
+				return err;
+			err = pid_sort(t, t->records, total, &order);
 			return err < 0 ? err : wire_finish(t->records, total, order, fields, out);
 		}
 		/* More processes than room: grow, reload, run again. */
@@ -841,10 +1008,10 @@ __attribute__((destructor)) void tk_bpf_release(void)
 
 const struct tk_snap_backend tk_snap_backend_kfunc = {
 	.name = "kfunc", .default_fields = TK_F_WALK, .tier = TK_TIER_KFUNC,
-	.may_hide_init = 1, .run = bpf_run,
+	.may_hide_init = 1, .in_order = 1, .run = bpf_run,
 };
 
 const struct tk_snap_backend tk_snap_backend_iter = {
 	.name = "iter", .default_fields = TK_F_WALK, .tier = TK_TIER_ITER,
-	.may_hide_init = 1, .run = bpf_run,
+	.may_hide_init = 1, .in_order = 1, .run = bpf_run,
 };

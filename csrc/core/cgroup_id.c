@@ -35,6 +35,8 @@ static char mount_cached[TK_CG_PATH_MAX];
 /* The mount's root as mountinfo's 4th field shows it: relative to our
  * cgroup namespace's root, "/../.." when it was mounted above it. */
 static char mount_root_cached[TK_CG_PATH_MAX];
+/* Bumped whenever mountinfo was read for the answer again. */
+static unsigned mount_generation;
 
 static void mount_fork(enum tk_fork_phase phase)
 {
@@ -81,6 +83,7 @@ static int mount_and_root(char *out, size_t cap, char *root)
 	if (mount_cached[0] == '\0' || statfs(mount_cached, &sfs) < 0 ||
 	    sfs.f_type != CGROUP2_SUPER_MAGIC) {
 		mount_cached[0] = '\0';
+		mount_generation++;
 		err = mount_scan(mount_cached, sizeof mount_cached, mount_root_cached,
 		                 sizeof mount_root_cached);
 		if (err < 0)
@@ -103,6 +106,16 @@ static int mount_and_root(char *out, size_t cap, char *root)
 int tk_cgroup2_mount(char *out, size_t cap)
 {
 	return mount_and_root(out, cap, NULL);
+}
+
+unsigned tk_cgroup2_mount_generation(void)
+{
+	unsigned gen;
+
+	pthread_mutex_lock(&mount_lock);
+	gen = mount_generation;
+	pthread_mutex_unlock(&mount_lock);
+	return gen;
 }
 
 /* ---- path -> id, for one /proc scan ---------------------------------------- */
@@ -397,7 +410,7 @@ int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64
 
 int tk_init_cgroup_id(int proc_fd, int *fd, struct tk_cgid_cache *c, uint64_t *id)
 {
-	char buf[4096];
+	char buf[4096], rel[TK_CG_PATH_MAX];
 	const char *cg;
 	size_t len;
 	ssize_t n;
@@ -412,7 +425,17 @@ int tk_init_cgroup_id(int proc_fd, int *fd, struct tk_cgid_cache *c, uint64_t *i
 	if (n < 0)
 		return -errno;
 	cg = v2_cgroup_path(buf, (size_t)n, &len);
-	return cg != NULL ? tk_cgid_of_path(c, cg, len, id) : 0;
+	if (cg == NULL || len == 0 || memchr(cg, '\0', len) != NULL || c->mount_fd < 0)
+		return 0;
+	/* Looked up afresh, not through the cache of paths: c may serve many
+	 * snapshots, and a cgroup removed and made again has a new id. */
+	buf[(size_t)(cg - buf) + len] = '\0';   /* within the n bytes read */
+	free(c->anc);
+	c->anc = NULL;
+	c->anc_depth = ANC_UNTRIED;
+	if (path_beneath_mount(c, cg, rel, sizeof rel) == 0)
+		*id = path_stat_id(c->mount_fd, rel);
+	return 0;
 }
 
 /* ---- subtree ids ----------------------------------------------------------- */

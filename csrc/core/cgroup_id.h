@@ -12,6 +12,9 @@
  * /sys/fs/cgroup/unified on a hybrid host); -ENOENT when nowhere. The
  * answer is kept and confirmed by one statfs a call. */
 int tk_cgroup2_mount(char *out, size_t cap);
+/* Changes whenever tk_cgroup2_mount's answer may have: a cache opened on the
+ * mount (tk_cgid_cache_open) is good while it does not. */
+unsigned tk_cgroup2_mount_generation(void);
 
 /* /proc/<pid>/cgroup paths to ids for one scan: most processes share a few
  * cgroups, so each path is looked up (a stat beneath the mount) once. */
@@ -34,7 +37,8 @@ int tk_cgid_of_path(struct tk_cgid_cache *c, const char *path, size_t len, uint6
 int tk_proc_cgroup_id(int proc_fd, uint32_t pid, struct tk_cgid_cache *c, uint64_t *id);
 /* Init's cgroup id, for a BPF tier that cannot see init: its cgroup file
  * kept open in *fd (-1 until then: init never changes identity), the path
- * looked up as tk_cgid_of_path does. 0 or -errno. */
+ * looked up beneath c's mount as tk_cgid_of_path does, but never through
+ * its cache of paths, so c may be kept for many snapshots. 0 or -errno. */
 int tk_init_cgroup_id(int proc_fd, int *fd, struct tk_cgid_cache *c, uint64_t *id);
 /* The id of rel (beneath the mount; "" is its root) and, when recursive,
  * of every cgroup beneath it: a malloc'd array the caller frees. */

@@ -88,6 +88,11 @@ void tk_proc_scanner_drop_cache(struct tk_proc_scanner *s)
 	if (s->init_cgroup_fd >= 0)
 		close(s->init_cgroup_fd);
 	s->init_fd = s->init_cgroup_fd = -1;
+	if (s->init_cgids != NULL) {
+		tk_cgid_cache_close(s->init_cgids);
+		free(s->init_cgids);
+		s->init_cgids = NULL;
+	}
 }
 
 void tk_proc_scanner_close(struct tk_proc_scanner *s)
@@ -144,7 +149,7 @@ static int mmless_owner(struct tk_proc_scanner *s, uint32_t pid, int fd, struct 
 /* Reads <pid>/stat through *fd (reopening when the cached fd is stale) and
  * fills rec. Returns 0, -ESRCH when the process is gone, or another -errno. */
 static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
-                     struct tk_record *rec)
+                     struct tk_record *rec, int want_uid)
 {
 	char buf[STAT_BUF];
 	char path[32];
@@ -174,7 +179,8 @@ static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
 	}
 	/* The fd is bound to one process, so the owner and the text below
 	 * describe the same process even if the pid is reused meanwhile. */
-	if (fstat(*fd, &st) < 0)
+	st.st_uid = 0;
+	if (want_uid && fstat(*fd, &st) < 0)
 		return vanished(errno) ? -ESRCH : -errno;
 	err = (size_t)n == sizeof buf ? -EBADMSG : tk_stat_parse(buf, (size_t)n, &s->units, rec);
 	if (err == -EBADMSG)
@@ -184,7 +190,7 @@ static int stat_read(struct tk_proc_scanner *s, uint32_t pid, int *fd,
 	if (rec->pid != pid)
 		return -ESRCH;
 	rec->uid = (uint32_t)st.st_uid;
-	if (st.st_uid == 0 && !(rec->flags & TK_REC_KTHREAD) && rec->vsize_bytes == 0) {
+	if (want_uid && st.st_uid == 0 && !(rec->flags & TK_REC_KTHREAD) && rec->vsize_bytes == 0) {
 		err = mmless_owner(s, pid, *fd, rec);
 		if (err < 0)
 			return err;
@@ -230,11 +236,42 @@ static int next_push(struct tk_proc_scanner *s, size_t *len, uint32_t pid, int f
 	return 0;
 }
 
-int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out)
+int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out, int want_uid)
 {
 	if (s->proc_fd < 0)
 		return -EBADF;
-	return stat_read(s, 1, &s->init_fd, out);
+	return stat_read(s, 1, &s->init_fd, out, want_uid);
+}
+
+int tk_proc_scan_init_cgroup_id(struct tk_proc_scanner *s, uint64_t *id)
+{
+	unsigned gen = tk_cgroup2_mount_generation();
+	int err;
+
+	*id = 0;
+	if (s->proc_fd < 0)
+		return -EBADF;
+	/* Opened once, not at every snapshot (a statfs, an open and a close):
+	 * again only when the mount may have changed. */
+	if (s->init_cgids != NULL && s->init_cgids_gen != gen) {
+		tk_cgid_cache_close(s->init_cgids);
+		free(s->init_cgids);
+		s->init_cgids = NULL;
+	}
+	if (s->init_cgids == NULL) {
+		struct tk_cgid_cache *c = malloc(sizeof *c);
+
+		if (c == NULL)
+			return -ENOMEM;
+		err = tk_cgid_cache_open(c);
+		if (err < 0) {
+			free(c);
+			return err;
+		}
+		s->init_cgids = c;
+		s->init_cgids_gen = tk_cgroup2_mount_generation();
+	}
+	return tk_init_cgroup_id(s->proc_fd, &s->init_cgroup_fd, s->init_cgids, id);
 }
 
 /* What the other scanners hold is not ours to use, and what we may take is
@@ -315,10 +352,10 @@ static int scan_pid(struct tk_proc_scanner *s, struct scan *sc, uint32_t pid,
 
 	if (s->want_cmdline)
 		cmdline_fd = cmdline_open(s, sc, pid);
-	r = stat_read(s, pid, &fd, rec);
+	r = stat_read(s, pid, &fd, rec, 1);
 	if (r == -EMFILE || r == -ENFILE) {
 		cache_give_back(s, sc);
-		r = stat_read(s, pid, &fd, rec);
+		r = stat_read(s, pid, &fd, rec, 1);
 	}
 	if (r == 0 && s->want_cmdline)
 		r = cmdline_finish(cmdline_fd, out, rec);

@@ -32,6 +32,9 @@ struct tk_proc_scanner {
 	int bad_pid;                 /* pid whose stat failed to parse, for the message */
 	int init_fd;                 /* /proc/1/stat for tk_proc_scan_init, -1 until used */
 	int init_cgroup_fd;          /* /proc/1/cgroup for tk_init_cgroup_id, the same */
+	struct tk_cgid_cache *init_cgids;  /* the cgroup2 mount for it, kept between
+	                                    * snapshots, NULL until used */
+	unsigned init_cgids_gen;     /* tk_cgroup2_mount_generation() when opened */
 	struct tk_cgid_cache *cgids; /* set: fill cgroup_id from <pid>/cgroup */
 	int want_cmdline;            /* set: fill cmdline from <pid>/cmdline */
 	unsigned fork_generation;    /* of the process that opened proc_fd */
@@ -49,8 +52,12 @@ size_t tk_proc_cached_fds_total(void);
  * stays lent. */
 int tk_proc_scanner_ensure_open(struct tk_proc_scanner *s);
 /* Reads init's record, keeping /proc/1/stat open (init never changes
- * identity). Returns 0 or -errno. */
-int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out);
+ * identity); its uid (the owner of /proc/1, a stat more) only when
+ * want_uid, else 0. Returns 0 or -errno. */
+int tk_proc_scan_init(struct tk_proc_scanner *s, struct tk_record *out, int want_uid);
+/* Init's cgroup id (0 when no cgroup2 hierarchy is mounted or it is not
+ * beneath the mount), through the scanner's kept descriptors. 0 or -errno. */
+int tk_proc_scan_init_cgroup_id(struct tk_proc_scanner *s, uint64_t *id);
 /* Appends one record per live thread-group leader. With use_cache, stat fds
  * are kept open between scans (pread at 0 on the next scan). */
 int tk_proc_scan(struct tk_proc_scanner *s, struct tk_recbuf *out, int use_cache);

@@ -30,6 +30,7 @@ void tk_recbuf_free(struct tk_recbuf *rb)
 	rb->recs = NULL;
 	rb->text = NULL;
 	rb->len = rb->cap = rb->text_len = rb->text_cap = 0;
+	rb->init_room = 0;
 }
 
 static int record_cmp(const void *a, const void *b)
@@ -120,56 +121,6 @@ const struct tk_record *tk_recbuf_find(const struct tk_recbuf *rb, uint32_t pid)
 			hi = mid;
 	}
 	return NULL;
-}
-
-__extension__ typedef unsigned __int128 u128;
-
-/* kernel/sched/cputime.c cputime_adjust(), without storing prev (that
- * stays the kernel's): the precise runtime split in the sampled ratio,
- * never below the split /proc reported last. */
-void tk_cputime_split(uint64_t rtime, uint64_t prev_ut, uint64_t prev_st, uint64_t *utime,
-                      uint64_t *stime)
-{
-	uint64_t ut = *utime, st = *stime;
-
-	if (prev_ut + prev_st >= rtime) {
-		*utime = prev_ut;
-		*stime = prev_st;
-		return;
-	}
-	if (st == 0) {
-		/* all of it is utime: st stays 0 and ut = rtime - st below */
-	} else if (ut == 0) {
-		st = rtime;
-	} else {
-		uint64_t product;
-
-		/* 128-bit division is a libgcc call; most products fit in 64. */
-		if (!__builtin_mul_overflow(st, rtime, &product))
-			st = product / (st + ut);
-		else
-			st = (uint64_t)((u128)st * rtime / (st + ut));
-		if (st > rtime)
-			st = rtime;
-	}
-	if (st < prev_st)
-		st = prev_st;
-	ut = rtime - st;
-	if (ut < prev_ut) {
-		ut = prev_ut;
-		st = rtime - ut;
-	}
-	*utime = ut;
-	*stime = st;
-}
-
-void tk_cputime_adjust(const struct tk_wire_record *w, struct tk_record *out)
-{
-	uint64_t ut = w->rec.utime_ns, st = w->rec.stime_ns;
-
-	tk_cputime_split(w->runtime_ns, w->prev_utime_ns, w->prev_stime_ns, &ut, &st);
-	out->utime_ns = ut;
-	out->stime_ns = st;
 }
 
 /* Each kind's member size: a line of TK_FIELDS whose member does not

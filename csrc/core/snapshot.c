@@ -14,6 +14,17 @@
 #include "snapshot.h"
 #include "util.h"
 
+/* The room a BPF walk left for init, unused. */
+static int drop_init_room(struct tk_recbuf *out)
+{
+	if (out->init_room) {
+		out->len--;
+		memmove(&out->recs[0], &out->recs[1], out->len * sizeof *out->recs);
+		out->init_room = 0;
+	}
+	return 0;
+}
+
 /* Init is always there in the initial pid namespace, yet some kernels hide
  * it from BPF (seen on a Firecracker guest's 6.18, whose init is its sandbox
  * agent: neither the task list, the pid table walk nor bpf_task_from_pid(1)
@@ -28,29 +39,30 @@ static int add_hidden_init(struct tk_proc_scanner *sc, uint32_t fields, int want
 	int err;
 
 	if (tk_recbuf_find(out, 1) != NULL)
-		return 0;
+		return drop_init_room(out);
 	err = tk_proc_scanner_ensure_open(sc);
 	if (err == 0)
-		err = tk_proc_scan_init(sc, &rec);
+		err = tk_proc_scan_init(sc, &rec, (fields & TK_F(UID)) != 0);
 	/* As for every /proc record, a cgroup that cannot be read is nil (id
 	 * 0) and the record stays. */
 	if (err == 0 && want_id) {
-		struct tk_cgid_cache cgids;
 		uint64_t id = 0;
 
-		if (tk_cgid_cache_open(&cgids) == 0) {
-			(void)tk_init_cgroup_id(sc->proc_fd, &sc->init_cgroup_fd, &cgids, &id);
-			tk_cgid_cache_close(&cgids);
-		}
+		(void)tk_proc_scan_init_cgroup_id(sc, &id);
 		rec.cgroup_id = id;
 	}
 	if (err == -EACCES || err == -EPERM) {
 		out->denied++;
-		return 0;
+		return drop_init_room(out);
 	}
 	if (err == 0) {
 		tk_record_mask(&rec, fields);
-		err = tk_recbuf_insert(out, &rec);
+		if (out->init_room) {
+			out->recs[0] = rec;
+			out->init_room = 0;
+		} else {
+			err = tk_recbuf_insert(out, &rec);
+		}
 	}
 	if (err < 0) {
 		snprintf(why, why_len, "init is hidden from BPF here; reading /proc/1: %s",
@@ -91,7 +103,9 @@ int tk_snapshot_take(const struct tk_snap_backend *b, const struct tk_snap_req *
 	if (proc_ids)
 		tk_cgid_cache_close(&cgids);
 	sc->cgids = NULL;
-	if (err == 0)
+	if (err == 0 && !b->may_hide_init)
+		(void)drop_init_room(out);
+	if (err == 0 && !b->in_order)
 		tk_recbuf_sort(out);
 	if (err == 0 && b->may_hide_init)
 		err = add_hidden_init(sc, (req->fields | TK_F_ALWAYS) & TK_F_WALK,

@@ -21,8 +21,10 @@ struct tk_snap_backend {
 	uint32_t default_fields;       /* when the caller names none */
 	int tier;                      /* enum tk_bpf_tier: loads (tk_bpf_info), or -1 */
 	int may_hide_init;             /* the kernel may hide init from it: read /proc then */
-	/* Appends the records to an empty out, in any order, each pid once;
-	 * returns 0, or -errno with the reason in why. */
+	int in_order;                  /* run gives pid order already: no sort after */
+	/* Appends the records to an empty out, in any order (in pid order
+	 * when in_order), each pid once; returns 0, or -errno with the reason
+	 * in why. */
 	int (*run)(const struct tk_snap_backend *b, const struct tk_snap_req *req,
 	           struct tk_recbuf *out, char *why, size_t why_len);
 };
