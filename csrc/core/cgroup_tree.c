@@ -33,7 +33,9 @@ static size_t hash_str(const char *s)
 
 static size_t hash_int(int v)
 {
-	return (size_t)((uint32_t)v * 2654435761u);
+	uint32_t h = (uint32_t)v * 2654435761u;
+
+	return h;
 }
 
 static void index_put(int *slot, size_t cap, size_t h, int i)
@@ -253,9 +255,8 @@ static int child_open(struct tk_cg_tree *t, size_t p, const char *name)
 
 	if (path == NULL)
 		return -ENOMEM;
-	memcpy(path, base, blen);
-	path[blen] = '/';
-	memcpy(path + blen + 1, name, nlen + 1);
+	memset(&st, 0, sizeof st);
+	snprintf(path, blen + nlen + 2, "%.*s/%s", (int)blen, base, name);
 	/* Too long for takana.cgroup(path) to open: left out, said so. */
 	if (blen + nlen + 1 > TK_CG_TREE_PATH_MAX) {
 		r = node_add(t, (int)p, path, -1, 0, TK_CG_NODE_SKIPPED, -ENAMETOOLONG);
@@ -446,6 +447,7 @@ static void drain(struct tk_cg_tree *t)
 
 			ev = (const struct inotify_event *)(const void *)(buf + off);
 			if (ev->mask & (IN_Q_OVERFLOW | IN_UNMOUNT)) {
+				t->overflows += (ev->mask & IN_Q_OVERFLOW) != 0;
 				t->all_dirty = 1;
 				continue;
 			}
@@ -485,8 +487,9 @@ int tk_cg_tree_sync(struct tk_cg_tree *t)
 	drain(t);
 	if (t->root_moved)
 		return fail(t, 0, "renamed", -ESTALE);
-	/* Without a watch on the root, nothing else says it was removed. */
-	if (t->v[0].wd < 0 && tk_cg_removed(t->v[0].fd))
+	/* No event says the root itself was removed: cgroupfs sends no
+	 * IN_DELETE_SELF (its inode outlives the directory). */
+	if (tk_cg_removed(t->v[0].fd))
 		return fail(t, 0, "removed", -ENOENT);
 	t->nofile = tk_nofile_get(&soft, &hard) == 0 && soft < 0x7fffffff ? (long)soft : 0;
 	t->keep_below = t->nofile > 0 ? t->nofile / 2 : 0x7fffffff;

@@ -56,6 +56,7 @@ struct tk_cg_tree {
 	int watch_err;       /* the first refusal of inotify (negative errno) */
 	const char *watch_step; /* ... and the call that refused */
 	int all_dirty;       /* the queue overflowed: list every directory */
+	unsigned long overflows; /* how often it did */
 	int root_moved;      /* the root was renamed: its paths are stale */
 	unsigned gen;
 	/* The failure of the last sync: the node it concerns and what failed. */

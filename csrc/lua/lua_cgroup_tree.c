@@ -184,39 +184,42 @@ static int tree_fileno(lua_State *L)
 	return 1;
 }
 
-static int node_cmp(const void *a, const void *b)
-{
-	return strcmp((*(const struct tk_cg_node *const *)a)->path,
-	              (*(const struct tk_cg_node *const *)b)->path);
-}
+struct skip {
+	const char *path;   /* first: path_cmp compares it */
+	int err;
+};
 
 /* tree.skipped: {{path=, errno=, error=}...} sorted by path. */
 static void skipped_push(lua_State *L, const struct tk_cg_tree *t)
 {
-	const struct tk_cg_node **v;
+	struct skip *v;
 	size_t n = 0;
 
 	v = lua_newuserdatauv(L, (t->len + 1) * sizeof *v, 0);
-	for (size_t i = 0; i < t->len; i++)
-		if (t->v[i].state == TK_CG_NODE_SKIPPED)
-			v[n++] = &t->v[i];
-	qsort(v, n, sizeof *v, node_cmp);
+	for (size_t i = 0; i < t->len; i++) {
+		if (t->v[i].state == TK_CG_NODE_SKIPPED) {
+			v[n].path = t->v[i].path;
+			v[n++].err = t->v[i].err;
+		}
+	}
+	qsort(v, n, sizeof *v, path_cmp);
 	lua_createtable(L, (int)n, 0);
 	for (size_t i = 0; i < n; i++) {
 		lua_createtable(L, 0, 3);
-		lua_pushstring(L, v[i]->path);
+		lua_pushstring(L, v[i].path);
 		lua_setfield(L, -2, "path");
-		lua_pushinteger(L, -v[i]->err);
+		lua_pushinteger(L, -v[i].err);
 		lua_setfield(L, -2, "errno");
-		lua_pushstring(L, v[i]->err == -ENAMETOOLONG ? "its path is longer than 4095 bytes"
-		                                             : strerror(-v[i]->err));
+		lua_pushstring(L, v[i].err == -ENAMETOOLONG ? "its path is longer than 4095 bytes"
+		                                            : strerror(-v[i].err));
 		lua_setfield(L, -2, "error");
 		lua_rawseti(L, -2, (lua_Integer)i + 1);
 	}
 	lua_remove(L, -2);
 }
 
-/* Fields: path, mount, skipped, watch; upvalue 1: the methods. */
+/* Fields: path, mount, fds, overflows, skipped, watch; upvalue 1: the
+ * methods. */
 static int tree_index(lua_State *L)
 {
 	struct ltree *lt = luaL_checkudata(L, 1, TK_CGROUP_TREE_MT);
@@ -229,6 +232,11 @@ static int tree_index(lua_State *L)
 		}
 		if (strcmp(k, "mount") == 0) {
 			lua_getiuservalue(L, 1, 2);
+			return 1;
+		}
+		if (strcmp(k, "overflows") == 0) {
+			tree_check(L, 1);
+			lua_pushinteger(L, (lua_Integer)lt->t.overflows);
 			return 1;
 		}
 		if (strcmp(k, "fds") == 0) {

@@ -315,7 +315,9 @@ end
 -- stat files are opened for each read), plus an inotify descriptor whose
 -- watch on every directory says which directories changed; those, and
 -- every one after the queue overflowed, are listed again at the next
--- call, so no cgroup is ever missed or kept past its removal. Where
+-- call, so no cgroup is ever missed or kept past its removal (the
+-- root's own removal is checked on each call: cgroupfs sends no
+-- IN_DELETE_SELF). Where
 -- inotify is refused (fs.inotify.max_user_instances or
 -- max_user_watches), the directories without a watch are listed on every
 -- call instead, and `tree.watch` says why.
@@ -328,8 +330,8 @@ end
 --   `cg:stat()` for that cgroup (the same code reads them). A cgroup
 --   removed during the call is left out, not an error. Errors: `nil,
 --   "tree:stat /a/b: stat <file>: message", errno` when a present file
---   cannot be read; ENOENT when the tree's root was removed, ESTALE when
---   it was renamed; EMFILE as below.
+--   cannot be read; ENOENT when the tree's root was removed (ESTALE if it
+--   were renamed: cgroup2 refuses renames today); EMFILE as below.
 -- * `tree:paths()` -> the paths, sorted (`"/a"`, `"/a/b"`, ...).
 -- * `tree:refresh()` -> true: reads the watch's news now (stat and paths
 --   do it first by themselves).
@@ -338,17 +340,24 @@ end
 --   beneath the root; any call above drains it. `nil, message, errno`
 --   without inotify.
 -- * `tree.path` (the root's), `tree.mount`, `tree.watch` (true, or why a
---   directory is listed on every call), and `tree.skipped`: the subtrees
+--   directory is listed on every call), `tree.fds` (descriptors held),
+--   `tree.overflows` (times the inotify queue overflowed and every
+--   directory was listed again), and `tree.skipped`: the subtrees
 --   left out, `{{path=, errno=, error=}, ...}` sorted by path: EACCES (a
 --   directory this process may not list, e.g. delegated to another user)
 --   and ENAMETOOLONG (a path past 4095 bytes, which takana.cgroup could
 --   not open either).
 --
--- Descriptors: one per cgroup, so a login's 1,024 fits about 1,000
--- cgroups; a tree that would leave fewer than 8 of RLIMIT_NOFILE free
--- fails with EMFILE and says so (raise `ulimit -n` or take a smaller
--- subtree). About 20 us a cgroup at 100 cgroups on this project's test
--- host, against about 85 us for open/stat/close (bench/cgroup.lua).
+-- Descriptors: one directory descriptor per cgroup, so a login's 1,024
+-- fits about 1,000 cgroups; a tree that would leave fewer than 8 of
+-- RLIMIT_NOFILE free fails with EMFILE and says so (raise `ulimit -n` or
+-- take a smaller subtree). The stat files' descriptors are kept too, but
+-- only while the process has more than half of RLIMIT_NOFILE free (then a
+-- read is one pread instead of openat, pread and close, a third of the
+-- cost), and they are the first given back when a new cgroup needs a
+-- directory descriptor. On the project's test host, 16 us a cgroup at 10
+-- cgroups and 21-26 us at 100, against 50-200 us for open/stat/close of
+-- each (bench/cgroup.lua).
 -- @tparam string|cgroup path "/a/b" relative to the cgroup2 mount ("/" its
 --   root), as `takana.cgroup` takes it, or an open cgroup handle (its own
 --   directory is the root)
