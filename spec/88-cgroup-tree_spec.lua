@@ -167,6 +167,35 @@ describe("cgroup.tree", function()
     tree:close()
   end)
 
+  it("lists every directory on each call when inotify is refused, and says why #root", function()
+    local why = why_not()
+    if why then return pending(why) end
+    mk("/a")
+    -- In a user namespace of its own whose inotify instance limit is 0
+    -- (the host's limit is not touched): inotify_init1 says EMFILE.
+    local script = ([[
+      local takana = require "takana"
+      local uv = require "luv"
+      local tree = assert(takana.cgroup.tree(%q))
+      local fd, err, errno = tree:fileno()
+      print(tree.watch, fd, errno == takana.errno.EMFILE, err:match("max_user_instances") ~= nil)
+      print(table.concat(tree:paths(), " "))
+      assert(uv.fs_mkdir(%q, 493))
+      assert(uv.fs_rmdir(%q))
+      local st = assert(tree:stat())
+      print(table.concat(tree:paths(), " "), st[%q] ~= nil, st[%q] == nil)
+      assert(uv.fs_rmdir(%q))
+    ]]):format(top, abs .. "/b", abs .. "/a", top .. "/b", top .. "/a", abs .. "/b")
+    local code, out = H.run("unshare -U -r sh -c " .. H.shell_quote(
+      "echo 0 > /proc/sys/user/max_inotify_instances && " ..
+      "env LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' LUA_CPATH='./?.so;;' " .. H.lua .. " -e " .. H.shell_quote(script)))
+    if code ~= 0 and out:match("unshare") then return pending("unshare -U failed here: " .. out) end
+    assert.equal(0, code, out)
+    assert.equal(("inotify_init1: Too many open files (fs.inotify.max_user_instances, or the descriptor limit): " ..
+      "every directory is listed again on each call\tnil\ttrue\ttrue\n%s %s/a\n%s %s/b\ttrue\ttrue\n")
+      :format(top, top, top, top), out)
+  end)
+
   it("raises on bad arguments and says ENOENT for a missing cgroup", function()
     local tree_of = takana.cgroup.tree
     for _, bad in ipairs { 5, true, {}, print } do

@@ -170,6 +170,16 @@ static int tree_refresh(lua_State *L)
 	return 1;
 }
 
+/* Which limit a refused watch most likely met. */
+static const char *watch_hint(const struct tk_cg_tree *t)
+{
+	if (t->inotify_fd < 0 && t->watch_err == -EMFILE)
+		return " (fs.inotify.max_user_instances, or the descriptor limit)";
+	if (t->inotify_fd >= 0 && t->watch_err == -ENOSPC)
+		return " (fs.inotify.max_user_watches)";
+	return "";
+}
+
 /* tree:fileno() -> the inotify descriptor | nil, msg, errno without one */
 static int tree_fileno(lua_State *L)
 {
@@ -177,9 +187,9 @@ static int tree_fileno(lua_State *L)
 
 	tk_check_nargs(L, 1);
 	if (lt->t.inotify_fd < 0)
-		return tk_push_error(L, lua_pushfstring(L, "tree:fileno %s: nothing to poll, %s failed "
+		return tk_push_error(L, lua_pushfstring(L, "tree:fileno %s: nothing to poll, %s failed%s "
 		                     "(each call lists every directory instead)", lt->t.v[0].path,
-		                     lt->t.watch_step), lt->t.watch_err);
+		                     lt->t.watch_step, watch_hint(&lt->t)), lt->t.watch_err);
 	lua_pushinteger(L, lt->t.inotify_fd);
 	return 1;
 }
@@ -251,8 +261,8 @@ static int tree_index(lua_State *L)
 			} else if (lt->t.watch_err == 0) {
 				lua_pushboolean(L, 1);
 			} else {
-				lua_pushfstring(L, "%s: %s: %s", lt->t.watch_step, strerror(-lt->t.watch_err),
-				                lt->t.inotify_fd < 0
+				lua_pushfstring(L, "%s: %s%s: %s", lt->t.watch_step, strerror(-lt->t.watch_err),
+				                watch_hint(&lt->t), lt->t.inotify_fd < 0
 				                ? "every directory is listed again on each call"
 				                : "the directories without a watch are listed again on each call");
 			}
