@@ -1,8 +1,10 @@
 -- make bench: cg:stat() of a unit against summing /proc/<pid>/stat for its
 -- processes, at 1, 20 and 200 processes, in one run with alternating rounds;
 -- cached cgroup paths; and tree:stat() of 10, 100 and 1,000 cgroups against
--- open/stat/close of each, stat on handles kept open, and the floor: a bare
--- C loop of openat+pread+close over the same files (bench/cgroup_floor).
+-- open/stat/close of each, stat on handles kept open, and the floors: a bare
+-- C loop of openat+pread+close over the same files (bench/cgroup_floor), and
+-- of pread alone on descriptors it keeps (what the tree's kernel side is
+-- when its descriptor budget lets it keep them).
 package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;./bench/?.so;" .. package.cpath
 local takana = require "takana"
@@ -127,6 +129,7 @@ local tok, terr = pcall(function()
     local dirs = {}
     for i, p in ipairs(made) do dirs[i] = mount .. p end
     local floor_cmd = "./bench/cgroup_floor " .. files .. " " .. table.concat(dirs, " ")
+    local kept_cmd = "./bench/cgroup_floor -k " .. files .. " " .. table.concat(dirs, " ")
     local kept = {}
     if n <= 100 then
       for i, p in ipairs(made) do kept[i] = assert(takana.cgroup(p)) end
@@ -142,6 +145,11 @@ local tok, terr = pcall(function()
           cg:close()
         end
         return n end },
+      { name = ("C floor: pread on kept fds, %d"):format(n), run = function()
+        local f = assert(io.popen(kept_cmd))
+        local ns = assert(tonumber(f:read("l"):match("^(%d+)")))
+        f:close()
+        return n, ns end },
       { name = ("C floor: openat+pread+close, %d"):format(n), run = function()
         local f = assert(io.popen(floor_cmd))
         local ns = assert(tonumber(f:read("l"):match("^(%d+)")))
@@ -156,7 +164,8 @@ local tok, terr = pcall(function()
     local r = L.measure(cases, ROUNDS)
     L.print_table(("cgroup tree, %d cgroups, %d rounds alternating (us/op: a cgroup)"):format(n, ROUNDS),
       cases, r, n)
-    local res = { tree = r[cases[1].name], osc = r[cases[2].name], floor = r[cases[#cases].name] }
+    local res = { tree = r[cases[1].name], osc = r[cases[2].name], floor = r[cases[#cases].name],
+      kept_floor = r[cases[#cases - 1].name] }
     if n <= 100 then res.kept = r[cases[3].name] end
     tree_results[n] = res
     for _, cg in ipairs(kept) do cg:close() end
@@ -189,4 +198,5 @@ for _, n in ipairs { 10, 100, 1000 } do
   ratio(t.osc.min / t.tree.min, ("open/stat/close / tree:stat() at %d"):format(n), "(info)", true)
   if t.kept then ratio(t.kept.min / t.tree.min, ("kept handles' stat / tree:stat() at %d"):format(n), "(info)", true) end
   ratio(t.tree.min / t.floor.min, ("tree:stat() / C openat+pread floor at %d"):format(n), "(info)", true)
+  ratio(t.tree.min / t.kept_floor.min, ("tree:stat() / C pread-on-kept-fds floor at %d"):format(n), "(info)", true)
 end

@@ -34,11 +34,11 @@ static int tree_error(lua_State *L, const struct tk_cg_tree *t, const char *what
 
 	if (r == -EMFILE && strcmp(step, "descriptor budget") == 0) {
 		lua_pushnil(L);
-		lua_pushfstring(L, "%s %s: a tree keeps one directory descriptor per cgroup, and %d "
-		                "cgroups (%s's children next) would leave fewer than %d of "
-		                "RLIMIT_NOFILE's %d free: raise the soft limit (ulimit -n) or take a "
-		                "smaller subtree", what, t->len > 0 ? t->v[0].path : "?", (int)t->live,
-		                path, TK_CG_TREE_SPARE, (int)t->nofile);
+		lua_pushfstring(L, "%s %s: a tree keeps one directory descriptor per cgroup, and at "
+		                "%d cgroups (opening the children of %s) fewer than %d of "
+		                "RLIMIT_NOFILE's %d were left free: raise the soft limit (ulimit -n) "
+		                "or take a smaller subtree", what, t->len > 0 ? t->v[0].path : "?",
+		                (int)t->live, path, TK_CG_TREE_SPARE, (int)t->nofile);
 		lua_pushinteger(L, EMFILE);
 		return 3;
 	}
