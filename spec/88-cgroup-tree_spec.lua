@@ -239,6 +239,17 @@ describe("cgroup.tree", function()
       assert(tree:stat())
     end
     assert.equal(before, H.count_fds())
+    -- tree.fds is what it holds: a directory each, its inotify
+    -- descriptor and the stat files it keeps; a removed cgroup's go with it.
+    local held = assert(takana.cgroup.tree(top))
+    assert(held:stat())
+    assert.equal(before + held.fds, H.count_fds())
+    rm("/a/b")
+    assert(held:stat())
+    assert.equal(before + held.fds, H.count_fds())
+    assert.same({ top, top .. "/a", top .. "/c" }, held:paths())
+    held:close()
+    assert.equal(before, H.count_fds())
     local lost = assert(takana.cgroup.tree(top))
     assert(lost:stat())
     lost = nil -- luacheck: ignore

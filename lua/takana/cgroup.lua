@@ -355,9 +355,9 @@ end
 -- only while the process has more than half of RLIMIT_NOFILE free (then a
 -- read is one pread instead of openat, pread and close, a third of the
 -- cost), and they are the first given back when a new cgroup needs a
--- directory descriptor. On the project's test host, 16 us a cgroup at 10
--- cgroups and 21-26 us at 100, against 50-200 us for open/stat/close of
--- each (bench/cgroup.lua).
+-- directory descriptor. On the project's (loaded) test host: 15-20 us a
+-- cgroup at 10 cgroups, 21-32 us at 100, 50-90 us at 1,000, against 48-206
+-- us for open/stat/close of each (bench/cgroup.lua).
 -- @tparam string|cgroup path "/a/b" relative to the cgroup2 mount ("/" its
 --   root), as `takana.cgroup` takes it, or an open cgroup handle (its own
 --   directory is the root)
