@@ -153,7 +153,10 @@ describe("cgroup.tree", function()
     -- Two events per round in the watched directory, none read until
     -- the end: past the queue's length, the kernel drops the rest and
     -- says IN_Q_OVERFLOW.
-    local rounds = math.min(limit // 2 + 64, 40000)
+    if not limit or limit > 80000 then
+      return pending(("fs.inotify.max_queued_events is %s: too long a queue to overflow in a bounded spec"):format(limit))
+    end
+    local rounds = limit // 2 + 64
     for i = 1, rounds do
       mk("/o" .. i % 5 + 1)
       rm("/o" .. i % 5 + 1)
