@@ -98,6 +98,9 @@ takana/core.so: $(OBJS)
 bench/takana_bench.so: bench/takana_bench.c $(CORE_SRC) $(HDRS) $(SKELS) $(OUT)/config
 	$(CC) $(filter-out -fvisibility=hidden -MMD -MP,$(TK_CFLAGS)) -I$(LUA_INCDIR) -shared -o $@ bench/takana_bench.c $(CORE_SRC) $(LIBS) -pthread
 
+bench/cgroup_floor: bench/cgroup_floor.c
+	$(CC) -std=gnu11 -O2 $(WARN) -o $@ $<
+
 spec/fixture: spec/fixture.c
 	$(CC) -std=gnu11 -O2 $(WARN) -pthread -o $@ $<
 
@@ -155,7 +158,7 @@ soak: deps
 	$(MAKE) WERROR=1 all spec/fixture spec/envtool.so
 	TAKANA_SOAK=1 $(BUSTED) $(BUSTED_FLAGS) --filter='100,000' spec/80-stress_spec.lua
 
-bench: deps all bench/takana_bench.so spec/fixture
+bench: deps all bench/takana_bench.so bench/cgroup_floor spec/fixture
 	$(LUA) bench/snapshot.lua
 	$(LUA) bench/spawn.lua
 	$(LUA) bench/cgroup.lua
@@ -212,7 +215,7 @@ install: all
 	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
 
 clean:
-	rm -rf $(OUT) takana bench/takana_bench.so spec/fixture spec/envtool.so doc fuzz/out \
+	rm -rf $(OUT) takana bench/takana_bench.so bench/cgroup_floor spec/fixture spec/envtool.so doc fuzz/out \
 		$(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
 
 .PHONY: FORCE fuzz lint doc docgen all deps test test-fast test-unpriv test-nobpf test-asan test-valgrind test-gc soak bench run install clean

@@ -107,6 +107,15 @@ int tk_cg_read_kept(int dirfd, const char *file, int *fd, int keep, char *buf, s
 	return err == -ENODEV ? -ENOENT : err;
 }
 
+int tk_cg_read_once(int dirfd, const char *file, char *buf, size_t cap, size_t *len)
+{
+	int fd = -1, err = tk_cg_read_kept(dirfd, file, &fd, 0, buf, cap, len);
+
+	if (fd >= 0)
+		close(fd);
+	return err;
+}
+
 int tk_cg_read_each(int dirfd, const char *file, tk_chunk_cb cb, void *ctx)
 {
 	char buf[8192];

@@ -25,6 +25,9 @@ int tk_cg_file_open(int dirfd, const char *file);
  * file does not fit in cap. */
 int tk_cg_read_kept(int dirfd, const char *file, int *fd, int keep, char *buf, size_t cap,
                     size_t *len);
+/* Reads dirfd/file whole into buf through a descriptor opened for this
+ * read alone (a tree keeps no file open): as tk_cg_read_kept. */
+int tk_cg_read_once(int dirfd, const char *file, char *buf, size_t cap, size_t *len);
 /* Reads dirfd/file to its end, a chunk at a time through cb; cb returns 0
  * to go on, anything else stops the read and is returned. */
 typedef int (*tk_chunk_cb)(void *ctx, const char *buf, size_t len);

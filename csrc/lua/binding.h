@@ -33,6 +33,7 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_PIPE_MT "takana.Pipe"
 #define TK_DIR_MT "takana.Dir"
 #define TK_PRESSURE_TRIGGER_MT "takana.PressureTrigger"
+#define TK_CGROUP_TREE_MT "takana.CgroupTree"
 
 /* A kernel counter as a Lua integer, saturating rather than wrapping. */
 static inline lua_Integer tk_u64_int(uint64_t v)
@@ -92,6 +93,20 @@ void tk_snapshot_open_lib(lua_State *L);
 void tk_pidfd_open_lib(lua_State *L);
 void tk_cgroup_open_lib(lua_State *L);
 void tk_events_open_lib(lua_State *L);
+/* What a buffer for one file of cg:stat() holds (lua_cgroup.c). */
+#define TK_CGROUP_STAT_BUF 8192
+/* Pushes the cg:stat() table of node of tree t, read through the tree's
+ * kept descriptors (lua_cgroup.c, for lua_cgroup_tree.c); buf holds
+ * TK_CGROUP_STAT_BUF bytes. 0, or the first failure (negative errno,
+ * *file the file) with the table pushed anyway. *absent: a file was
+ * missing and none was read after it, so the cgroup may be gone. */
+struct tk_cg_tree;
+int tk_cgroup_stat_push(lua_State *L, struct tk_cg_tree *t, size_t node, char *buf,
+                        const char **file, int *absent);
+/* The number of files cg:stat() reads: the slots a tree keeps per node. */
+int tk_cgroup_stat_files(void);
+/* takana.core.cgroup_tree (lua_cgroup_tree.c). */
+void tk_cgroup_tree_open_lib(lua_State *L);
 /* The directory fd of the cgroup handle at idx (lua_cgroup.c); raises when
  * it is none or closed. */
 int tk_cgroup_dirfd(lua_State *L, int idx);

@@ -16,10 +16,11 @@
 #include "cgroup.h"
 #include "cgroup_parse.h"
 #include "cgroup_path.h"
+#include "cgroup_tree.h"
 #include "mounts_watch.h"
 #include "util.h"
 
-#define READ_BUF 8192
+#define READ_BUF TK_CGROUP_STAT_BUF
 
 /* The layout of cg:stat(), the one list of its sections and keys (the
  * binding reads it, core.cgroup_stat exports it to cg:why(), `takana
@@ -112,12 +113,23 @@ static struct lcgroup *cg_check(lua_State *L, int idx)
 	return (struct lcgroup *)tk_handle_check(L, idx, TK_CGROUP_MT);
 }
 
-/* Reads one of the stat files through its kept fd. -ENOENT when absent. */
-static int cg_file_read(struct lcgroup *cg, int f, char *buf, size_t *len)
+/* Where the stat files are read: a handle's directory and kept fds, or a
+ * node of a tree (tree set), which keeps its own within a budget. */
+struct stat_src {
+	int dirfd;
+	int *fds;
+	struct tk_cg_tree *tree;
+	size_t node;
+};
+
+/* Reads one of the stat files. -ENOENT when absent. */
+static int cg_file_read(const struct stat_src *src, int f, char *buf, size_t *len)
 {
+	if (src->tree != NULL)
+		return tk_cg_tree_read(src->tree, src->node, f, stat_layout[f].file, buf, READ_BUF, len);
 	/* cgroup.events goes only with the cgroup: its fd, the one polled,
 	 * stays, so an event loop never holds a closed descriptor. */
-	return tk_cg_read_kept(cg->h.fd, stat_layout[f].file, &cg->fds[f], f == CGF_EVENTS, buf,
+	return tk_cg_read_kept(src->dirfd, stat_layout[f].file, &src->fds[f], f == CGF_EVENTS, buf,
 	                       READ_BUF, len);
 }
 
@@ -177,10 +189,10 @@ static void kv_set(void *ctx, const char *key, size_t klen, const char *val, siz
 }
 
 /* Pushes a table of a flat-keyed file, or nothing and returns the error. */
-static int kv_file_push(lua_State *L, struct lcgroup *cg, int f, char *buf)
+static int kv_file_push(lua_State *L, const struct stat_src *src, int f, char *buf)
 {
 	size_t len;
-	int err = cg_file_read(cg, f, buf, &len);
+	int err = cg_file_read(src, f, buf, &len);
 
 	if (err < 0)
 		return err;
@@ -194,14 +206,20 @@ static int kv_file_push(lua_State *L, struct lcgroup *cg, int f, char *buf)
 }
 
 /* The first failure of cg:stat() other than an absent file: reported, not
- * turned into a missing section. */
+ * turned into a missing section. absent: a file was missing and none was
+ * read after it, so the cgroup may have been removed during the reads. */
 struct stat_error {
 	int err;
 	int file;
+	int absent;
 };
 
 static int stat_note(struct stat_error *se, int f, int err)
 {
+	if (err == -ENOENT)
+		se->absent = 1;
+	else if (err == 0)
+		se->absent = 0;
 	if (err < 0 && err != -ENOENT && se->err == 0) {
 		se->err = err;
 		se->file = f;
@@ -209,12 +227,12 @@ static int stat_note(struct stat_error *se, int f, int err)
 	return err;
 }
 
-static int single_push(lua_State *L, struct lcgroup *cg, int f, char *buf,
+static int single_push(lua_State *L, const struct stat_src *src, int f, char *buf,
                        struct stat_error *se)
 {
 	size_t len;
 
-	if (stat_note(se, f, cg_file_read(cg, f, buf, &len)) < 0)
+	if (stat_note(se, f, cg_file_read(src, f, buf, &len)) < 0)
 		return 0;
 	value_push(L, buf, len);
 	return 1;
@@ -234,12 +252,13 @@ static void psi_line_push(lua_State *L, const struct tk_psi_line *line, int nrec
 	lua_setfield(L, -2, "total_ns");
 }
 
-static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf, struct stat_error *se)
+static int psi_push(lua_State *L, const struct stat_src *src, int f, char *buf,
+                    struct stat_error *se)
 {
 	size_t len;
 	const char *p, *end;
 
-	if (stat_note(se, f, cg_file_read(cg, f, buf, &len)) < 0)
+	if (stat_note(se, f, cg_file_read(src, f, buf, &len)) < 0)
 		return 0;
 	lua_newtable(L);
 	for (p = buf, end = buf + len; p < end;) {
@@ -261,9 +280,9 @@ static int psi_push(lua_State *L, struct lcgroup *cg, int f, char *buf, struct s
 /* Pushes the handle's cgroup.events as {populated=bool, frozen=bool}
  * (every key the kernel gives; the two known ones as booleans), or
  * nothing and returns the error. */
-static int events_push(lua_State *L, struct lcgroup *cg, char *buf)
+static int events_push(lua_State *L, const struct stat_src *src, char *buf)
 {
-	int err = kv_file_push(L, cg, CGF_EVENTS, buf);
+	int err = kv_file_push(L, src, CGF_EVENTS, buf);
 
 	if (err < 0)
 		return err;
@@ -283,18 +302,18 @@ static int events_push(lua_State *L, struct lcgroup *cg, char *buf)
 
 /* Pushes file f as stat_layout says and returns 1, or pushes nothing and
  * returns 0 (the failure noted in se unless the file is absent). */
-static int stat_file_push(lua_State *L, struct lcgroup *cg, int f, char *buf,
+static int stat_file_push(lua_State *L, const struct stat_src *src, int f, char *buf,
                           struct stat_error *se)
 {
 	switch (stat_layout[f].kind) {
 	case SK_KV:
-		return stat_note(se, f, kv_file_push(L, cg, f, buf)) == 0;
+		return stat_note(se, f, kv_file_push(L, src, f, buf)) == 0;
 	case SK_VALUE:
-		return single_push(L, cg, f, buf, se);
+		return single_push(L, src, f, buf, se);
 	case SK_PSI:
-		return psi_push(L, cg, f, buf, se);
+		return psi_push(L, src, f, buf, se);
 	case SK_EVENTS:
-		return stat_note(se, f, events_push(L, cg, buf)) == 0;
+		return stat_note(se, f, events_push(L, src, buf)) == 0;
 	}
 	return 0;
 }
@@ -312,7 +331,8 @@ static void section_close(lua_State *L, const char *section, int have)
 }
 
 /* Fills the table on top with the sections of stat_layout. */
-static void stat_sections(lua_State *L, struct lcgroup *cg, char *buf, struct stat_error *se)
+static void stat_sections(lua_State *L, const struct stat_src *src, char *buf,
+                          struct stat_error *se)
 {
 	const char *open = NULL;  /* the section whose table is on top */
 	int have = 0, skip = 0;
@@ -332,7 +352,7 @@ static void stat_sections(lua_State *L, struct lcgroup *cg, char *buf, struct st
 				have = skip = 0;
 			}
 		}
-		if (!stat_file_push(L, cg, f, buf, se)) {
+		if (!stat_file_push(L, src, f, buf, se)) {
 			skip = sf->anchor;
 			continue;
 		}
@@ -370,13 +390,14 @@ static void stat_sections(lua_State *L, struct lcgroup *cg, char *buf, struct st
 static int cg_stat(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
-	struct stat_error se = { 0, 0 };
+	struct stat_src src = { cg->h.fd, cg->fds, NULL, 0 };
+	struct stat_error se = { 0, 0, 0 };
 	char *buf;
 
 	tk_check_nargs(L, 1);
 	buf = lua_newuserdatauv(L, READ_BUF, 0);
 	lua_createtable(L, 0, 5);
-	stat_sections(L, cg, buf, &se);
+	stat_sections(L, &src, buf, &se);
 	if (se.err < 0)
 		return tk_push_error(L, lua_pushfstring(L, "stat %s", stat_layout[se.file].file),
 		                     se.err);
@@ -393,6 +414,24 @@ static int cg_stat(lua_State *L)
 	return 1;
 }
 
+int tk_cgroup_stat_files(void)
+{
+	return CGF_COUNT;
+}
+
+int tk_cgroup_stat_push(lua_State *L, struct tk_cg_tree *t, size_t node, char *buf,
+                        const char **file, int *absent)
+{
+	struct stat_src src = { -1, NULL, t, node };
+	struct stat_error se = { 0, 0, 0 };
+
+	lua_createtable(L, 0, 5);
+	stat_sections(L, &src, buf, &se);
+	*absent = se.absent;
+	*file = stat_layout[se.file].file;
+	return se.err;
+}
+
 /*** Reads cgroup.events alone, through the descriptor `fileno()` polls:
  * reading it is what re-arms that descriptor's POLLPRI, so a loop that
  * polls and then calls `state()` never misses a change. (`events()` is
@@ -404,12 +443,13 @@ static int cg_stat(lua_State *L)
 static int cg_state(lua_State *L)
 {
 	struct lcgroup *cg = cg_check(L, 1);
+	struct stat_src src = { cg->h.fd, cg->fds, NULL, 0 };
 	char *buf;
 	int err;
 
 	tk_check_nargs(L, 1);
 	buf = lua_newuserdatauv(L, READ_BUF, 0);
-	err = events_push(L, cg, buf);
+	err = events_push(L, &src, buf);
 	if (err < 0) {
 		lua_getiuservalue(L, 1, 1);
 		if (*lua_tostring(L, -1) == '\0' && err == -ENOENT)

@@ -199,6 +199,7 @@ int luaopen_takana_core(lua_State *L)
 	tk_cgroup_path_open_lib(L);
 	tk_host_open_lib(L);
 	tk_cgroup_open_lib(L);
+	tk_cgroup_tree_open_lib(L);
 	tk_pressure_open_lib(L);
 	tk_events_open_lib(L);
 	tk_dir_open_lib(L);
