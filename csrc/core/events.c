@@ -331,22 +331,24 @@ static void who_from_proc(struct tk_events *ev, struct tk_event *e)
 	memset(&st, 0, sizeof st);   /* filled by the parse; cppcheck cannot tell */
 	snprintf(path, sizeof path, "%u/status", e->pid);
 	n = tk_read_small(ev->cn.proc_fd, path, buf, sizeof buf);
-	if (n <= 0 || tk_status_parse(buf, (size_t)n, &st) < 0 || st.uid[1] < 0 || st.gid[1] < 0) {
-		e->flags |= TK_EVF_WHO_LOST;
-		ev->who_lost++;
-		return;
+	if (n <= 0 || tk_status_parse(buf, (size_t)n, &st) < 0 || st.uid[1] < 0 || st.gid[1] < 0)
+		goto lost;
+	if (ev->cn.loginuid) {
+		snprintf(path, sizeof path, "%u/loginuid", e->pid);
+		n = tk_read_small(ev->cn.proc_fd, path, buf, sizeof buf);
+		/* Gone between the two reads: all three or none. */
+		if (n <= 0 || tk_parse_u64(buf, buf + n, UINT32_MAX, &v) == NULL)
+			goto lost;
+		e->loginuid = (uint32_t)v;
+		e->flags |= TK_EVF_LOGINUID;
 	}
 	e->uid = (uint32_t)st.uid[1];
 	e->gid = (uint32_t)st.gid[1];
 	e->flags |= TK_EVF_WHO;
-	if (!ev->cn.loginuid)
-		return;
-	snprintf(path, sizeof path, "%u/loginuid", e->pid);
-	n = tk_read_small(ev->cn.proc_fd, path, buf, sizeof buf);
-	if (n > 0 && tk_parse_u64(buf, buf + n, UINT32_MAX, &v) != NULL) {
-		e->loginuid = (uint32_t)v;
-		e->flags |= TK_EVF_LOGINUID;
-	}
+	return;
+lost:
+	e->flags |= TK_EVF_WHO_LOST;
+	ev->who_lost++;
 }
 
 /* Ids that may be another process's or another moment's: none. */
