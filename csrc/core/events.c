@@ -32,7 +32,6 @@
 #include "clock.h"
 #include "events.h"
 #include "fork.h"
-#include "procinfo.h"
 #include "util.h"
 
 /* ---- the queue ---------------------------------------------------------- */
@@ -318,20 +317,23 @@ static void exec_from_proc(struct tk_event *e)
 }
 
 /* The ids of a fork's or exec's process, read from /proc at receipt (the
- * connector carries none): the effective uid and gid its status shows, as
- * bpf takes them from its credentials, and its login uid. A process gone
- * by then (reaped: a zombie still reads) leaves them unknown, and says so. */
+ * connector carries none): the effective uid and gid, as bpf takes them
+ * from its credentials, and its login uid. The ids are the owner of its
+ * /proc/<pid> directory: the kernel (task_dump_owner) makes that the euid
+ * and egid even for a process that is not dumpable, whose other files
+ * root owns; one fstatat instead of generating and parsing its status
+ * (the second column of whose Uid and Gid lines says the same). A process
+ * gone by then (reaped: a zombie still reads) leaves them unknown, and
+ * says so. */
 static void who_from_proc(struct tk_events *ev, struct tk_event *e)
 {
-	char path[40], buf[4096];
-	struct tk_status st;
+	char path[40], buf[32];
+	struct stat st;
 	uint64_t v;
 	ssize_t n;
 
-	memset(&st, 0, sizeof st);   /* filled by the parse; cppcheck cannot tell */
-	snprintf(path, sizeof path, "%u/status", e->pid);
-	n = tk_read_small(ev->cn.proc_fd, path, buf, sizeof buf);
-	if (n <= 0 || tk_status_parse(buf, (size_t)n, &st) < 0 || st.uid[1] < 0 || st.gid[1] < 0)
+	snprintf(path, sizeof path, "%u", e->pid);
+	if (fstatat(ev->cn.proc_fd, path, &st, 0) < 0)
 		goto lost;
 	if (ev->cn.loginuid) {
 		snprintf(path, sizeof path, "%u/loginuid", e->pid);
@@ -342,8 +344,8 @@ static void who_from_proc(struct tk_events *ev, struct tk_event *e)
 		e->loginuid = (uint32_t)v;
 		e->flags |= TK_EVF_LOGINUID;
 	}
-	e->uid = (uint32_t)st.uid[1];
-	e->gid = (uint32_t)st.gid[1];
+	e->uid = (uint32_t)st.st_uid;
+	e->gid = (uint32_t)st.st_gid;
 	e->flags |= TK_EVF_WHO;
 	return;
 lost:

@@ -138,8 +138,9 @@ end
 -- @field uid the effective uid (fork, exec), as the snapshots' `uid` and
 --   the second column of `/proc/<pid>/status`'s Uid line; unlike the
 --   snapshots, not root for a process that is not dumpable. bpf reads it
---   from the process's credentials at the fork or exec; the connector from
---   `/proc/<pid>/status` at receipt (see `who_lost`)
+--   from the process's credentials at the fork or exec; the connector at
+--   receipt, as the owner of `/proc/<pid>` (which the kernel keeps the euid
+--   and egid even when not dumpable; see `who_lost`)
 -- @field gid the effective gid (fork, exec), read as `uid` is
 -- @field loginuid the audit login uid (fork, exec), as
 --   `/proc/<pid>/loginuid` shows it: 4294967295 when none was ever set
