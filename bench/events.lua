@@ -133,8 +133,45 @@ local function latency(backend, interval)
   return percentile(lat, 0.5)
 end
 
--- ONLY=exec runs the exec storms alone; ONLY=storm the fork storms alone.
+-- ONLY=exec runs the exec storms alone; ONLY=storm the fork storms alone;
+-- ONLY=drain the drain cost alone.
 local ONLY = os.getenv("ONLY")
+
+-- What one fork or exec event costs the reader, from the kernel's buffer to
+-- a Lua table, with its processes alive (the connector reads /proc for
+-- their argv and ids): N sleepers are spawned with the stream unread, then
+-- one drain is timed in the reader's CPU, five times; the median.
+local DRAIN_N = tonumber(os.getenv("DRAIN_N") or "") or 300
+local function drain_cost(backend)
+  local per = {}
+  for round = 1, 5 do
+    local ev, why = takana.events { "fork", "exec", backend = backend, buffer = 16 << 20 }
+    if not ev then
+      print(("  %-10s unavailable: %s"):format(backend, why))
+      return
+    end
+    local kids = {}
+    for i = 1, DRAIN_N do kids[i] = assert(takana.spawn { "/bin/sleep", "30" }) end
+    local c0, n = os.clock(), 0
+    for _ = 1, 3 do for _ in assert(ev:read()) do n = n + 1 end end
+    per[round] = (os.clock() - c0) * 1e6 / n
+    for _, k in ipairs(kids) do
+      k:signal("KILL")
+      k:wait()
+      k:close()
+    end
+    ev:close()
+  end
+  table.sort(per)
+  print(("  %-10s %d processes' fork and exec  reader %.2f us/event (median of 5; %.2f..%.2f)"):format(
+    backend, DRAIN_N, per[3], per[1], per[5]))
+end
+if ONLY == nil or ONLY == "drain" then
+  print("== drain: reader CPU per fork or exec event, its process alive ==")
+  for _, b in ipairs { "bpf", "connector" } do drain_cost(b) end
+  print()
+  if ONLY == "drain" then return end
+end
 if ONLY ~= "exec" then
 print(("== event storm: vfork+exit+reap for %d s; received + reported lost vs the generator's count =="):format(STORM_S))
 for _, run in ipairs {
