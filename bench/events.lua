@@ -50,8 +50,12 @@ local function storm(backend, buffer)
   local gen = child.pid
   -- Exits are matched to the generator's forks by pid as well as by ppid:
   -- the connector reports ppid 0 when the parent reaped first.
-  local forks, exits, lost_markers, pending = 0, 0, 0, {}
+  local forks, exits, lost_markers, pending, all = 0, 0, 0, {}, 0
+  -- The reader's own CPU (the generator is another process) per event
+  -- read: what one event costs from the kernel's buffer to a Lua table.
+  local cpu0 = os.clock()
   drain(ev, child, function(e)
+    all = all + 1
     if e.type == "fork" and e.ppid == gen then
       forks = forks + 1
       pending[e.pid] = true
@@ -62,6 +66,7 @@ local function storm(backend, buffer)
       lost_markers = lost_markers + (e.count or 1)   -- nil: an overrun, counted as 1
     end
   end)
+  local cpu_us = all > 0 and (os.clock() - cpu0) * 1e6 / all or 0
   local truth = tonumber(child.stdout:read("l"):match("^forks (%d+)"))
   child:wait()
   child:close()
@@ -77,8 +82,8 @@ local function storm(backend, buffer)
   local ok
   if backend == "poll" then
     print(("  %-10s %8s  %7d forks in %.0f s (%6.0f/s)  got fork %7d exit %7d  lossy by design: " ..
-      "sees only what lives across a %g s tick"):format(backend, "-", truth, STORM_S, truth / STORM_S,
-      forks, exits, 0.1))
+      "sees only what lives across a %g s tick  reader %.2f us/event"):format(backend, "-", truth, STORM_S,
+      truth / STORM_S, forks, exits, 0.1, cpu_us))
     return
   elseif by then
     ok = forks + by.fork >= truth and exits + by.exit >= truth and forks <= truth and exits <= truth
@@ -87,10 +92,11 @@ local function storm(backend, buffer)
     ok = forks <= truth and exits <= truth and forks + exits + lost >= 2 * truth
       and (lost > 0 or (forks == truth and exits == truth))
   end
-  print(("  %-10s %8s  %7d forks in %.0f s (%6.0f/s)  got fork %7d exit %7d  lost %7d (%5.2f%%)  %s"):format(
+  print(("  %-10s %8s  %7d forks in %.0f s (%6.0f/s)  got fork %7d exit %7d  lost %7d (%5.2f%%)  %s"
+    .. "  reader %.2f us/event"):format(
     backend, buffer and ("%dK"):format(buffer // 1024) or "default", truth, STORM_S, truth / STORM_S,
     forks, exits, lost, 100 * lost / (2 * truth),
-    ok and "accounted" or "UNACCOUNTED LOSS"))
+    ok and "accounted" or "UNACCOUNTED LOSS", cpu_us))
   assert(lost == lost_markers, "lost() and the lost events disagree")
 end
 
@@ -127,8 +133,45 @@ local function latency(backend, interval)
   return percentile(lat, 0.5)
 end
 
--- ONLY=exec runs the exec storms alone.
+-- ONLY=exec runs the exec storms alone; ONLY=storm the fork storms alone;
+-- ONLY=drain the drain cost alone.
 local ONLY = os.getenv("ONLY")
+
+-- What one fork or exec event costs the reader, from the kernel's buffer to
+-- a Lua table, with its processes alive (the connector reads /proc for
+-- their argv and ids): N sleepers are spawned with the stream unread, then
+-- one drain is timed in the reader's CPU, five times; the median.
+local DRAIN_N = tonumber(os.getenv("DRAIN_N") or "") or 300
+local function drain_cost(backend)
+  local per = {}
+  for round = 1, 5 do
+    local ev, why = takana.events { "fork", "exec", backend = backend, buffer = 16 << 20 }
+    if not ev then
+      print(("  %-10s unavailable: %s"):format(backend, why))
+      return
+    end
+    local kids = {}
+    for i = 1, DRAIN_N do kids[i] = assert(takana.spawn { "/bin/sleep", "30" }) end
+    local c0, n = os.clock(), 0
+    for _ = 1, 3 do for _ in assert(ev:read()) do n = n + 1 end end
+    per[round] = (os.clock() - c0) * 1e6 / n
+    for _, k in ipairs(kids) do
+      k:signal("KILL")
+      k:wait()
+      k:close()
+    end
+    ev:close()
+  end
+  table.sort(per)
+  print(("  %-10s %d processes' fork and exec  reader %.2f us/event (median of 5; %.2f..%.2f)"):format(
+    backend, DRAIN_N, per[3], per[1], per[5]))
+end
+if ONLY == nil or ONLY == "drain" then
+  print("== drain: reader CPU per fork or exec event, its process alive ==")
+  for _, b in ipairs { "bpf", "connector" } do drain_cost(b) end
+  print()
+  if ONLY == "drain" then return end
+end
 if ONLY ~= "exec" then
 print(("== event storm: vfork+exit+reap for %d s; received + reported lost vs the generator's count =="):format(STORM_S))
 for _, run in ipairs {
@@ -161,12 +204,13 @@ local function exec_storm(backend, rate)
   cb.exec_storm_start(rate, EXEC_S, rate > 2000 and 8 or 2)
   -- Sorted out once the storm is over: a worker can exec before its pid
   -- is known here.
-  local seen, quiet_since = {}, nil
-  local t0 = cb.now_ns()
+  local seen, quiet_since, all = {}, nil, 0
+  local t0, cpu0 = cb.now_ns(), os.clock()
   while true do
     local n = 0
     for e in assert(ev:read()) do
       n = n + 1
+      all = all + 1
       if e.type == "exec" and e.ppid then
         seen[#seen + 1] = { e.ppid, same_argv(e.argv) and not e.argv_truncated, e.argv_lost }
       end
@@ -179,6 +223,7 @@ local function exec_storm(backend, rate)
     end
     takana.poll({ ev }, 0.05)
   end
+  local cpu_us = all > 0 and (os.clock() - cpu0) * 1e6 / all or 0
   local truth = cb.exec_storm_wait()
   local workers, got, complete, lost_argv = {}, 0, 0, 0
   for _, w in ipairs(cb.exec_storm_workers()) do workers[w] = true end
@@ -193,11 +238,13 @@ local function exec_storm(backend, rate)
   local lost = ev:lost()
   ev:close()
   print(("  %-10s asked %6d/s  ran %7d execs (%6.0f/s)  events %7d  complete argv %7d (%5.1f%% of execs)"
-    .. "  argv_lost %6d  lost events %d"):format(
-    backend, rate, truth, truth / EXEC_S, got, complete, truth > 0 and 100 * complete / truth or 0, lost_argv, lost))
+    .. "  argv_lost %6d  lost events %d  reader %.2f us/event"):format(
+    backend, rate, truth, truth / EXEC_S, got, complete, truth > 0 and 100 * complete / truth or 0, lost_argv, lost,
+    cpu_us))
   return secs
 end
 
+if ONLY == "storm" then return end
 print(("== exec storm: /bin/true with ten arguments for %g s; exec events whose argv is complete =="):format(EXEC_S))
 for _, rate in ipairs { 1000, 20000 } do
   for _, b in ipairs { "bpf", "connector" } do exec_storm(b, rate) end

@@ -66,6 +66,12 @@ struct pid___tk {
 	struct upid___tk numbers[1];
 };
 
+/* task_struct::loginuid exists only with CONFIG_AUDIT (6.1 and later
+ * alike; Debian's kernels have it). */
+struct task_struct___audit {
+	kuid_t loginuid;
+};
+
 #pragma clang attribute pop
 
 /* The task's state word (get_task_state()), before or after 5.14. */
@@ -128,6 +134,18 @@ static __always_inline bool task_has_worker_private(struct task_struct *t)
 static __always_inline bool worker_has_rescue_wq(struct worker *w)
 {
 	return bpf_core_field_exists(w->rescue_wq);
+}
+
+/* The task's audit login uid into *out; false when the kernel has none to
+ * give (CONFIG_AUDIT off: the events stream says why, from user space). */
+static __always_inline bool task_loginuid(struct task_struct *t, __u32 *out)
+{
+	struct task_struct___audit *a = (void *)t;
+
+	if (!bpf_core_field_exists(a->loginuid))
+		return false;
+	*out = BPF_CORE_READ(a, loginuid.val);
+	return true;
 }
 
 #endif

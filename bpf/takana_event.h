@@ -35,6 +35,11 @@ enum tk_event_type {
                                   * its own (gone, or exec'd again, before the read) */
 #define TK_EVF_FROM_PROC 0x800u  /* exec (connector): filename, argv and comm were read
                                   * from /proc after the exec, not at it */
+#define TK_EVF_WHO       0x1000u /* fork, exec: uid and gid are valid */
+#define TK_EVF_LOGINUID  0x2000u /* fork, exec: loginuid is valid */
+#define TK_EVF_WHO_LOST  0x4000u /* fork, exec (connector): the ids could not be read as
+                                  * this process's (gone before the read, or voided
+                                  * with an exec's argv) */
 
 #define TK_EV_COMM_LEN 16
 #define TK_EV_FILENAME_LEN 128
@@ -50,7 +55,10 @@ struct tk_event {
 	__u32 ppid;           /* 0 when unknown */
 	__u32 exit_code;      /* exit(2) status, when TK_EVF_EXITED */
 	__u32 exit_signal;    /* terminating signal, when TK_EVF_SIGNALED */
-	__u32 pad;
+	/* fork, exec (TK_EVF_WHO): the effective ids, as the initial user
+	 * namespace numbers them; loginuid (TK_EVF_LOGINUID) the audit login
+	 * uid, 4294967295 when none was ever set. */
+	__u32 uid;
 	__u64 time_ns;        /* CLOCK_BOOTTIME */
 	/* exit, bpf only (TK_EVF_ACCT): raw sums, split in user space */
 	__u64 utime_ns;
@@ -62,8 +70,10 @@ struct tk_event {
 	__u64 start_ns;       /* exit, bpf only: the process's start (CLOCK_BOOTTIME) */
 	char comm[TK_EV_COMM_LEN];
 	char filename[TK_EV_FILENAME_LEN];   /* exec; empty otherwise */
+	__u32 gid;
+	__u32 loginuid;
 	__u32 argv_len;       /* exec, TK_EVF_ARGV: bytes used in argv */
-	__u32 pad2;
+	__u32 pad;
 	/* Last: every other event type is sent without it (TK_EV_BASE_SIZE). */
 	char argv[TK_EV_ARGV_LEN];
 };
@@ -76,7 +86,9 @@ struct tk_event {
  *           presence is the value.
  *   kind:   TYPE (the type's name), INT, STR (a NUL-padded array), BOOL,
  *           ARGV (the NUL-separated argv_len bytes of argv, as a list),
- *           FROM (for the flag `member`: "proc-later" when set, else "exec").
+ *           FROM (for the flag `member`: "proc-later" when set, else "exec"),
+ *           REALTIME (the CLOCK_BOOTTIME `member` as CLOCK_REALTIME, by the
+ *           clocks' offset when the stream was read; never on the wire).
  *   types:  TK_EV_BIT of the event types that carry it.
  *   when:   ALWAYS; ANY or ALL of `flags` set; NONE of them set; NONZERO
  *           (the member is not 0 or empty).
@@ -92,15 +104,21 @@ struct tk_event {
 #define TK_EV_ANY_TYPE (TK_EV_BIT(TK_EV_FORK) | TK_EV_BIT(TK_EV_EXEC) | TK_EV_BIT(TK_EV_EXIT) | \
                         TK_EV_BIT(TK_EV_COMM) | TK_EV_BIT(TK_EV_LOST))
 #define TK_EV_PROC_TYPES (TK_EV_ANY_TYPE & ~TK_EV_BIT(TK_EV_LOST))
+#define TK_EV_WHO_TYPES (TK_EV_BIT(TK_EV_FORK) | TK_EV_BIT(TK_EV_EXEC))
 #define TK_EVENT_FIELDS(X) \
 	X(type,           type,              TYPE, TK_EV_ANY_TYPE,        ALWAYS,  0, TK_EVB_ALL) \
 	X(time_ns,        time_ns,           INT,  TK_EV_ANY_TYPE,        ALWAYS,  0, TK_EVB_ALL) \
+	X(realtime_ns,    time_ns,           REALTIME, TK_EV_ANY_TYPE,    ALWAYS,  0, TK_EVB_ALL) \
 	X(count,          lost,              INT,  TK_EV_BIT(TK_EV_LOST), NONE,    TK_EVF_OVERRUN, TK_EVB_BPF | TK_EVB_CONN) \
 	X(overrun,        TK_EVF_OVERRUN,    BOOL, TK_EV_BIT(TK_EV_LOST), ANY,     TK_EVF_OVERRUN, TK_EVB_CONN) \
 	X(pid,            pid,               INT,  TK_EV_PROC_TYPES,      ALWAYS,  0, TK_EVB_ALL) \
 	X(tid,            tid,               INT,  TK_EV_PROC_TYPES,      ALWAYS,  0, TK_EVB_ALL) \
 	X(ppid,           ppid,              INT,  TK_EV_PROC_TYPES,      NONZERO, 0, TK_EVB_ALL) \
 	X(comm,           comm,              STR,  TK_EV_PROC_TYPES,      ANY,     TK_EVF_COMM, TK_EVB_ALL) \
+	X(uid,            uid,               INT,  TK_EV_WHO_TYPES,       ANY,     TK_EVF_WHO, TK_EVB_EXEC) \
+	X(gid,            gid,               INT,  TK_EV_WHO_TYPES,       ANY,     TK_EVF_WHO, TK_EVB_EXEC) \
+	X(loginuid,       loginuid,          INT,  TK_EV_WHO_TYPES,       ANY,     TK_EVF_LOGINUID, TK_EVB_EXEC) \
+	X(who_lost,       TK_EVF_WHO_LOST,   BOOL, TK_EV_WHO_TYPES,       ANY,     TK_EVF_WHO_LOST, TK_EVB_CONN) \
 	X(filename,       filename,          STR,  TK_EV_BIT(TK_EV_EXEC), NONZERO, 0, TK_EVB_EXEC) \
 	X(argv_from,      TK_EVF_FROM_PROC,  FROM, TK_EV_BIT(TK_EV_EXEC), ALWAYS,  0, TK_EVB_EXEC) \
 	X(argv_lost,      TK_EVF_ARGV_LOST,  BOOL, TK_EV_BIT(TK_EV_EXEC), ANY,     TK_EVF_ARGV_LOST, TK_EVB_CONN) \

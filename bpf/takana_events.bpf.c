@@ -134,6 +134,21 @@ static __always_inline void event_comm(struct tk_event *e, const char *comm)
 	e->flags |= TK_EVF_COMM;
 }
 
+/* Who the process is: its objective credentials' effective ids (what
+ * /proc/<pid>/status shows second on its Uid and Gid lines, and what the
+ * snapshots' uid means), fixed by this point (copy_creds in fork,
+ * commit_creds before this tracepoint in exec), and its login uid. */
+static __always_inline void event_who(struct tk_event *e, struct task_struct *t)
+{
+	const struct cred *c = t->real_cred;
+
+	e->uid = c->euid.val;
+	e->gid = c->egid.val;
+	e->flags |= TK_EVF_WHO;
+	if (task_loginuid(t, &e->loginuid))
+		e->flags |= TK_EVF_LOGINUID;
+}
+
 /* getrusage's ru_maxrss: signal->maxrss gets the exiting thread's high
  * water mark in do_exit(); if this tracepoint runs before that, the mm is
  * still attached and gives it. */
@@ -163,6 +178,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	if (!e)
 		return 0;
 	event_comm(e, child->comm);
+	event_who(e, child);
 	e->cgroup_id = BPF_CORE_READ(child, cgroups, dfl_cgrp, kn, id);
 	e->flags |= TK_EVF_CGROUP;
 	bpf_ringbuf_submit(e, 0);
@@ -179,6 +195,7 @@ int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *b
 	if (!e)
 		return 0;
 	event_comm(e, p->comm);
+	event_who(e, p);
 	bpf_probe_read_kernel_str(e->filename, sizeof e->filename, BPF_CORE_READ(bprm, filename));
 	e->cgroup_id = BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
 	e->flags |= TK_EVF_CGROUP;

@@ -65,8 +65,13 @@ typedef struct {
 	__u32 val;
 } kuid_t;
 
+typedef struct {
+	__u32 val;
+} kgid_t;
+
 struct cred {
 	kuid_t euid;
+	kgid_t egid;
 };
 
 struct upid {
@@ -179,6 +184,7 @@ struct task_struct {
 	struct list_head thread_node;      /* 6.6+ */
 	struct mm_struct *mm;
 	struct signal_struct *signal;
+	const struct cred *real_cred;
 	const struct cred *cred;
 	struct sched_entity se;
 	void *worker_private;

@@ -414,7 +414,7 @@ for _, b in ipairs { 'bpf', 'connector' } do
     local t1 = t.boottime_ns()
     for _, ty in ipairs { 'fork', 'exit' } do
       local e = got[ty] or {}
-      print('event', b, ty, t0, e.time_ns or '-', t1, e.start_ns or '-')
+      print('event', b, ty, t0, e.time_ns or '-', t1, e.start_ns or '-', e.realtime_ns or '-', os.time())
     end
     ev:close()
   else
@@ -461,6 +461,10 @@ end
         local f = assert(events[b .. " " .. ty], out)
         local t0, time, t1 = math.tointeger(f[4]), math.tointeger(f[5]), math.tointeger(f[6])
         assert.truthy(time and t0 <= time and time <= t1, out)
+        -- The wall clock has no namespace: the namespace's boottime
+        -- offset (10^6 s) must not reach realtime_ns.
+        local real, now = math.tointeger(f[8]), math.tointeger(f[9])
+        assert.truthy(real and math.abs(real // 1000000000 - now) <= 1, out)
       end
       if b == "bpf" then
         local start = math.tointeger(events["bpf exit"][7])

@@ -45,3 +45,14 @@ uint64_t tk_boottime_ns(void)
 {
 	return tk_clock_ns(CLOCK_BOOTTIME);
 }
+
+int64_t tk_realtime_offset_ns(void)
+{
+	/* The boottime read between two realtime reads: the offset is off by
+	 * half their distance at most, not by the whole of it. */
+	int64_t r1 = (int64_t)tk_clock_ns(CLOCK_REALTIME);
+	int64_t b = (int64_t)tk_clock_ns(CLOCK_BOOTTIME);
+	int64_t r2 = (int64_t)tk_clock_ns(CLOCK_REALTIME);
+
+	return r1 + (r2 - r1) / 2 - b;
+}

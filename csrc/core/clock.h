@@ -20,5 +20,10 @@ int tk_timeout_slice(int64_t timeout_ms, int64_t deadline_ms);
 
 uint64_t tk_clock_ns(clockid_t clock);
 uint64_t tk_boottime_ns(void);
+/* CLOCK_REALTIME minus CLOCK_BOOTTIME now: what turns a boottime stamp
+ * (events, snapshots, start times) into wall-clock time. Both clocks run
+ * through suspend, so it moves only when the wall clock is set or slewed;
+ * it includes our time namespace's boottime offset, as our stamps do. */
+int64_t tk_realtime_offset_ns(void);
 
 #endif

@@ -218,9 +218,17 @@ int tk_cn_parse(const void *buf, size_t len, struct tk_cn_message *out)
 		/* A thread's exit is not the process's. */
 		out->thread = pe->event_data.exit.process_pid != pe->event_data.exit.process_tgid;
 		return 1;
+	case PROC_EVENT_UID:
+	case PROC_EVENT_GID:
+		/* Not an event of its own, but it tells a stream that ids read
+		 * from /proc after it may not be those of an earlier event. */
+		e->pid = (uint32_t)pe->event_data.id.process_tgid;
+		e->tid = (uint32_t)pe->event_data.id.process_pid;
+		out->ids = 1;
+		return 1;
 	default:
-		/* uid, gid, sid, ptrace, coredump: not takana events, but they
-		 * still count in the sequence. */
+		/* sid, ptrace, coredump: not takana events, but they still
+		 * count in the sequence. */
 		e->type = 0;
 		return 1;
 	}
@@ -306,6 +314,66 @@ static void exec_from_proc(struct tk_event *e)
 	}
 	e->argv_len = (uint32_t)n;
 	e->flags |= TK_EVF_ARGV;
+}
+
+/* The ids of a fork's or exec's process, read from /proc at receipt (the
+ * connector carries none): the effective uid and gid, as bpf takes them
+ * from its credentials, and its login uid. The ids are the owner of its
+ * /proc/<pid> directory: the kernel (task_dump_owner) makes that the euid
+ * and egid even for a process that is not dumpable, whose other files
+ * root owns; one fstatat instead of generating and parsing its status
+ * (the second column of whose Uid and Gid lines says the same). A process
+ * gone by then (reaped: a zombie still reads) leaves them unknown, and
+ * says so. */
+static void who_from_proc(struct tk_events *ev, struct tk_event *e)
+{
+	char path[40], buf[32];
+	struct stat st;
+	uint64_t v;
+	ssize_t n;
+
+	snprintf(path, sizeof path, "%u", e->pid);
+	if (fstatat(ev->cn.proc_fd, path, &st, 0) < 0)
+		goto lost;
+	if (ev->cn.loginuid) {
+		snprintf(path, sizeof path, "%u/loginuid", e->pid);
+		n = tk_read_small(ev->cn.proc_fd, path, buf, sizeof buf);
+		/* Gone between the two reads: all three or none. */
+		if (n <= 0 || tk_parse_u64(buf, buf + n, UINT32_MAX, &v) == NULL)
+			goto lost;
+		e->loginuid = (uint32_t)v;
+		e->flags |= TK_EVF_LOGINUID;
+	}
+	e->uid = (uint32_t)st.st_uid;
+	e->gid = (uint32_t)st.st_gid;
+	e->flags |= TK_EVF_WHO;
+	return;
+lost:
+	e->flags |= TK_EVF_WHO_LOST;
+	ev->who_lost++;
+}
+
+/* Ids that may be another process's or another moment's: none. */
+static void who_void(struct tk_events *ev, struct tk_event *e)
+{
+	if (!(e->flags & TK_EVF_WHO_LOST))
+		ev->who_lost++;
+	e->flags &= ~(TK_EVF_WHO | TK_EVF_LOGINUID);
+	e->flags |= TK_EVF_WHO_LOST;
+	e->uid = e->gid = e->loginuid = 0;
+}
+
+/* Whether this kernel keeps audit login uids (CONFIG_AUDIT), which
+ * /proc/<pid>/loginuid and task_struct::loginuid exist with: when it does
+ * not, the stream says so instead of leaving loginuid absent unexplained. */
+static int loginuid_check(struct tk_events *ev)
+{
+	if (access("/proc/self/loginuid", F_OK) == 0 || errno != ENOENT ||
+	    access("/proc/self", F_OK) < 0)
+		return 1;
+	snprintf(ev->loginuid_why, sizeof ev->loginuid_why,
+	         "this kernel keeps no login uids (built without CONFIG_AUDIT)");
+	return 0;
 }
 
 /* ---- connector: who is whose parent ---------------------------------------- */
@@ -411,7 +479,7 @@ static int ppid_seed(struct tk_events *ev)
 	return err;
 }
 
-/* ---- connector: exec reads that may not be the exec's own ----------------- */
+/* ---- connector: reads that may not be the event's own ---------------------- */
 
 /* /proc is read at receipt, after the exec: by then the process may have
  * exec'd again (sh -c 'exec prog') or ended and its pid been reused, and
@@ -422,7 +490,15 @@ static int ppid_seed(struct tk_events *ev)
  * when such a message says it may be another program's. A read is
  * confirmed once the socket was drained empty after it; what is left open
  * is an exec already under way at the read whose message came after that
- * drain, and the last reads of a drain stopped by the queue's bound. */
+ * drain, and the last reads of a drain stopped by the queue's bound.
+ *
+ * The ids of a fork or an exec (uid, gid, loginuid) are read the same way
+ * and kept beside them: besides what takes an exec's read back, a change
+ * of the process's ids before the read (the connector's uid and gid
+ * messages, which commit_creds sends for setuid() and a setuid program's
+ * exec alike) takes them back (who_lost). A login uid set before the read
+ * (pam_loginuid, which no message announces) is not caught: it is read as
+ * the new one. */
 
 static size_t exec_slot(const struct tk_ev_cn *cn, uint32_t pid)
 {
@@ -455,8 +531,10 @@ static void exec_forget(struct tk_ev_cn *cn)
 	cn->elen = 0;
 }
 
-static int exec_keep(struct tk_ev_cn *cn, uint32_t pid, uint64_t pos, uint64_t read_ns)
+/* Keeps the read of pid's exec (fork 0) or fork (fork 1) event, queued at pos. */
+static int exec_keep(struct tk_ev_cn *cn, uint32_t pid, int fork, uint64_t pos, uint64_t read_ns)
 {
+	struct tk_cn_exec *x;
 	size_t i;
 
 	if ((cn->elen + 1) * 2 > cn->ecap) {
@@ -476,12 +554,14 @@ static int exec_keep(struct tk_ev_cn *cn, uint32_t pid, uint64_t pos, uint64_t r
 		free(o);
 	}
 	i = exec_slot(cn, pid);
-	if (cn->execs[i].gen != cn->gen)
+	x = &cn->execs[i];
+	if (x->gen != cn->gen) {
 		cn->elen++;
-	cn->execs[i].pid = pid;
-	cn->execs[i].gen = cn->gen;
-	cn->execs[i].pos = pos;
-	cn->execs[i].read_ns = read_ns;
+		x->exec.pos = x->fork.pos = UINT64_MAX;
+	}
+	x->pid = pid;
+	x->gen = cn->gen;
+	*(fork ? &x->fork : &x->exec) = (struct tk_cn_read){ pos, read_ns };
 	return 0;
 }
 
@@ -492,81 +572,126 @@ static struct tk_event *queued_at(struct tk_events *ev, uint64_t pos)
 	return &ev->queue[pos - ev->qbase];
 }
 
-/* Nothing rather than another program's name. */
-static void exec_void(struct tk_event *e)
+/* Nothing rather than another program's name and ids. */
+static void exec_void(struct tk_events *ev, struct tk_event *e)
 {
 	e->flags &= ~(TK_EVF_ARGV | TK_EVF_ARGV_TRUNC | TK_EVF_COMM);
 	e->flags |= TK_EVF_ARGV_LOST;
 	e->argv_len = 0;
 	memset(e->comm, 0, sizeof e->comm);
 	memset(e->filename, 0, sizeof e->filename);
+	who_void(ev, e);
 }
 
-/* Message m came after the exec read kept for its pid (key: the pid, or a
- * fork's new tid, which may reuse it). */
-static void exec_check(struct tk_events *ev, const struct tk_event *m, uint32_t key)
+/* The event a kept read belongs to, or NULL once it is settled or read. */
+static struct tk_event *kept_event(struct tk_events *ev, struct tk_cn_read *r)
 {
-	struct tk_cn_exec *x = exec_find(&ev->cn, key);
 	struct tk_event *e;
 
-	if (x == NULL || x->pos == UINT64_MAX)
+	if (r->pos == UINT64_MAX)
+		return NULL;
+	e = queued_at(ev, r->pos);
+	if (e == NULL)
+		r->pos = UINT64_MAX;
+	return e;
+}
+
+/* Message m (of process key, or a fork whose new tid is key and may reuse
+ * it; ids: a uid or gid change) came after the reads kept for key. */
+static void exec_check(struct tk_events *ev, const struct tk_event *m, int ids, uint32_t key)
+{
+	struct tk_cn_exec *x = exec_find(&ev->cn, key);
+	struct tk_event *e, *f;
+
+	if (x == NULL)
 		return;
-	e = queued_at(ev, x->pos);
-	if (e == NULL) {
-		x->pos = UINT64_MAX;
+	e = kept_event(ev, &x->exec);
+	f = kept_event(ev, &x->fork);
+	if (ids) {
+		/* Ids changed before a read: it shows the new ones. */
+		if (e != NULL && m->time_ns <= x->exec.read_ns)
+			who_void(ev, e);
+		if (f != NULL && m->time_ns <= x->fork.read_ns) {
+			who_void(ev, f);
+			x->fork.pos = UINT64_MAX;
+		}
 		return;
 	}
 	if (m->type == TK_EV_COMM) {
 		/* A rename before the read: the comm read is the new name. */
-		if (m->time_ns <= x->read_ns) {
+		if (e != NULL && m->time_ns <= x->exec.read_ns) {
 			e->flags &= ~TK_EVF_COMM;
 			memset(e->comm, 0, sizeof e->comm);
 		}
 		return;
 	}
-	x->pos = UINT64_MAX;
 	/* An exit after the read leaves it be: the read saw the process. One
-	 * before it, a later exec, or a fork reusing the pid: the read may
-	 * have found another program. */
-	if (m->type == TK_EV_EXIT && m->time_ns > x->read_ns)
-		return;
-	exec_void(e);
+	 * before it, or a fork reusing the pid: the read may have found
+	 * another process. A later exec: another program (a fork's ids stay:
+	 * an exec that changes them sends its uid or gid message first). */
+	if (f != NULL && m->type != TK_EV_EXEC) {
+		x->fork.pos = UINT64_MAX;
+		if (!(m->type == TK_EV_EXIT && m->time_ns > x->fork.read_ns))
+			who_void(ev, f);
+	}
+	if (e != NULL) {
+		x->exec.pos = UINT64_MAX;
+		if (!(m->type == TK_EV_EXIT && m->time_ns > x->exec.read_ns))
+			exec_void(ev, e);
+	}
 }
 
-/* An overrun: a later exec of any process read so far may be among the
- * messages dropped, so none of those reads is vouched for, nor any made
- * before the messages older than the drop are drained (ev->cn.blind). */
+/* An overrun: a later exec of any process read so far, or a change of its
+ * ids, may be among the messages dropped, so none of those reads is
+ * vouched for, nor any made before the messages older than the drop are
+ * drained (ev->cn.blind). */
 static void exec_void_kept(struct tk_events *ev)
 {
 	for (size_t i = 0; i < ev->cn.ecap; i++) {
 		struct tk_cn_exec *x = &ev->cn.execs[i];
 		struct tk_event *e;
 
-		if (x->gen == ev->cn.gen && x->pos != UINT64_MAX && (e = queued_at(ev, x->pos)) != NULL)
-			exec_void(e);
+		if (x->gen != ev->cn.gen)
+			continue;
+		if ((e = kept_event(ev, &x->exec)) != NULL)
+			exec_void(ev, e);
+		if ((e = kept_event(ev, &x->fork)) != NULL)
+			who_void(ev, e);
 	}
 	exec_forget(&ev->cn);
 	ev->cn.blind = 1;
 }
 
-static int cn_exec(struct tk_events *ev, struct tk_event *e)
+/* A fork or exec event, with what /proc tells of it, queued and its reads
+ * kept. */
+static int cn_read_proc(struct tk_events *ev, struct tk_event *e)
 {
 	uint64_t received = ev->received, read_ns;
-	int err;
+	int fork = e->type == TK_EV_FORK, err;
 
-	e->ppid = ppid_get(ev, e->pid);
-	e->flags |= TK_EVF_FROM_PROC;
+	if (!fork) {
+		e->ppid = ppid_get(ev, e->pid);
+		e->flags |= TK_EVF_FROM_PROC;
+	}
 	if (ev->cn.blind) {
-		e->flags |= TK_EVF_ARGV_LOST;
+		e->flags |= fork ? 0 : TK_EVF_ARGV_LOST;
+		who_void(ev, e);
 		return queue_event(ev, e);
 	}
 	read_ns = tk_boottime_ns();
-	comm_from_proc(e);
-	exec_from_proc(e);
+	if (!fork) {
+		comm_from_proc(e);
+		exec_from_proc(e);
+	}
+	/* After the exec's reads: a process found gone there is not read again. */
+	if (fork || !(e->flags & TK_EVF_ARGV_LOST))
+		who_from_proc(ev, e);
+	else
+		who_void(ev, e);
 	err = queue_event(ev, e);
 	if (err < 0 || ev->received == received)
 		return err;
-	return exec_keep(&ev->cn, e->pid, ev->qbase + ev->qlen - 1, read_ns);
+	return exec_keep(&ev->cn, e->pid, fork, ev->qbase + ev->qlen - 1, read_ns);
 }
 
 /* Counts sequence gaps on the message's CPU as lost events. Returns 1 to
@@ -628,18 +753,18 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 	r = cn_track_seq(ev, &m, m.event.time_ns + mono_to_boot);
 	if (r <= 0)
 		return r;
-	if (m.event.type == 0)
+	if (m.event.type == 0 && !m.ids)
 		return 0;
 	m.event.time_ns += mono_to_boot;
-	if (ev->mask & TK_EV_BIT(TK_EV_EXEC)) {
-		/* A new thread's tid may reuse a pid too; a thread's exit or
-		 * rename changes nothing /proc/<pid> shows. */
+	if (ev->mask & TK_EV_WHO_TYPES) {
+		/* A new thread's tid may reuse a pid too; a thread's exit,
+		 * rename or ids change nothing /proc/<pid> shows. */
 		if (m.event.type == TK_EV_FORK)
-			exec_check(ev, &m.event, m.event.tid);
+			exec_check(ev, &m.event, 0, m.event.tid);
 		else if (!m.thread && m.event.tid == m.event.pid)
-			exec_check(ev, &m.event, m.event.pid);
+			exec_check(ev, &m.event, m.ids, m.event.pid);
 	}
-	if (m.thread)
+	if (m.thread || m.ids)
 		return 0;
 	if (ev->mask & TK_EV_BIT(TK_EV_EXEC)) {
 		/* Parents, for exec events, which the connector gives none. */
@@ -647,9 +772,10 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 			return -ENOMEM;
 		if (m.event.type == TK_EV_EXIT)
 			ppid_del(ev, m.event.pid);
-		if (m.event.type == TK_EV_EXEC)
-			return cn_exec(ev, &m.event);
 	}
+	if ((m.event.type == TK_EV_FORK || m.event.type == TK_EV_EXEC) &&
+	    (ev->mask & TK_EV_BIT(m.event.type)))
+		return cn_read_proc(ev, &m.event);
 	return queue_event(ev, &m.event);
 }
 
@@ -658,7 +784,7 @@ static int cn_handle(struct tk_events *ev, const void *buf, size_t len, uint64_t
 static int cn_overrun(struct tk_events *ev)
 {
 	ev->overruns++;
-	if (ev->mask & TK_EV_BIT(TK_EV_EXEC))
+	if (ev->mask & TK_EV_WHO_TYPES)
 		exec_void_kept(ev);
 	return queue_lost_marker(ev, 0, 1, tk_boottime_ns());
 }
@@ -876,6 +1002,7 @@ static int cn_open(struct tk_events *ev, double interval, size_t buffer, char *w
 	int err;
 
 	(void)interval;
+	ev->cn.proc_fd = -1;
 	exec_forget(&ev->cn);
 	err = cn_check_namespaces(why, why_len);
 	if (err == 0)
@@ -889,6 +1016,19 @@ static int cn_open(struct tk_events *ev, double interval, size_t buffer, char *w
 	/* Charged in part: the socket buffer is rarely full. */
 	ev->held_bytes = (buffer ? buffer : TK_EVENTS_CN_BUFFER_DEFAULT) / 4;
 	ev->held_fds = 1;
+	if (ev->mask & TK_EV_WHO_TYPES) {
+		/* Before listening: events queued while the answer is awaited
+		 * are read too. */
+		ev->cn.proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (ev->cn.proc_fd < 0) {
+			err = -errno;
+			snprintf(why, why_len, "open /proc, for the ids of fork and exec events: %s",
+			         strerror(errno));
+			return err;
+		}
+		ev->held_fds = 2;
+		ev->cn.loginuid = loginuid_check(ev);
+	}
 	err = cn_send_op(ev->fd, PROC_CN_MCAST_LISTEN, ack);
 	if (err < 0) {
 		snprintf(why, why_len, "proc connector listen: %s", strerror(-err));
@@ -906,11 +1046,14 @@ static void cn_close(struct tk_events *ev)
 		close(ev->fd);
 	}
 	ev->fd = -1;
+	if (ev->cn.proc_fd >= 0)
+		close(ev->cn.proc_fd);
 	free(ev->cn.seq);
 	free(ev->cn.pid);
 	free(ev->cn.ppid);
 	free(ev->cn.execs);
 	memset(&ev->cn, 0, sizeof ev->cn);
+	ev->cn.proc_fd = -1;
 }
 
 static int cn_fill(struct tk_events *ev, size_t max)
@@ -1664,6 +1807,10 @@ static int bpf_open(struct tk_events *ev, double interval, size_t buffer, char *
 	int err;
 
 	(void)interval;
+	/* The program reads loginuid where the kernel has it; where it has
+	 * not, the stream says why. */
+	if (ev->mask & TK_EV_WHO_TYPES)
+		loginuid_check(ev);
 	err = bpf_stream_fds(ev, why, why_len);
 	if (err < 0)
 		return err;
@@ -1802,6 +1949,7 @@ int tk_events_open(struct tk_events *ev, const struct tk_ev_ops *ops, uint32_t m
 	ev->ops = ops;
 	ev->mask = mask;
 	ev->qmax = queue ? queue : TK_EVENTS_QUEUE;
+	ev->realtime_offset_ns = tk_realtime_offset_ns();
 	err = ops->open(ev, interval, buffer, why, why_len);
 	if (err < 0)
 		tk_events_close(ev);
@@ -1814,6 +1962,9 @@ int tk_events_fill(struct tk_events *ev, size_t max)
 
 	if (ev->closed)
 		return -EBADF;
+	/* Sampled when read: a wall-clock step since is then taken into
+	 * account, a suspend need not be (both clocks count it). */
+	ev->realtime_offset_ns = tk_realtime_offset_ns();
 	err = ev->ops->fill(ev, max);
 	/* Events with no room in the queue and no kernel buffer to stay in
 	 * (poll's diff, what the connector read while subscribing): lost,

@@ -29,6 +29,8 @@ struct tk_cn_message {
 	uint32_t ack;
 	uint32_t ack_err;     /* PROC_EVENT_NONE: the kernel's answer to LISTEN */
 	int thread;           /* fork/exit of a thread, not of a process */
+	int ids;              /* PROC_EVENT_UID/GID: the thread event.tid of
+	                       * process event.pid changed its ids (type 0) */
 	struct tk_event event;  /* type 0 for events takana does not report */
 };
 
@@ -68,14 +70,20 @@ struct tk_ev_bpf {
 	uint64_t indropped;          /* inbox full: lost for this stream */
 };
 
-/* connector: an exec event of the current read whose filename and argv came
- * from /proc, until a later message of its pid says they may not be its own. */
+/* connector: one /proc read made for a queued event. */
+struct tk_cn_read {
+	uint64_t pos;                /* its event's queue position (tk_events.qbase +
+	                              * index); UINT64_MAX: none, or settled */
+	uint64_t read_ns;            /* CLOCK_BOOTTIME when /proc was read */
+};
+
+/* connector: the reads of the current drain for a pid's exec (filename,
+ * argv, comm, ids) and fork (ids), until a later message of its pid says
+ * they may not be its own. */
 struct tk_cn_exec {
 	uint32_t pid;                /* 0: a free slot */
 	uint32_t gen;                /* the read it belongs to; others' are free */
-	uint64_t pos;                /* its queue position (tk_events.qbase + index);
-	                              * UINT64_MAX once settled */
-	uint64_t read_ns;            /* CLOCK_BOOTTIME when /proc was read */
+	struct tk_cn_read exec, fork;
 };
 
 struct tk_ev_cn {
@@ -86,7 +94,9 @@ struct tk_ev_cn {
 	uint32_t *ppid;              /* seeded from /proc at open (open addressing) */
 	size_t pcap, plen;
 	int64_t mono_offset_ns;      /* our time namespace's CLOCK_MONOTONIC offset */
-	struct tk_cn_exec *execs;    /* exec streams: by pid (open addressing) */
+	int proc_fd;                 /* fork and exec streams: /proc, for their reads */
+	int loginuid;                /* the kernel keeps login uids: read them */
+	struct tk_cn_exec *execs;    /* fork and exec streams: by pid (open addressing) */
 	size_t ecap, elen;           /* elen: slots of generation gen */
 	uint32_t gen;
 	int blind;                   /* an overrun's messages are not all drained yet */
@@ -118,6 +128,12 @@ struct tk_events {
 	uint64_t malformed;          /* messages that did not parse */
 	uint64_t spoofed;            /* connector: messages not sent by the kernel */
 	uint64_t duplicates;         /* bpf: second exits of one process, dropped */
+	uint64_t who_lost;           /* connector: fork and exec events whose ids could
+	                              * not be read as their process's (TK_EVF_WHO_LOST) */
+	int64_t realtime_offset_ns;  /* CLOCK_REALTIME - CLOCK_BOOTTIME at the last fill */
+	/* Why a field this backend fills cannot be filled on this kernel
+	 * (loginuid without CONFIG_AUDIT); "" when it can. */
+	char loginuid_why[96];
 	uint64_t overrun_credit;     /* connector: overruns reported lost as 1 each,
 	                              * not yet matched by a sequence gap */
 	size_t ring_bytes;           /* bpf: its ring's size; 0 for the others */

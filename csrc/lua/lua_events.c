@@ -75,6 +75,7 @@ static void argv_push(lua_State *L, const struct tk_event *e)
 #define PUSH_BOOL(L, e, m) lua_pushboolean(L, ((e)->flags & (m)) != 0)
 #define PUSH_ARGV(L, e, m) argv_push(L, e)
 #define PUSH_FROM(L, e, m) lua_pushstring(L, ((e)->flags & (m)) ? "proc-later" : "exec")
+#define PUSH_REALTIME(L, e, m) lua_pushinteger(L, realtime_of((e)->m, realtime_offset))
 #define FIELD_PUSH(name, member, kind, types, when, flags, by)              \
 	if (((types) & bit) != 0 && WHEN_##when(e, member, kind, flags)) { \
 		PUSH_##kind(L, e, member);                                  \
@@ -86,13 +87,20 @@ static const char *type_name(uint32_t type)
 	return type < TK_EV_TYPES && type_names[type] ? type_names[type] : "?";
 }
 
-static void event_push(lua_State *L, const struct tk_event *e)
+/* A CLOCK_BOOTTIME stamp as CLOCK_REALTIME: both in ns since their epochs,
+ * far from lua_Integer's range either way. */
+static lua_Integer realtime_of(uint64_t boot_ns, int64_t offset)
+{
+	return (lua_Integer)tk_u64_int(boot_ns) + (lua_Integer)offset;
+}
+
+static void event_push(lua_State *L, const struct tk_event *e, int64_t realtime_offset)
 {
 	/* A type this reader does not know (never queued) shows as "?" with
 	 * what any process event may carry. */
 	uint32_t bit = e->type < TK_EV_TYPES ? TK_EV_BIT(e->type) : TK_EV_PROC_TYPES;
 
-	lua_createtable(L, 0, 10);
+	lua_createtable(L, 0, 12);
 	TK_EVENT_FIELDS(FIELD_PUSH)
 }
 
@@ -239,7 +247,7 @@ static int events_iter(lua_State *L)
 	/* event_push allocates, and a finalizer run by the collector there
 	 * may close or read this stream, freeing the queue ev points into. */
 	copy = *ev;
-	event_push(L, &copy);
+	event_push(L, &copy, e->ev.realtime_offset_ns);
 	return 1;
 }
 
@@ -291,21 +299,24 @@ static int events_lost(lua_State *L)
 
 /*** Counters: `received`, `lost` (all time, counted as lost() counts),
  * `lost_by_type` (bpf), `overruns` (connector ENOBUFS), `malformed`,
- * `spoofed` (connector messages not from the kernel, dropped), `queued`
- * (read from the kernel, not yet taken), `queue` (its bound), `buffer` bytes.
+ * `spoofed` (connector messages not from the kernel, dropped), `who_lost`
+ * (connector fork and exec events whose ids could not be read: `who_lost`),
+ * `queued` (read from the kernel, not yet taken), `queue` (its bound),
+ * `buffer` bytes.
  * @function events:stats */
 static int events_stats(lua_State *L)
 {
 	struct levents *e = events_check(L, 1);
 
 	tk_check_nargs(L, 1);
-	lua_createtable(L, 0, 9);
+	lua_createtable(L, 0, 10);
 	set_u64(L, "received", e->ev.received);
 	set_u64(L, "lost", e->ev.lost_total);
 	set_u64(L, "overruns", e->ev.overruns);
 	set_u64(L, "malformed", e->ev.malformed);
 	set_u64(L, "spoofed", e->ev.spoofed);
 	set_u64(L, "duplicates", e->ev.duplicates);
+	set_u64(L, "who_lost", e->ev.who_lost);
 	set_u64(L, "queued", tk_events_queued(&e->ev));
 	set_u64(L, "queue", e->ev.qmax);
 	if (e->ev.ring_bytes != 0) {  /* a ring (bpf), whose program counts by type */
@@ -339,6 +350,15 @@ static int events_index(lua_State *L)
 
 	if (key != NULL && strcmp(key, "backend") == 0) {
 		lua_pushstring(L, e->ev.ops->name);
+		return 1;
+	}
+	if (key != NULL && strcmp(key, "unavailable") == 0) {
+		/* Fields its backend fills but this kernel cannot give, and why. */
+		lua_newtable(L);
+		if (e->ev.loginuid_why[0] != '\0') {
+			lua_pushstring(L, e->ev.loginuid_why);
+			lua_setfield(L, -2, "loginuid");
+		}
 		return 1;
 	}
 	if (key != NULL && strcmp(key, "skipped") == 0) {

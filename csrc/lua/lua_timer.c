@@ -217,6 +217,22 @@ static int l_realtime(lua_State *L)
 	return 1;
 }
 
+/* core.to_realtime(ns): a CLOCK_BOOTTIME stamp in ns as CLOCK_REALTIME ns,
+ * by the clocks' offset now (LDoc in lua/takana/init.lua). */
+static int l_to_realtime(lua_State *L)
+{
+	lua_Integer ns = luaL_checkinteger(L, 1);
+	int64_t offset;
+
+	tk_check_nargs(L, 1);
+	offset = tk_realtime_offset_ns();
+	luaL_argcheck(L, ns >= 0, 1, "a CLOCK_BOOTTIME stamp in ns is never negative");
+	luaL_argcheck(L, offset < 0 || ns <= LUA_MAXINTEGER - offset, 1,
+	              "ns too large: its wall-clock time would not fit an integer");
+	lua_pushinteger(L, ns + (lua_Integer)offset);
+	return 1;
+}
+
 void tk_timer_open_lib(lua_State *L)
 {
 	static const luaL_Reg methods[] = {
@@ -231,6 +247,7 @@ void tk_timer_open_lib(lua_State *L)
 		{ "now", l_now },
 		{ "boottime_ns", l_boottime_ns },
 		{ "realtime", l_realtime },
+		{ "to_realtime", l_to_realtime },
 		{ NULL, NULL },
 	};
 

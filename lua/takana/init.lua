@@ -125,12 +125,33 @@ end
 -- @table event
 -- @field type `"fork"`, `"exec"`, `"exit"`, `"comm"` or `"lost"`
 -- @field time_ns when it happened, CLOCK_BOOTTIME ns
+-- @field realtime_ns when it happened, CLOCK_REALTIME ns (wall clock):
+--   `time_ns` plus the clocks' offset sampled when the stream was read, as
+--   `to_realtime` converts; a suspend in between changes nothing (both
+--   clocks count it), a wall-clock step does
 -- @field pid the process (tgid)
 -- @field tid the thread that did it
 -- @field ppid the parent (fork; exec and exit where known; on the
 --   connector, exec's comes from the stream's own fork tracking, seeded from
 --   /proc when it opened: a process reparented since shows its first parent)
 -- @field comm the command name
+-- @field uid the effective uid (fork, exec), as the snapshots' `uid` and
+--   the second column of `/proc/<pid>/status`'s Uid line; unlike the
+--   snapshots, not root for a process that is not dumpable. bpf reads it
+--   from the process's credentials at the fork or exec; the connector at
+--   receipt, as the owner of `/proc/<pid>` (which the kernel keeps the euid
+--   and egid even when not dumpable; see `who_lost`)
+-- @field gid the effective gid (fork, exec), read as `uid` is
+-- @field loginuid the audit login uid (fork, exec), as
+--   `/proc/<pid>/loginuid` shows it: 4294967295 when none was ever set
+--   (services started at boot); absent, with `events.unavailable.loginuid`
+--   saying why, on a kernel built without CONFIG_AUDIT
+-- @field who_lost true (connector) when `uid`, `gid` and `loginuid` are
+--   absent because /proc could not be read as this event's process: it was
+--   reaped before the read, its exec's `argv_lost` is true, its ids changed
+--   before the read (setuid, a setuid program's exec: the connector's id
+--   messages say so), or the socket had overflowed; counted in
+--   `events:stats().who_lost`
 -- @field filename the program executed (exec): bpf as execve was given it,
 --   connector the `/proc/<pid>/exe` link read at receipt
 -- @field argv the arguments (exec), an array: bpf reads them at the exec
@@ -310,8 +331,10 @@ local event_how = { positional = true }
 -- fork, exit and comm only: asked for exec, it refuses; by default it
 -- delivers those three.
 -- @treturn[1] events a stream with `.backend`, `.skipped` (why better
---   backends were not used), `:read()`, `:lost()`, `:stats()`, `:fileno()`,
---   the cqueues pollable protocol, `:close()`
+--   backends were not used), `.unavailable` (`{field = why}` for fields its
+--   backend fills but this kernel cannot: `loginuid` without CONFIG_AUDIT),
+--   `:read()`, `:lost()`, `:stats()`, `:fileno()`, the cqueues pollable
+--   protocol, `:close()`
 -- @treturn[2] nil, "events: <backend> backend unavailable: <why>", errno
 function M.events(t, ...)
   nargs("events", 1, select("#", ...) + 1)
@@ -616,6 +639,16 @@ M.now = core.now
 -- spent suspended, so `boottime_ns() >= now() * 1e9` always.
 -- @function boottime_ns
 M.boottime_ns = core.boottime_ns
+
+--- A CLOCK_BOOTTIME stamp (an event's `time_ns`, a snapshot's `time_ns`, a
+-- record's `start_ns`) as CLOCK_REALTIME ns since the epoch, by the clocks'
+-- offset now. Both clocks count time suspended, so a suspend since the
+-- stamp changes nothing; a wall-clock step since (settimeofday, NTP) moves
+-- the result with it. Events carry it already as `realtime_ns`.
+-- @function to_realtime
+-- @int ns CLOCK_BOOTTIME ns, >= 0
+-- @treturn int CLOCK_REALTIME ns (`// 1000000000` gives what `os.time()` counts)
+M.to_realtime = core.to_realtime
 
 --- CLOCK_REALTIME in seconds since the epoch, with a fraction: for log
 -- stamps. It jumps when the clock is set; never use it for intervals.
