@@ -350,3 +350,51 @@ describe("takana.poll over a kept set", function()
     assert.equal(2, n) -- takana.poll's, the poller's
   end)
 end)
+
+describe("bpf event streams and the poller #root #bpf", function()
+  local function link(o) return require("luv").fs_readlink("/proc/" .. H.pid .. "/fd/" .. o:fileno()) end
+
+  -- Until a fork of ours shows in ev, polling through p: true once seen.
+  local function sees_fork(p, ev, pid)
+    for _ = 1, 50 do
+      for e in assert(ev:read()) do
+        if e.type == "fork" and e.pid == pid then return true end
+      end
+      p:wait(0.1)
+    end
+    return false
+  end
+
+  it("a lone stream polls its ring itself; streams sharing a ring, a set and an eventfd", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    local s1, why = takana.events { "fork", backend = "bpf", buffer = 8192 }
+    if not s1 then return pending(why) end
+    -- the ring's own descriptor: a bpf map, no epoll set of the stream's
+    assert.equal("anon_inode:bpf-map", link(s1))
+    local s2 = assert(takana.events { "fork", backend = "bpf", buffer = 8192 })
+    assert.equal("anon_inode:[eventpoll]", link(s2))
+    local p = assert(takana.poller())
+    assert(p:add(s1)) assert(p:add(s2))
+    local c = assert(takana.spawn { "/bin/true" })
+    assert.is_true(sees_fork(p, s1, c.pid))
+    assert.is_true(sees_fork(p, s2, c.pid))
+    c:wait() c:close()
+    -- a third stream of that size shares the second's ring, even with the
+    -- first gone
+    s1:close()
+    local s3 = assert(takana.events { "fork", backend = "bpf", buffer = 8192 })
+    assert.equal("anon_inode:[eventpoll]", link(s3))
+    assert(p:add(s3))
+    c = assert(takana.spawn { "/bin/true" })
+    assert.is_true(sees_fork(p, s2, c.pid))
+    assert.is_true(sees_fork(p, s3, c.pid))
+    c:wait() c:close()
+    s2:close() s3:close()
+    -- none left: the next is alone again
+    local s4 = assert(takana.events { "fork", backend = "bpf", buffer = 8192 })
+    assert.equal("anon_inode:bpf-map", link(s4))
+    s4:close()
+    assert.same({}, p:wait(0))
+    p:close()
+  end)
+end)

@@ -56,13 +56,16 @@ struct tk_ev_ops {
 /* The backends, best first (the order "auto" tries them in), NULL-ended. */
 extern const struct tk_ev_ops *const tk_ev_backends[];
 
-/* bpf: one loaded object per process (and ring size), shared by its
- * streams; events another stream's fill took from the ring wait in this
- * one's inbox (under the object's lock) and wake_fd says so. */
+/* bpf: the first stream of a ring size has a loaded object to itself, and
+ * its fd is the ring's own (solo); the later ones share a second object:
+ * events another stream's fill took from the ring wait in this one's inbox
+ * (under the object's lock) and wake_fd says so. */
 struct tk_ev_bpf {
 	void *shared;                /* struct tk_ev_shared * */
 	uint64_t lost_seen[TK_EV_TYPES];
-	int wake_fd;                 /* eventfd, in fd's epoll set beside the ring */
+	int solo;                    /* fd is the ring's, the object's to close */
+	int wake_fd;                 /* shared: eventfd, in fd's epoll set beside
+	                              * the ring; solo: -1 */
 	struct tk_event *inbox;
 	size_t inlen, incap;
 	uint64_t indropped;          /* inbox full: lost for this stream */
