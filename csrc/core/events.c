@@ -87,7 +87,7 @@ static int queue_event(struct tk_events *ev, const struct tk_event *e)
 	slot = queue_push(ev);
 	if (slot == NULL)
 		return -ENOMEM;
-	*slot = *e;
+	memcpy(slot, e, tk_event_bytes(e));
 	if (e->type != TK_EV_LOST)   /* a lost marker is not an event */
 		ev->received++;
 	return 0;

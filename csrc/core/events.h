@@ -135,6 +135,13 @@ struct tk_events {
 	};
 };
 
+/* The bytes of e that mean anything, its argv only as far as argv_len:
+ * what a copy of it needs (most events carry no argv, 512 of their bytes). */
+static inline size_t tk_event_bytes(const struct tk_event *e)
+{
+	return TK_EV_BASE_SIZE + (e->argv_len < TK_EV_ARGV_LEN ? e->argv_len : TK_EV_ARGV_LEN);
+}
+
 /* Parses one netlink datagram of the proc connector. Returns 1 with *out
  * filled, 0 for a message that is not a proc event, -EBADMSG for a
  * malformed one. Pure: reads only buf[0..len). */
