@@ -1670,7 +1670,7 @@ static int bpf_join_solo(struct tk_events *ev, struct tk_ev_shared *sh, char *wh
 {
 	int err;
 
-	sh->streams = calloc(1, sizeof *sh->streams);
+	sh->streams = calloc(1, sizeof(struct tk_events *));
 	if (sh->streams == NULL) {
 		snprintf(why, why_len, "the list of streams: %s", strerror(ENOMEM));
 		return -ENOMEM;

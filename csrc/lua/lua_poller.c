@@ -332,10 +332,10 @@ static uint32_t slot_take(struct lpoller *p)
 	if (p->cap >= UINT32_MAX / 2)
 		return 0;
 	cap = p->cap < 16 ? 16 : p->cap * 2;
-	regs = realloc(p->regs, cap * sizeof *regs);
+	regs = realloc(p->regs, cap * sizeof(struct tk_poll_reg *));
 	if (regs == NULL)
 		return 0;
-	memset(regs + p->cap, 0, (cap - p->cap) * sizeof *regs);
+	memset(regs + p->cap, 0, (cap - p->cap) * sizeof(struct tk_poll_reg *));
 	s = p->cap > 0 ? p->cap : 1;
 	p->regs = regs;
 	p->cap = cap;
