@@ -109,9 +109,13 @@ local function percentile(t, p)
   return t[math.max(1, math.ceil(#t * p))]
 end
 
--- One trickle read by takana: the latencies (ns), or nil and why.
-local function takana_trickle(backend, interval)
+-- One trickle read by takana: the latencies (ns), or nil and why. shared:
+-- another bpf stream is open first, so this one shares a ring (its own
+-- epoll set and eventfd between the ring and the loop: the hop's cost).
+local function takana_trickle(backend, interval, shared)
+  local other = shared and takana.events { "exit", backend = backend }
   local ev, why = takana.events { "fork", backend = backend, interval = interval }
+  if other then other:close() end
   if not ev then return nil, why end
   local child = start { "--trickle", tostring(TRICKLE) }
   local gen = child.pid
@@ -167,9 +171,11 @@ local function latency_rounds()
   local all = {}
   for r = 1, ROUNDS do
     for _, b in ipairs { "bpf", "connector" } do
-      for _, who in ipairs(r % 2 == 1 and { "takana", "bare C" } or { "bare C", "takana" }) do
+      local whos = r % 2 == 1 and { "takana", "bare C" } or { "bare C", "takana" }
+      if b == "bpf" then whos[3] = "shared" end
+      for _, who in ipairs(whos) do
         local lat, why
-        if who == "takana" then lat, why = takana_trickle(b) else lat, why = bare_trickle(b) end
+        if who == "bare C" then lat, why = bare_trickle(b) else lat, why = takana_trickle(b, nil, who == "shared") end
         local key = b .. "/" .. who
         if lat and #lat > 0 then
           all[key] = all[key] or {}
@@ -190,6 +196,11 @@ local function latency_rounds()
       print(("  %-10s %11.1f us %11.1f us %7.2fx  %s"):format(b, mc / 1e3, mt / 1e3, mt / mc,
         mt / mc <= 1.2 and "met" or "MISSED"))
     end
+  end
+  local c, sh = all["bpf/bare C"], all["bpf/shared"]
+  if c and sh then
+    print(("  %-10s %11.1f us %11.1f us %7.2fx  (a stream sharing its ring: epoll set + eventfd hop)"):format(
+      "bpf shared", percentile(c, 0.5) / 1e3, percentile(sh, 0.5) / 1e3, percentile(sh, 0.5) / percentile(c, 0.5)))
   end
   print()
 end
