@@ -158,7 +158,11 @@ soak: deps
 	$(MAKE) WERROR=1 all spec/fixture spec/envtool.so
 	TAKANA_SOAK=1 $(BUSTED) $(BUSTED_FLAGS) --filter='100,000' spec/80-stress_spec.lua
 
-bench: deps all bench/takana_bench.so bench/cgroup_floor spec/fixture
+# bench/events.lua's bare-C reader: takana's own BPF object, no takana.
+bench/events_reader: bench/events_reader.c $(HDRS) $(SKELS) $(OUT)/config
+	$(CC) -std=gnu11 -Wall -Wextra -O2 $(filter -I% -D%,$(TK_CFLAGS)) -o $@ bench/events_reader.c $(LIBS)
+
+bench: deps all bench/takana_bench.so bench/cgroup_floor bench/events_reader spec/fixture
 	$(LUA) bench/snapshot.lua
 	$(LUA) bench/spawn.lua
 	$(LUA) bench/cgroup.lua
@@ -215,7 +219,7 @@ install: all
 	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
 
 clean:
-	rm -rf $(OUT) takana bench/takana_bench.so bench/cgroup_floor spec/fixture spec/envtool.so doc fuzz/out \
+	rm -rf $(OUT) takana bench/takana_bench.so bench/cgroup_floor bench/events_reader spec/fixture spec/envtool.so doc fuzz/out \
 		$(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
 
 .PHONY: FORCE fuzz lint doc docgen all deps test test-fast test-unpriv test-nobpf test-asan test-valgrind test-gc soak bench run install clean

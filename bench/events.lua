@@ -3,7 +3,11 @@
 -- received plus events reported lost equal the generator's count, per
 -- backend and buffer size; a trickle (a child every 20 ms) gives the
 -- latency from the kernel's event to the event in Lua, next to polling
--- /proc at 10 Hz.
+-- /proc at 10 Hz, and next to bench/events_reader, a bare-C reader of the
+-- same kernel interfaces blocked in epoll, in alternating rounds (ROUNDS,
+-- default 3) of the same run: the ratio is takana's median over the C one.
+--
+-- LATENCY_ONLY=1 (or the argument "latency") runs the latency rounds alone.
 package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;./bench/?.so;" .. package.cpath
 local takana = require "takana"
@@ -11,6 +15,8 @@ local cb = require "takana_bench"
 
 local STORM_S = tonumber(os.getenv("STORM_S") or "") or 5
 local TRICKLE = tonumber(os.getenv("TRICKLE") or "") or 200
+local ROUNDS = tonumber(os.getenv("ROUNDS") or "") or 3
+local LATENCY_ONLY = os.getenv("LATENCY_ONLY") == "1" or (arg and arg[1] == "latency")
 
 local function start(args)
   local argv = { "./spec/fixture", stdout = "pipe" }
@@ -21,9 +27,15 @@ local function start(args)
   return child
 end
 
--- Drains until the generator has exited and the stream is quiet.
+-- Drains until the generator has exited and the stream is quiet, waiting
+-- in a poller kept across waits (a loop's way: takana.poll would register
+-- the stream anew each time).
 local function drain(ev, child, on_event)
   local quiet_since
+  -- (A takana without pollers, to compare against: takana.poll each time.)
+  local p = takana.poller and assert(takana.poller())
+    or { wait = function(_, t) return takana.poll({ ev }, t) end, close = function() end }
+  if takana.poller then assert(p:add(ev)) end
   while true do
     local n = 0
     for e in assert(ev:read()) do
@@ -32,11 +44,11 @@ local function drain(ev, child, on_event)
     end
     if n == 0 and not child:alive() then
       quiet_since = quiet_since or cb.now_ns()
-      if cb.now_ns() - quiet_since > 300e6 then return end
+      if cb.now_ns() - quiet_since > 300e6 then p:close() return end
     else
       quiet_since = nil
     end
-    takana.poll({ ev }, 0.05)
+    p:wait(0.05)
   end
 end
 
@@ -105,12 +117,14 @@ local function percentile(t, p)
   return t[math.max(1, math.ceil(#t * p))]
 end
 
-local function latency(backend, interval)
+-- One trickle read by takana: the latencies (ns), or nil and why. shared:
+-- another bpf stream is open first, so this one shares a ring (its own
+-- epoll set and eventfd between the ring and the loop: the hop's cost).
+local function takana_trickle(backend, interval, shared)
+  local other = shared and takana.events { "exit", backend = backend }
   local ev, why = takana.events { "fork", backend = backend, interval = interval }
-  if not ev then
-    print(("  %-22s unavailable: %s"):format(backend, why))
-    return
-  end
+  if other then other:close() end
+  if not ev then return nil, why end
   local child = start { "--trickle", tostring(TRICKLE) }
   local gen = child.pid
   local lat = {}
@@ -122,19 +136,90 @@ local function latency(backend, interval)
   child:wait()
   child:close()
   ev:close()
+  return lat
+end
+
+-- One trickle read by bench/events_reader: the latencies, or nil and why.
+local function bare_trickle(backend)
+  local f = assert(io.popen(("./bench/events_reader %s %d 2>&1"):format(backend, TRICKLE)))
+  local lat, why = {}, nil
+  for line in f:lines() do
+    local ns = line:match("^lat (%d+)")
+    if ns then lat[#lat + 1] = tonumber(ns) else why = why or line end
+  end
+  f:close()
+  if #lat == 0 then return nil, why or "no events" end
+  return lat
+end
+
+local function line(name, lat)
+  return ("  %-22s %4d/%d events  median %9.1f us  p99 %9.1f us  max %9.1f us"):format(
+    name, #lat, TRICKLE, percentile(lat, 0.5) / 1e3, percentile(lat, 0.99) / 1e3, percentile(lat, 1.0) / 1e3)
+end
+
+local function latency(backend, interval)
+  local lat, why = takana_trickle(backend, interval)
+  if not lat then
+    print(("  %-22s unavailable: %s"):format(backend, why))
+    return
+  end
   if #lat == 0 then
     print(("  %-22s no events"):format(backend))
     return
   end
-  print(("  %-22s %4d/%d events  median %9.1f us  p99 %9.1f us  max %9.1f us%s"):format(
-    backend .. (interval and (" @ %g Hz"):format(1 / interval) or ""), #lat, TRICKLE,
-    percentile(lat, 0.5) / 1e3, percentile(lat, 0.99) / 1e3, percentile(lat, 1.0) / 1e3,
-    backend == "poll" and "  (from the start time /proc gives, in 10 ms ticks)" or ""))
+  print(line(backend .. (interval and (" @ %g Hz"):format(1 / interval) or ""), lat)
+    .. (backend == "poll" and "  (from the start time /proc gives, in 10 ms ticks)" or ""))
   return percentile(lat, 0.5)
 end
 
+-- takana against the bare-C reader, rounds alternating between them.
+local function latency_rounds()
+  print(("== latency: kernel event -> event in Lua, %d forks 20 ms apart; %d rounds alternating "
+    .. "takana and bench/events_reader (bare C, blocked in epoll) =="):format(TRICKLE, ROUNDS))
+  local all = {}
+  for r = 1, ROUNDS do
+    for _, b in ipairs { "bpf", "connector" } do
+      local whos = r % 2 == 1 and { "takana", "bare C" } or { "bare C", "takana" }
+      if b == "bpf" then whos[3] = "shared" end
+      for _, who in ipairs(whos) do
+        local lat, why
+        if who == "bare C" then lat, why = bare_trickle(b) else lat, why = takana_trickle(b, nil, who == "shared") end
+        local key = b .. "/" .. who
+        if lat and #lat > 0 then
+          all[key] = all[key] or {}
+          table.move(lat, 1, #lat, #all[key] + 1, all[key])
+          print(line(("%s %s #%d"):format(b, who, r), lat))
+        else
+          print(("  %-22s unavailable: %s"):format(("%s %s #%d"):format(b, who, r), why or "no events"))
+        end
+      end
+    end
+  end
+  print()
+  print(("  %-10s %14s %14s %8s  %s"):format("backend", "bare C median", "takana median", "ratio", "target <= 1.2x"))
+  for _, b in ipairs { "bpf", "connector" } do
+    local c, t = all[b .. "/bare C"], all[b .. "/takana"]
+    if c and t then
+      local mc, mt = percentile(c, 0.5), percentile(t, 0.5)
+      print(("  %-10s %11.1f us %11.1f us %7.2fx  %s"):format(b, mc / 1e3, mt / 1e3, mt / mc,
+        mt / mc <= 1.2 and "met" or "MISSED"))
+    end
+  end
+  local c, sh = all["bpf/bare C"], all["bpf/shared"]
+  if c and sh then
+    print(("  %-10s %11.1f us %11.1f us %7.2fx  (a stream sharing its ring: epoll set + eventfd hop)"):format(
+      "bpf shared", percentile(c, 0.5) / 1e3, percentile(sh, 0.5) / 1e3, percentile(sh, 0.5) / percentile(c, 0.5)))
+  end
+  print()
+end
+
+if LATENCY_ONLY then
+  latency_rounds()
+  return
+end
+
 -- ONLY=exec runs the exec storms alone; ONLY=storm the fork storms alone;
--- ONLY=drain the drain cost alone.
+-- ONLY=drain the drain cost alone (LATENCY_ONLY=1: the latency alone).
 local ONLY = os.getenv("ONLY")
 
 -- What one fork or exec event costs the reader, from the kernel's buffer to
@@ -252,14 +337,7 @@ end
 print()
 
 if ONLY == "exec" then return end
-print(("== latency: kernel event -> event in Lua, %d forks 20 ms apart =="):format(TRICKLE))
-local med = {}
-for _, b in ipairs { "bpf", "connector" } do med[b] = latency(b) end
+latency_rounds()
+print(("== latency: poll, kernel event -> event in Lua, %d forks 20 ms apart =="):format(TRICKLE))
 latency("poll", 0.1)
-for _, b in ipairs { "bpf", "connector" } do
-  if med[b] then
-    print(("  %-60s %9.1f us  target < 100  %s"):format(b .. " median latency", med[b] / 1e3,
-      med[b] < 100e3 and "met" or "MISSED"))
-  end
-end
 print()

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "epoll_set.h"
@@ -51,23 +52,74 @@ int tk_epoll_ready(int ep, int *fds, int max, int64_t timeout_ms)
 	return n;
 }
 
-int tk_poll_fds(const int *fds, const enum tk_poll_want *want, size_t n, int64_t timeout_ms,
-                unsigned char *ready, const char **step)
+int tk_epoll_ctl(int ep, enum tk_ep_op op, int fd, unsigned what, uint64_t data)
 {
-	struct epoll_event *evs;
+	static const int ops[] = { EPOLL_CTL_ADD, EPOLL_CTL_MOD, EPOLL_CTL_DEL };
+	struct epoll_event ev;
+
+	memset(&ev, 0, sizeof ev);
+	ev.events = ((what & TK_EP_IN) ? EPOLLIN : 0u) | ((what & TK_EP_PRI) ? EPOLLPRI : 0u) |
+	            ((what & TK_EP_OUT) ? EPOLLOUT : 0u);
+	ev.data.u64 = data;
+	return epoll_ctl(ep, ops[op], fd, &ev) < 0 ? -errno : 0;
+}
+
+int tk_epoll_wait_data(int ep, uint64_t *data, int max, int64_t timeout_ms)
+{
+	struct epoll_event evs[TK_EP_BATCH];
+	int64_t deadline = timeout_ms > 0 ? tk_deadline_ms(timeout_ms) : 0;
+	int n;
+
+	if (max > TK_EP_BATCH)
+		max = TK_EP_BATCH;
+	do
+		n = epoll_wait(ep, evs, max, tk_timeout_slice(timeout_ms, deadline));
+	while (n == 0 && timeout_ms > 0 && tk_monotonic_ms() < deadline);
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;
+	for (int i = 0; i < n; i++)
+		data[i] = evs[i].data.u64;
+	return n;
+}
+
+int tk_fd_identity(int fd, uint64_t *dev, uint64_t *ino)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	*dev = (uint64_t)st.st_dev;
+	*ino = (uint64_t)st.st_ino;
+	return 0;
+}
+
+/* Takes fds[0..n) out of the borrowed set ep again (a descriptor listed
+ * twice was added once: its second DEL fails, which is expected). */
+static void poll_fds_unregister(int ep, const int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		(void)epoll_ctl(ep, EPOLL_CTL_DEL, fds[i], NULL);
+}
+
+int tk_poll_fds(int kept, const int *fds, const enum tk_poll_want *want, size_t n,
+                int64_t timeout_ms, unsigned char *ready, const char **step)
+{
+	struct epoll_event *evs, one[8];
 	int64_t deadline = 0;
-	int ep, nev, e, count = 0;
+	int ep = kept, nev, e, count = 0;
 
 	memset(ready, 0, n);
-	evs = calloc(n > 0 ? n : 1, sizeof *evs);
+	evs = n <= sizeof one / sizeof one[0] ? one : calloc(n, sizeof *evs);
 	if (evs == NULL) {
 		*step = "malloc";
 		return -ENOMEM;
 	}
-	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0)
+		ep = epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0) {
 		e = -errno;
-		free(evs);
+		if (evs != one)
+			free(evs);
 		*step = "epoll_create1";
 		return e;
 	}
@@ -83,8 +135,12 @@ int tk_poll_fds(const int *fds, const enum tk_poll_want *want, size_t n, int64_t
 		 * are reported below. */
 		if (epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) < 0 && errno != EEXIST) {
 			e = -errno;
-			close(ep);
-			free(evs);
+			if (kept < 0)
+				close(ep);
+			else
+				poll_fds_unregister(ep, fds, i);
+			if (evs != one)
+				free(evs);
 			*step = "epoll_ctl";
 			return e;
 		}
@@ -99,9 +155,13 @@ int tk_poll_fds(const int *fds, const enum tk_poll_want *want, size_t n, int64_t
 			break;
 	}
 	e = errno;
-	close(ep);
+	if (kept < 0)
+		close(ep);
+	else
+		poll_fds_unregister(ep, fds, n);
 	if (nev < 0 && e != EINTR) {
-		free(evs);
+		if (evs != one)
+			free(evs);
 		*step = "epoll_wait";
 		return -e;
 	}
@@ -114,6 +174,7 @@ int tk_poll_fds(const int *fds, const enum tk_poll_want *want, size_t n, int64_t
 			}
 		}
 	}
-	free(evs);
+	if (evs != one)
+		free(evs);
 	return count;
 }

@@ -87,7 +87,7 @@ static int queue_event(struct tk_events *ev, const struct tk_event *e)
 	slot = queue_push(ev);
 	if (slot == NULL)
 		return -ENOMEM;
-	*slot = *e;
+	memcpy(slot, e, tk_event_bytes(e));
 	if (e->type != TK_EV_LOST)   /* a lost marker is not an event */
 		ev->received++;
 	return 0;
@@ -1299,13 +1299,21 @@ static int exit_seen_before(struct tk_exit_seen *seen, const struct tk_event *e)
 	return 0;
 }
 
-/* The events object, loaded once per process and ring size and shared by
- * every stream open on it: a second stream costs an epoll set, an eventfd
- * and the links of the types no other stream wanted yet. Every program is
- * loaded (verified) with the first stream, so a later stream's types only
- * need attaching; a type's link is held while a stream wants it. One
- * consumer drains the ring for all: the stream whose fill runs takes its
- * events into its own queue, the others' go to their inboxes. */
+/* The events object. The first stream of a ring size has one to itself
+ * (solo): its pollable fd is the ring's own, so a wakeup goes straight from
+ * the ring to the caller's epoll set, with no set of the stream's own in
+ * between and no eventfd to read at each fill. A ring shared cannot work
+ * that way: a stream whose fill drains it takes the others' events into
+ * their inboxes and leaves the ring empty, so each sharing stream polls
+ * an epoll set of the ring and an eventfd the filler writes. The later
+ * streams of that ring size share a second object, loaded once: each costs
+ * that set, the eventfd (2 descriptors), the links of the types no other
+ * stream wanted yet, and per wakeup one nested epoll hop and one eventfd
+ * read (a syscall) at each fill. Every program is loaded (verified) with
+ * an object, so a later stream's types only need attaching; a type's link
+ * is held while a stream wants it. One consumer drains a shared ring for
+ * all: the stream whose fill runs takes its events into its own queue, the
+ * others' go to their inboxes. */
 struct tk_ev_shared {
 	struct tk_ev_shared *next;
 	unsigned refs;
@@ -1324,6 +1332,7 @@ struct tk_ev_shared {
 	struct tk_events *filling;     /* the stream whose fill consumes */
 	int stopped;                   /* the callback stopped: no stream has room */
 	int forked;                    /* inherited through fork(): the parent's ring */
+	int solo;                      /* one stream's own: no other joins */
 	/* added to the programs' boottime stamps: our time namespace's */
 	int64_t boot_offset_ns;
 };
@@ -1799,21 +1808,40 @@ __attribute__((constructor)) static void events_fork_register(void)
 	tk_fork_register(TK_FORK_RANK_EVENTS, events_fork);
 }
 
+/* A solo stream's object: listed, attached, its ring the stream's fd. */
+static int bpf_join_solo(struct tk_events *ev, struct tk_ev_shared *sh, char *why, size_t why_len)
+{
+	int err;
+
+	sh->streams = calloc(1, sizeof(struct tk_events *));
+	if (sh->streams == NULL) {
+		snprintf(why, why_len, "the list of streams: %s", strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	sh->streams_cap = 1;
+	err = shared_attach(sh, ev->mask, why, why_len);
+	if (err < 0)
+		return err;
+	sh->streams[sh->nstreams++] = ev;
+	ev->fd = sh->ring_fd;
+	for (int t = 0; t < TK_EV_TYPES; t++)
+		ev->bpf.lost_seen[t] = sh->lost[t];
+	return 0;
+}
+
 static int bpf_open(struct tk_events *ev, double interval, size_t buffer, char *why,
                     size_t why_len)
 {
-	struct tk_ev_shared *sh;
+	struct tk_ev_shared *sh, *any;
 	size_t ring = TK_EV_RING_DEFAULT;
-	int err;
+	int err, solo;
 
 	(void)interval;
+	ev->fd = ev->bpf.wake_fd = -1;
 	/* The program reads loginuid where the kernel has it; where it has
 	 * not, the stream says why. */
 	if (ev->mask & TK_EV_WHO_TYPES)
 		loginuid_check(ev);
-	err = bpf_stream_fds(ev, why, why_len);
-	if (err < 0)
-		return err;
 	/* The ring holds a power-of-two number of pages. */
 	if (buffer) {
 		ring = 4096;
@@ -1821,23 +1849,36 @@ static int bpf_open(struct tk_events *ev, double interval, size_t buffer, char *
 			ring <<= 1;
 	}
 	pthread_mutex_lock(&shared_lock);
-	for (sh = shared_list; sh != NULL && sh->ring_bytes != ring; sh = sh->next)
+	for (any = shared_list; any != NULL && any->ring_bytes != ring; any = any->next)
 		;
+	for (sh = shared_list; sh != NULL && (sh->ring_bytes != ring || sh->solo); sh = sh->next)
+		;
+	/* The first of a ring size is solo; the later ones share. */
+	solo = sh == NULL && any == NULL;
+	if (!solo) {
+		err = bpf_stream_fds(ev, why, why_len);
+		if (err < 0) {
+			pthread_mutex_unlock(&shared_lock);
+			return err;
+		}
+	}
 	if (sh == NULL) {
 		err = shared_load(ring, &sh, why, why_len);
 		if (err < 0) {
 			pthread_mutex_unlock(&shared_lock);
 			return err;
 		}
+		sh->solo = solo;
 		sh->next = shared_list;
 		shared_list = sh;
 	}
 	sh->refs++;
 	ev->bpf.shared = sh;
+	ev->bpf.solo = solo;
 	ev->ring_bytes = ring;
 	ev->held_bytes = ring;
 	ev->held_fds = BPF_STREAM_FDS;
-	err = bpf_join(ev, sh, why, why_len);
+	err = solo ? bpf_join_solo(ev, sh, why, why_len) : bpf_join(ev, sh, why, why_len);
 	pthread_mutex_unlock(&shared_lock);
 	return err;
 }
@@ -1870,7 +1911,7 @@ static int bpf_fill(struct tk_events *ev, size_t max)
 	(void)max;
 	if (sh->forked)
 		return -EXDEV;      /* the parent's ring: open a stream here */
-	if (read(ev->bpf.wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+	if (ev->bpf.wake_fd >= 0 && read(ev->bpf.wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
 		return -errno;
 	pthread_mutex_lock(&shared_lock);
 	err = inbox_take(ev);
@@ -1921,7 +1962,8 @@ static void bpf_close(struct tk_events *ev)
 	if (ev->bpf.wake_fd >= 0)
 		close(ev->bpf.wake_fd);
 	ev->bpf.wake_fd = -1;
-	if (ev->fd >= 0)
+	/* A solo stream's fd is its object's ring, closed with the object. */
+	if (ev->fd >= 0 && !ev->bpf.solo)
 		close(ev->fd);
 	ev->fd = -1;
 	free(ev->bpf.inbox);

@@ -58,13 +58,16 @@ struct tk_ev_ops {
 /* The backends, best first (the order "auto" tries them in), NULL-ended. */
 extern const struct tk_ev_ops *const tk_ev_backends[];
 
-/* bpf: one loaded object per process (and ring size), shared by its
- * streams; events another stream's fill took from the ring wait in this
- * one's inbox (under the object's lock) and wake_fd says so. */
+/* bpf: the first stream of a ring size has a loaded object to itself, and
+ * its fd is the ring's own (solo); the later ones share a second object:
+ * events another stream's fill took from the ring wait in this one's inbox
+ * (under the object's lock) and wake_fd says so. */
 struct tk_ev_bpf {
 	void *shared;                /* struct tk_ev_shared * */
 	uint64_t lost_seen[TK_EV_TYPES];
-	int wake_fd;                 /* eventfd, in fd's epoll set beside the ring */
+	int solo;                    /* fd is the ring's, the object's to close */
+	int wake_fd;                 /* shared: eventfd, in fd's epoll set beside
+	                              * the ring; solo: -1 */
 	struct tk_event *inbox;
 	size_t inlen, incap;
 	uint64_t indropped;          /* inbox full: lost for this stream */
@@ -147,6 +150,13 @@ struct tk_events {
 		struct tk_ev_poll poll;
 	};
 };
+
+/* The bytes of e that mean anything, its argv only as far as argv_len:
+ * what a copy of it needs (most events carry no argv, 512 of their bytes). */
+static inline size_t tk_event_bytes(const struct tk_event *e)
+{
+	return TK_EV_BASE_SIZE + (e->argv_len < TK_EV_ARGV_LEN ? e->argv_len : TK_EV_ARGV_LEN);
+}
 
 /* Parses one netlink datagram of the proc connector. Returns 1 with *out
  * filled, 0 for a message that is not a proc event, -EBADMSG for a

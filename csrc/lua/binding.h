@@ -34,6 +34,7 @@ __attribute__((noreturn)) int tk_analyzer_noreturn(void);
 #define TK_DIR_MT "takana.Dir"
 #define TK_PRESSURE_TRIGGER_MT "takana.PressureTrigger"
 #define TK_CGROUP_TREE_MT "takana.CgroupTree"
+#define TK_POLLER_MT "takana.Poller"
 
 /* A kernel counter as a Lua integer, saturating rather than wrapping. */
 static inline lua_Integer tk_u64_int(uint64_t v)
@@ -57,6 +58,8 @@ int tk_signal_check(lua_State *L, int idx);
 /* Pushes "TERM", "RTMIN+2", or the number as a string when it has no name. */
 void tk_signal_push_name(lua_State *L, int sig);
 
+struct tk_poll_reg;
+
 /* The first member of every userdata that owns a descriptor
  * (lua_handle.c). fd is the one to poll, -1 once closed. */
 struct tk_handle {
@@ -65,6 +68,9 @@ struct tk_handle {
 	const char *poll_events; /* cqueues' events(): "r", "w" or "p" */
 	/* Closes fd and frees the rest; NULL: close(fd) is all there is. */
 	void (*release)(lua_State *L, struct tk_handle *h);
+	/* The pollers it is registered in (lua_poller.c): closing the
+	 * object takes it out of them before its descriptor goes. */
+	struct tk_poll_reg *polls;
 };
 
 /* Sets h closed (fd -1) with its class's constants. */
@@ -78,6 +84,16 @@ void tk_handle_opened(lua_State *L, int fd);
 struct tk_handle *tk_handle_check(lua_State *L, int idx, const char *mt);
 /* Tells cqueues, when loaded, to drop fd before it is closed. */
 void tk_handle_forget_fd(lua_State *L, int fd);
+/* The takana handle at idx, open or closed, or NULL for anything else. */
+struct tk_handle *tk_handle_test(lua_State *L, int idx);
+/* lua_poller.c: takes h out of every poller it is registered in (called
+ * by the handle's close, before its descriptors are closed). */
+void tk_poller_forget(struct tk_handle *h);
+/* The epoll set this Lua state's takana.poll borrows for each call
+ * (made at the first, and again in a child of fork(), which must not
+ * share its parent's): its fd, or -errno. */
+int tk_poller_shared_fd(lua_State *L);
+void tk_poller_open_lib(lua_State *L);
 /* Creates metatable mt with close/__gc/__close, fileno/pollfd, events,
  * timeout and __tostring, then methods (which may override those). index,
  * when given, is __index with the methods table as upvalue 1; tostring,

@@ -207,5 +207,6 @@ int luaopen_takana_core(lua_State *L)
 	tk_timer_open_lib(L);
 	tk_self_open_lib(L);
 	tk_unix_open_lib(L);
+	tk_poller_open_lib(L);
 	return 1;
 }

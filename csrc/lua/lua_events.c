@@ -196,7 +196,7 @@ static int l_events_open(lua_State *L)
 	luaL_argcheck(L, buffer >= 0 && (size_t)buffer <= TK_BYTES_MAX, 4, "buffer must be 0..1 GiB");
 	luaL_argcheck(L, queue >= 0 && (size_t)queue <= TK_EVENTS_QUEUE_MAX, 6,
 	              "queue must be 0..16777216 events");
-	e = lua_newuserdatauv(L, sizeof *e, 1);
+	e = lua_newuserdatauv(L, sizeof *e, 2); /* skipped, the read iterator */
 	memset(e, 0, sizeof *e);
 	tk_handle_init(&e->h, "event stream", "r", events_release);
 	e->ev.fd = -1;
@@ -246,7 +246,7 @@ static int events_iter(lua_State *L)
 		return 0;
 	/* event_push allocates, and a finalizer run by the collector there
 	 * may close or read this stream, freeing the queue ev points into. */
-	copy = *ev;
+	memcpy(&copy, ev, tk_event_bytes(ev));
 	event_push(L, &copy, e->ev.realtime_offset_ns);
 	return 1;
 }
@@ -275,8 +275,15 @@ static int events_read(lua_State *L)
 		}
 		return tk_push_error(L, ctx, err);
 	}
-	lua_pushvalue(L, 1);
-	lua_pushcclosure(L, events_iter, 1);
+	/* One iterator per stream, made at the first read: a read allocates
+	 * nothing of its own. */
+	if (lua_getiuservalue(L, 1, 2) != LUA_TFUNCTION) {
+		lua_pop(L, 1);
+		lua_pushvalue(L, 1);
+		lua_pushcclosure(L, events_iter, 1);
+		lua_pushvalue(L, -1);
+		lua_setiuservalue(L, 1, 2);
+	}
 	return 1;
 }
 

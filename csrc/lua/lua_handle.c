@@ -24,6 +24,7 @@ void tk_handle_init(struct tk_handle *h, const char *kind, const char *poll_even
 	h->kind = kind;
 	h->poll_events = poll_events;
 	h->release = release;
+	h->polls = NULL;
 }
 
 /* Objects created since the last collection forced by descriptor pressure. */
@@ -80,23 +81,34 @@ void tk_handle_forget_fd(lua_State *L, int fd)
 	lua_pop(L, 3);
 }
 
-/* close, __gc and __close (which passes the error object as a second
- * argument): safe to call twice, and on a handle whose open failed. */
-static int handle_release(lua_State *L)
+struct tk_handle *tk_handle_test(lua_State *L, int idx)
 {
-	struct tk_handle *h = lua_touserdata(L, 1);
+	struct tk_handle *h = lua_touserdata(L, idx);
 	int is_handle = 0;
 
 	/* `pidfd.close(snapshot)` must not read a snapshot as a handle. */
-	if (h != NULL && lua_getmetatable(L, 1)) {
+	if (h != NULL && lua_getmetatable(L, idx)) {
 		lua_getfield(L, LUA_REGISTRYINDEX, CLASSES);
 		lua_pushvalue(L, -2);
 		is_handle = lua_rawget(L, -2) == LUA_TBOOLEAN;
 		lua_pop(L, 3);
 	}
-	if (!is_handle)
+	return is_handle ? h : NULL;
+}
+
+/* close, __gc and __close (which passes the error object as a second
+ * argument): safe to call twice, and on a handle whose open failed. */
+static int handle_release(lua_State *L)
+{
+	struct tk_handle *h = tk_handle_test(L, 1);
+
+	if (h == NULL)
 		return luaL_typeerror(L, 1, "takana handle");
 	if (h->fd >= 0) {
+		/* Out of every poller first: a registration left behind would
+		 * fire for whatever file later gets this descriptor's number
+		 * (or for this file, while a fork()ed child still holds it). */
+		tk_poller_forget(h);
 		tk_handle_forget_fd(L, h->fd);
 		if (h->release != NULL)
 			h->release(L, h);

@@ -301,6 +301,17 @@ function M.poll(objects, timeout, ...)
   return ready
 end
 
+--- A poller: one epoll set kept across waits, for loops that wait on the
+-- same objects again and again. `takana.poll` is the one-shot form over a
+-- set it borrows; its LDoc is in csrc/lua/lua_poller.c, once.
+-- @function poller
+-- @treturn[1] poller `:add(obj[, events])`, `:modify(obj, events)`,
+--   `:remove(obj)`, `:wait([timeout])` (the ready objects in a table the
+--   poller reuses, and their count), `:fileno()`, the cqueues protocol,
+--   `:close()`
+-- @treturn[2] nil, "poller: message", errno
+M.poller = core.poller
+
 -- Best first: the order "auto" tries them in.
 local event_backends = core.event_backends
 

@@ -174,7 +174,7 @@ function M.new(opts, ...)
   if opts.cgroup == nil then argerror("supervisor", 1, "option 'cgroup' is required") end
   local control, roles = control_option(opts.control)
   local self = setmetatable({
-    services = {}, order = {}, fds = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
+    services = {}, order = {}, watched = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
     reload_hook = opts.reload, on_exit = opts.on_exit,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
     log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false, notify_batch = 64,
@@ -185,7 +185,7 @@ function M.new(opts, ...)
   self.cg, self.cg_made = cg, made
   self.own_cg = type(opts.cgroup) == "string" -- a handle given stays its caller's to close
   local ep
-  ep, err, errno = core.epoll()
+  ep, err, errno = core.poller()
   if not ep then return nil, "supervisor: " .. err, errno end
   self.ep = ep
   -- The runtime directory (notify sockets; the control socket by
@@ -280,25 +280,24 @@ function supervisor:_abandon(err, errno)
   return nil, err, errno
 end
 
--- Watches obj's descriptor: fd, or nil, message, errno (a cgroup handle
--- opens cgroup.events here, which fails at EMFILE).
+-- Watches obj (in the poller, kept across steps): true, or nil, message,
+-- errno (a cgroup handle opens cgroup.events here, which fails at EMFILE).
+-- Closing obj takes it out of the poller; _unwatch forgets fn too.
 function supervisor:_watch(obj, fn, pri)
-  local fd, err, errno = obj:fileno()
-  if not fd then return nil, err, errno end
-  local ok
-  ok, err, errno = self.ep:add(fd, pri)
+  if self.watched[obj] then
+    self.watched[obj] = fn
+    return true
+  end
+  local ok, err, errno = self.ep:add(obj, pri and "p" or nil)
   if not ok then return nil, err, errno end
-  self.fds[fd] = { obj = obj, fn = fn }
-  return fd
+  self.watched[obj] = fn
+  return true
 end
 
 function supervisor:_unwatch(obj)
-  if obj == nil then return end
-  local ok, fd = pcall(obj.fileno, obj)
-  if ok and fd and self.fds[fd] and self.fds[fd].obj == obj then
-    self.ep:del(fd)
-    self.fds[fd] = nil
-  end
+  if obj == nil or not self.watched[obj] then return end
+  self.ep:remove(obj)
+  self.watched[obj] = nil
 end
 
 -- ---- the loop ----
@@ -418,11 +417,13 @@ function supervisor:step(timeout)
   if self.done then return false end
   local wait = self:timeout()
   if timeout and (not wait or timeout < wait) then wait = timeout end
-  local ready, err, errno = self.ep:wait(wait)
-  if not ready then return nil, err, errno end
-  for _, fd in ipairs(ready) do
-    local w = self.fds[fd]
-    if w then w.fn() end
+  -- The poller's own table, refilled by its next wait (no handler waits
+  -- on it). An object an earlier handler closed or unwatched is skipped.
+  local ready, n, errno = self.ep:wait(wait)
+  if not ready then return nil, n, errno end
+  for i = 1, n do
+    local fn = self.watched[ready[i]]
+    if fn then fn() end
   end
   self:_flush_conns()
   self:_tick()
