@@ -964,7 +964,15 @@ usage: takana supervise [--init] FILE.lua
   Runs FILE.lua, which declares services on a supervisor and returns it
   (`local sup = require("takana").supervisor{...}; sup:service{...};
   return sup`), then runs that supervisor until SIGTERM or SIGINT stops
-  every service in reverse dependency order. SIGHUP calls its reload hook.
+  every service in reverse dependency order.
+  SIGHUP, or `takana ctl SOCKET reload`, runs FILE.lua again, with
+  takana.supervisor{...} only recording what it declares, and applies the
+  difference (sup:reload): an unchanged service keeps its processes, a
+  changed one restarts once (live for restart, backoff, start_limit, stop,
+  depends, limits, log), a removed one stops, an added one starts. A file
+  that fails to load or check changes nothing; the reason goes to stderr
+  and to ctl reload. A file whose supervisor has its own `reload` hook
+  gets that hook called instead.
   --init (the default as PID 1): a container's init, as tini: it reaps
   every orphan, and the end of the main service (`main = NAME`, or the only
   one) stops the rest; the exit status is then the main service's (its
@@ -976,8 +984,26 @@ function M.supervise(args)
   if opts.help then io.write(help.supervise) return 0 end
   if #operands ~= 1 then usage_error("supervise: one FILE.lua expected") end
   if opts.init then require("takana.supervisor").init_default = true end
-  local chunk, lerr = loadfile(operands[1])
+  local S = require "takana.supervisor"
+  local path = operands[1]
+  local chunk, lerr = loadfile(path)
   if not chunk then fail("supervise: " .. lerr) end
+  -- A reload runs the file again, recording its declarations; a file that
+  -- gives its own reload hook keeps it (M.defaults fills only what is nil).
+  S.defaults.reload = function()
+    local again, err = loadfile(path)
+    if not again then error(err, 0) end
+    local decls, opts = S.declarations(again)
+    if not decls then error(path .. ": " .. opts, 0) end
+    return decls, opts
+  end
+  S.defaults.on_reload = function(_, summary, err)
+    if err then
+      io.stderr:write("takana supervise: ", printable(err), "\n")
+    elseif summary then
+      io.stderr:write("takana supervise: ", printable(M.reload_words(summary)), "\n")
+    end
+  end
   local ok, sup, serr = pcall(chunk)
   if not ok then fail("supervise: " .. operands[1] .. ": " .. tostring(sup)) end
   if sup == nil and serr then fail("supervise: " .. tostring(serr)) end
@@ -989,14 +1015,42 @@ function M.supervise(args)
   return sup:exit_code() or 0
 end
 
+-- A reload's summary (sup:reload's) in one line: "reloaded: 1 added (c),
+-- 1 restarted (a: cmd), 2 unchanged".
+function M.reload_words(summary)
+  if type(summary) ~= "table" then return "reloaded (by the supervisor's reload hook)" end
+  local parts = {}
+  local changes, notes = type(summary.changes) == "table" and summary.changes or {},
+    type(summary.notes) == "table" and summary.notes or {}
+  for _, what in ipairs { "added", "removed", "restarted", "updated" } do
+    local names = type(summary[what]) == "table" and summary[what] or {}
+    if #names > 0 then
+      local each = {}
+      for _, n in ipairs(names) do
+        local c = type(changes[n]) == "table" and #changes[n] > 0 and (": " .. table.concat(changes[n], ", ")) or ""
+        local note = notes[n] and ("; " .. tostring(notes[n])) or ""
+        each[#each + 1] = tostring(n) .. c .. note
+      end
+      parts[#parts + 1] = ("%d %s (%s)"):format(#names, what, table.concat(each, ", "))
+    end
+  end
+  local same = type(summary.unchanged) == "table" and #summary.unchanged or 0
+  parts[#parts + 1] = same .. " unchanged"
+  return "reloaded: " .. table.concat(parts, ", ")
+end
+
 help.ctl = [[
-usage: takana ctl [--json] [--timeout S] SOCKET status|start|stop|restart|signal|logs [NAME] [SIG|N]
+usage: takana ctl [--json] [--timeout S] SOCKET status|start|stop|restart|signal|logs|reload [NAME] [SIG|N]
        takana ctl [--timeout S] SOCKET --wait up|ready|down NAME
   Talks to a running supervisor through its control socket:
     status [NAME]        state, pid, uptime, restarts, last exit, readiness
     start|stop|restart NAME
     signal NAME SIG      SIG to every process of the service's cgroup
     logs NAME [N]        the last N (default 50) captured lines
+    reload               re-read the supervisor's file (or call its reload
+                         hook) and apply what changed; exits 1 with the
+                         reason when it fails to load or check (nothing
+                         changed then)
   --json prints the supervisor's answer as it came.
   --wait STATE NAME asks for NAME's status until it is up (starting or
   running: its process is there), ready (running and ready) or down (no
@@ -1051,10 +1105,11 @@ function M.ctl(args)
   local sock, cmd, name, extra = operands[1], operands[2], operands[3], operands[4]
   if not sock or not cmd then usage_error("ctl: SOCKET and a command expected (see --help)") end
   local S = require "takana.supervisor"
-  if not ({ status = 1, start = 1, stop = 1, restart = 1, signal = 1, logs = 1 })[cmd] then
-    usage_error("ctl: unknown command '" .. printable(cmd) .. "' (status, start, stop, restart, signal, logs)")
+  if not ({ status = 1, start = 1, stop = 1, restart = 1, signal = 1, logs = 1, reload = 1 })[cmd] then
+    usage_error("ctl: unknown command '" .. printable(cmd) .. "' (status, start, stop, restart, signal, logs, reload)")
   end
-  if cmd ~= "status" and not name then usage_error("ctl: " .. cmd .. " needs a service NAME") end
+  if cmd == "reload" and name then usage_error("ctl: reload takes no NAME") end
+  if cmd ~= "status" and cmd ~= "reload" and not name then usage_error("ctl: " .. cmd .. " needs a service NAME") end
   local timeout = tonumber(opts.timeout or "5")
   if not timeout or timeout <= 0 or timeout > 3600 then usage_error("ctl: --timeout needs 0 < seconds <= 3600") end
   local req = { cmd = cmd, name = name }
@@ -1073,6 +1128,8 @@ function M.ctl(args)
     io.write(text)
   elseif cmd == "logs" then
     for _, l in ipairs(r.lines) do io.write(printable(l), "\n") end
+  elseif cmd == "reload" then
+    io.write(printable(M.reload_words(r.reload)), "\n")
   end
   return r.ok and 0 or 1
 end

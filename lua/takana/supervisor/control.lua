@@ -86,14 +86,21 @@ function supervisor:_flush_conns()
   end
 end
 
-local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true }
+local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true,
+  reload = true }
 
 function supervisor:_command(line)
   local req, err = M.json_decode(line)
   if type(req) ~= "table" then return refusal("bad request: " .. tostring(err or "an object expected"), EBADMSG) end
   local cmd = req.cmd
   if not commands[cmd] then
-    return refusal("unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs)", E.EINVAL)
+    return refusal("unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs, reload)",
+      E.EINVAL)
+  end
+  if cmd == "reload" then
+    local ok, summary, errno = self:reload()
+    if not ok then return refusal(summary, errno) end
+    return { ok = true, reload = summary }
   end
   local name = req.name
   if cmd == "status" and name == nil then return { ok = true, services = self:status(), pid = self.pid } end
