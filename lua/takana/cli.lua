@@ -993,9 +993,9 @@ function M.supervise(args)
   S.defaults.reload = function()
     local again, err = loadfile(path)
     if not again then error(err, 0) end
-    local decls, opts = S.declarations(again)
-    if not decls then error(path .. ": " .. opts, 0) end
-    return decls, opts
+    local decls, sup_opts = S.declarations(again)
+    if not decls then error(sup_opts, 0) end -- (it names the file, with the line where it can)
+    return decls, sup_opts
   end
   S.defaults.on_reload = function(_, summary, err)
     if err then

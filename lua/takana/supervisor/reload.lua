@@ -33,18 +33,15 @@ local sup_restart_only = { "cgroup", "control", "runtime", "signals", "subreaper
 
 local function array(t) return setmetatable(t or {}, M.array) end
 
--- The text inside "bad argument #n to 'f' (text)", without a position.
-local function inner(msg)
-  msg = tostring(msg)
-  return msg:match("bad argument #%d+ to '[^']*' %((.*)%)$") or msg:gsub("^[^:]*:%d+: ", "")
-end
-
 -- Declarations (a list of service option tables, or a table name ->
 -- options) checked and built: a list of service tables, in order (the
--- list's, then the names of a map, sorted). Raises as argument 1 of fname.
-local function build_all(fname, decls)
+-- list's, then the names of a map, sorted). Raises as argument 1 of
+-- reload, blaming the frame `up` above this one (1 under pcall: no
+-- position).
+local function build_all(decls, up)
+  local fname = "reload"
   if type(decls) ~= "table" then
-    argerror(fname, 1, "a list of service declarations expected, got " .. type(decls), 2)
+    argerror(fname, 1, "a list of service declarations expected, got " .. type(decls), up)
   end
   local entries, n = {}, #decls
   for i = 1, n do entries[#entries + 1] = { where = "declaration " .. i, t = decls[i] } end
@@ -53,7 +50,7 @@ local function build_all(fname, decls)
     if type(k) == "string" then
       named[#named + 1] = k
     elseif not (math.type(k) == "integer" and k >= 1 and k <= n) then
-      argerror(fname, 1, "declarations: a list, or service names as keys, expected (got key " .. tostring(k) .. ")", 2)
+      argerror(fname, 1, "declarations: a list, or service names as keys, expected (got key " .. tostring(k) .. ")", up)
     end
   end
   table.sort(named)
@@ -63,21 +60,17 @@ local function build_all(fname, decls)
       t = decl_copy(t)
       t.name = k
     elseif type(t) == "table" and t.name ~= k then
-      argerror(fname, 1, ("declarations[%q]: its name is %q"):format(k, tostring(t.name)), 2)
+      argerror(fname, 1, ("declarations[%q]: its name is %q"):format(k, tostring(t.name)), up)
     end
     entries[#entries + 1] = { where = ("declarations[%q]"):format(k), t = t }
   end
   local built, seen = {}, {}
   for _, e in ipairs(entries) do
-    local ok, svc = pcall(function()
-      check_options("service", 1, e.t, C.svc_options, required)
-      return C.build_service(e.t)
-    end)
-    if not ok then
-      local name = type(e.t) == "table" and type(e.t.name) == "string" and (" (service '" .. e.t.name .. "')") or ""
-      argerror(fname, 1, e.where .. name .. ": " .. inner(svc), 2)
-    end
-    if seen[svc.name] then argerror(fname, 1, ("service '%s' is declared twice"):format(svc.name), 2) end
+    local name = type(e.t) == "table" and type(e.t.name) == "string" and (" (service '" .. e.t.name .. "')") or ""
+    local where = e.where .. name .. ": "
+    check_options(fname, 1, e.t, C.svc_options, { required = true, where = where, level = 1 + up })
+    local svc = C.build_service(e.t, { fname = fname, where = where, level = 2 + up })
+    if seen[svc.name] then argerror(fname, 1, ("service '%s' is declared twice"):format(svc.name), up) end
     seen[svc.name] = true
     built[#built + 1] = svc
   end
@@ -107,13 +100,16 @@ function supervisor:_reload_options(opts)
 end
 
 -- Applies the live supervisor options of opts (checked by _reload_options).
-function supervisor:_reload_apply_options(opts)
+function supervisor:_reload_apply_options(given)
+  self.options = decl_copy(given)
+  -- (the defaults fill what is nil, as in `new`)
+  local opts = decl_copy(given)
+  for k, v in pairs(M.defaults) do if opts[k] == nil then opts[k] = v end end
   local log_changed = not same(self.log, opts.log)
   self.log = opts.log
   self.log_size, self.log_files, self.log_lines = opts.log_size or 1048576, opts.log_files or 5, opts.log_lines or 200
   self.on_exit, self.on_reload, self.main_name = opts.on_exit, opts.on_reload, opts.main
   self.adopt = opts.adopt == true
-  self.options = decl_copy(opts)
   if log_changed then
     -- Each service's file is opened again, in the new place, at its next line.
     for _, svc in pairs(self.services) do
@@ -307,7 +303,7 @@ function supervisor:reload(decls, ...)
   nargs("reload", 1, select("#", ...) + 1)
   if self.closed then return nil, "reload: the supervisor is closed", E.EBADF end
   if decls ~= nil then
-    local built = build_all("reload", decls)
+    local built = build_all(decls, 2)
     if self.shutting then return self:_reload_done(nil, "reload: the supervisor is shutting down", E.ESHUTDOWN) end
     return self:_reload_done(self:_reload_apply(built))
   end
@@ -320,12 +316,12 @@ function supervisor:reload(decls, ...)
   if not ok then return self:_reload_done(nil, "reload: " .. tostring(r), E.EINVAL) end
   if r == nil then return self:_reload_done(nil) end
   local built
-  ok, built = pcall(build_all, "reload", r)
-  if not ok then return self:_reload_done(nil, "reload: " .. inner(built), E.EINVAL) end
+  ok, built = pcall(build_all, r, 1)
+  if not ok then return self:_reload_done(nil, tostring(built), E.EINVAL) end
   if opts ~= nil then
     local why
     ok, why = pcall(self._reload_options, self, opts)
-    if not ok then return self:_reload_done(nil, "reload: " .. inner(why), E.EINVAL) end
+    if not ok then return self:_reload_done(nil, "reload: " .. tostring(why), E.EINVAL) end
     if why then return self:_reload_done(nil, "reload: " .. why, E.EINVAL) end
     self:_reload_apply_options(opts)
   end
@@ -384,9 +380,13 @@ function M.declarations(fn, ...)
   end
   local ok, r = pcall(fn, ...)
   C.capture = nil
+  -- (an error raised in fn names its place already)
   if not ok then return nil, tostring(r), E.EINVAL end
   if rec == nil or r ~= rec then
-    return nil, "must return the supervisor it declared (got " .. type(r) .. ")", E.EINVAL
+    local src = debug.getinfo(fn, "S").source -- "@file" or "=name": named
+    local named = src:sub(1, 1) == "@" or src:sub(1, 1) == "="
+    return nil, ("%s: must return the supervisor it declared (got %s)"):format(
+      named and src:sub(2) or "a function", type(r)), E.EINVAL
   end
   return rec.list, rec.opts
 end

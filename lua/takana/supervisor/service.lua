@@ -171,10 +171,13 @@ function supervisor:service(t, ...)
 end
 
 -- A service table from declaration t (checked by check_options already),
--- not yet registered; raises at the caller of its caller (sup:service's,
--- or a reload's) on a bad option.
-function build_service(t)
-  local function bad(msg) argerror("service", 1, msg, 3) end
+-- not yet registered. Raises on a bad option as argument 1 of ctx.fname
+-- (default "service"), the message after ctx.where, at ctx.level frames
+-- above this function (default 3: sup:service's caller).
+function build_service(t, ctx)
+  local fname, where, level = "service", "", 3
+  if ctx then fname, where, level = ctx.fname, ctx.where, ctx.level end
+  local function bad(msg) argerror(fname, 1, where .. msg, level) end
   local name = t.name
   if type(name) ~= "string" or not name:match("^[%w][%w_.@-]*$") or #name > 64 then
     bad("option 'name': 1-64 of [A-Za-z0-9_.@-], not starting with a punctuation mark")
@@ -230,7 +233,10 @@ function build_service(t)
   end
   local st = t.stop or {}
   for k, v in pairs(st) do
-    if k == "signal" then signum("service", 1, v)
+    if k == "signal" then
+      if not pcall(signum, "service", 1, v) then
+        bad("option 'stop': a signal number or name (TERM, KILL, HUP...) expected, got " .. tostring(v))
+      end
     elseif k ~= "timeout" or type(v) ~= "number" or v < 0 or v ~= v then
       bad("option 'stop': {signal=, timeout=} expected")
     end
@@ -261,7 +267,7 @@ function build_service(t)
     -- Raised as service's own argument error (core.ids words it so);
     -- raised again here to blame service's caller.
     local ok, uid, gid = pcall(core.ids, t.user, t.group, "service")
-    if not ok then error(uid, 3) end
+    if not ok then error(uid, level) end
     svc.uid, svc.gid = uid, gid
   end
   -- What was declared, kept for a reload to compare (C.decl_copy: tables
