@@ -12,6 +12,7 @@
 -- measure that throttle, not the supervisor. So each service lives LIFE
 -- seconds (default 1.1) and K services (default 50) run side by side, to
 -- gather RESTARTS (default 1000) restarts in about RESTARTS / K * LIFE s.
+-- First, reload (bench_reload below; RELOAD=0 skips it).
 package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;./bench/?.so;" .. package.cpath
 local takana = require "takana"
@@ -25,6 +26,146 @@ local LIMIT_S = RESTARTS / K * LIFE * 2 + 20
 
 local function sh(cmd) return os.execute(cmd) end
 local function have(prog) return sh("command -v " .. prog .. " >/dev/null 2>&1") end
+
+-- Reload (issue 22): RELOAD_SERVICES (default 50) idle services under one
+-- supervisor, the declaration of one changed (its argv), RELOADS (default
+-- 20) times: how long sup:reload takes to diff and apply, and how long
+-- until the changed service runs again; then the same through `takana
+-- supervise FILE` and `takana ctl SOCKET reload` (the file run again, the
+-- diff, the answer). Every other service must keep its pid (checked, and
+-- said). takana alone: s6-svscan and runsvdir have no declaration to
+-- compare (a rescan only notices service directories added or removed; a
+-- changed ./run waits for an `s6-svc -r` or `sv restart` by hand).
+local function write_file_reload(path, text)
+  local h = assert(io.open(path, "w"))
+  h:write(text)
+  h:close()
+end
+
+local function bench_reload()
+  local n = tonumber(os.getenv("RELOAD_SERVICES") or "") or 50
+  local rounds = tonumber(os.getenv("RELOADS") or "") or 20
+  local S = require "takana.supervisor"
+  local now = takana.now or core.monotime
+  local rmnt
+  for line in io.lines("/proc/self/mountinfo") do
+    local m, fstype = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+)")
+    if fstype == "cgroup2" then rmnt = m end
+  end
+  if core.geteuid() ~= 0 or not rmnt then
+    print("== supervise reload: skipped: needs root and a cgroup2 mount ==")
+    return
+  end
+  local name = ("takana-bench-reload-%d"):format(math.random(1e9))
+  local rdir = "/tmp/" .. name
+  assert(sh("mkdir -m 700 " .. rdir .. " && mkdir " .. rmnt .. "/" .. name))
+  local function decls(gen)
+    local t = {}
+    for i = 1, n do
+      t[i] = { name = "s" .. i, cmd = { "sleep", tostring(i == 1 and 100000 + gen or 100000) } }
+    end
+    return t
+  end
+  local function median(xs)
+    table.sort(xs)
+    return xs[math.max(1, math.ceil(#xs / 2))] or 0 / 0
+  end
+  -- the library
+  local sup = assert(takana.supervisor { cgroup = name .. "/lib", runtime = rdir .. "/lib", log = false,
+    signals = false })
+  for _, d in ipairs(decls(0)) do sup:service(d) end
+  local function all_running()
+    for _, s in pairs(sup.services) do if s.state ~= "running" then return false end end
+    return true
+  end
+  for _ = 1, 400 do
+    if all_running() then break end
+    sup:step(0.05)
+  end
+  assert(all_running(), "reload bench: the services did not all start")
+  local kept, diff_ms, back_ms = true, {}, {}
+  for r = 1, rounds do
+    local before = {}
+    for k, s in pairs(sup.services) do before[k] = s.pid end
+    local t0 = now()
+    assert(sup:reload(decls(r)))
+    local t1 = now()
+    local s1 = sup:get("s1")
+    for _ = 1, 400 do
+      if s1.state == "running" and s1.pid ~= before.s1 then break end
+      sup:step(0.05)
+    end
+    local t2 = now()
+    assert(s1.state == "running" and s1.pid ~= before.s1, "reload bench: s1 did not restart")
+    for k, s in pairs(sup.services) do if k ~= "s1" and s.pid ~= before[k] then kept = false end end
+    diff_ms[#diff_ms + 1], back_ms[#back_ms + 1] = (t1 - t0) * 1e3, (t2 - t0) * 1e3
+  end
+  sup:shutdown()
+  for _ = 1, 400 do if sup:step(0.05) == false then break end end
+  sup:close()
+  -- takana supervise FILE, driven by takana ctl reload's request
+  local file, sock = rdir .. "/sup.lua", rdir .. "/ctl.sock"
+  local function write(gen)
+    local lines = { ("local sup = assert(require('takana').supervisor { cgroup = %q, runtime = %q, control = %q, "
+      .. "log = false })"):format(name .. "/cli", rdir .. "/cli", sock) }
+    for _, d in ipairs(decls(gen)) do
+      lines[#lines + 1] = ("sup:service { name = %q, cmd = { %q, %q } }"):format(d.name, d.cmd[1], d.cmd[2])
+    end
+    lines[#lines + 1] = "return sup"
+    write_file_reload(file, table.concat(lines, "\n"))
+  end
+  write(0)
+  local p = assert(takana.spawn { "lua5.4", "bin/takana", "supervise", file, pdeathsig = "KILL", stdout = "null",
+    stderr = "null", env = { LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;", LUA_CPATH = "./?.so;;",
+    PATH = os.getenv("PATH") } })
+  local function status()
+    local r = S.request(sock, { cmd = "status" }, 5)
+    if not (r and r.ok) then return nil end
+    local t, up = {}, 0
+    for _, s in ipairs(r.services) do
+      t[s.name] = s.pid
+      if s.state == "running" then up = up + 1 end
+    end
+    return t, up
+  end
+  for _ = 1, 400 do
+    local _, up = status()
+    if up == n then break end
+    takana.poll({}, 0.05)
+  end
+  local cli_kept, ctl_ms, cli_back_ms = true, {}, {}
+  for r = 1, rounds do
+    local before = assert(status())
+    write(r)
+    local t0 = now()
+    local ans = assert(S.request(sock, { cmd = "reload" }, 10))
+    local t1 = now()
+    assert(ans.ok, tostring(ans.error))
+    local after
+    for _ = 1, 2000 do
+      local st, up = status()
+      if st and up == n and st.s1 ~= before.s1 then after = st break end
+      takana.poll({}, 0.002)
+    end
+    local t2 = now()
+    assert(after, "reload bench: s1 did not restart under takana supervise")
+    for k, pid in pairs(before) do if k ~= "s1" and after[k] ~= pid then cli_kept = false end end
+    ctl_ms[#ctl_ms + 1], cli_back_ms[#cli_back_ms + 1] = (t1 - t0) * 1e3, (t2 - t0) * 1e3
+  end
+  p:signal("TERM")
+  p:wait()
+  sh("find " .. rmnt .. "/" .. name .. " -depth -type d -exec rmdir {} + 2>/dev/null")
+  sh("rm -rf " .. rdir)
+  print(("== supervise reload: %d services, one changed, %d rounds (medians) =="):format(n, rounds))
+  print(("  %-46s %10.2f ms"):format("sup:reload (diff, apply, stop signal sent)", median(diff_ms)))
+  print(("  %-46s %10.2f ms"):format("sup:reload -> changed service running again", median(back_ms)))
+  print(("  %-46s %10.2f ms"):format("ctl reload answered (file run again + diff)", median(ctl_ms)))
+  print(("  %-46s %10.2f ms"):format("ctl reload -> changed service running again", median(cli_back_ms)))
+  print(("  %-46s %10s   target: yes  %s"):format("the other services kept their pids",
+    (kept and cli_kept) and "yes" or "NO", (kept and cli_kept) and "met" or "MISSED"))
+end
+
+if os.getenv("RELOAD") ~= "0" then bench_reload() end
 
 if not have("s6-svscan") or not have("runsvdir") then
   print("== supervise: skipped: needs s6 (s6-svscan) and runit (runsvdir): apt-get install s6 runit ==")

@@ -57,14 +57,14 @@ end
 
 -- What may open a file or run a program, each a reviewed site that touches
 -- no kernel file: require's fallback probing package.path, the CLI's tty
--- handling (stty, test -t), its bench and supervise commands; the
--- command's look for its own LuaRocks tree.
+-- handling (stty, test -t), its bench and supervise commands (the file,
+-- read again on reload); the command's look for its own LuaRocks tree.
 local allowed = {
   ["bin/takana"] = { ['io.open(tree_lua .. "")'] = 1 },
   ["lua/takana/init.lua"] = { ['io.open((template:gsub("", file)))'] = 1 },
   ["lua/takana/cli.lua"] = {
     ['io.popen("")'] = 2, ['os.execute("")'] = 4, ['os.execute("" .. saved .. "")'] = 1,
-    ['io.open("")'] = 1, ['os.execute("" .. ph .. "")'] = 1, ["loadfile(operands[1])"] = 1,
+    ['io.open("")'] = 1, ['os.execute("" .. ph .. "")'] = 1, ["loadfile(path)"] = 2,
   },
 }
 

@@ -49,11 +49,13 @@ M.schemas = {
     end,
   },
   ["service-options"] = {
-    head = { "option", "type", "meaning" },
+    head = { "option", "type", "on reload", "meaning" },
+    -- (in a list, "on reload" follows the meaning, in parentheses)
+    trailing = { [3] = true },
     rows = function()
       local rows = {}
       for _, o in ipairs(supervisor.service_options) do
-        rows[#rows + 1] = { code(o.name), o.type:gsub("|", " or "), o.doc }
+        rows[#rows + 1] = { code(o.name), (o.type:gsub("|", " or ")), o.reload or "", o.doc }
       end
       return rows
     end,
@@ -94,14 +96,18 @@ end
 local function list_lines(schema)
   local lines = {}
   for _, cells in ipairs(schema.rows()) do
-    local rest = {}
+    local rest, tail = {}, ""
     for i = 2, #cells do
-      if cells[i] ~= "" then rest[#rest + 1] = schema.head[i]:gsub("`", "") == "type" and ("(" .. cells[i] .. ")")
-        or cells[i] end
+      if cells[i] == "" then -- luacheck: ignore 542
+      elseif schema.trailing and schema.trailing[i] then
+        tail = tail .. " (" .. schema.head[i] .. ": " .. cells[i] .. ")"
+      else
+        rest[#rest + 1] = schema.head[i]:gsub("`", "") == "type" and ("(" .. cells[i] .. ")") or cells[i]
+      end
     end
     -- wrapped to fit a source line, continued under the item
     local line = "-"
-    for word in ("- " .. cells[1] .. " " .. table.concat(rest, ": ")):gmatch("%S+", 2) do
+    for word in ("- " .. cells[1] .. " " .. table.concat(rest, ": ") .. tail):gmatch("%S+", 2) do
       if #line + 1 + #word > 96 then
         lines[#lines + 1] = line
         line = " "

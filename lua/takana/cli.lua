@@ -876,7 +876,15 @@ usage: takana supervise [--init] FILE.lua
   Runs FILE.lua, which declares services on a supervisor and returns it
   (`local sup = require("takana").supervisor{...}; sup:service{...};
   return sup`), then runs that supervisor until SIGTERM or SIGINT stops
-  every service in reverse dependency order. SIGHUP calls its reload hook.
+  every service in reverse dependency order.
+  SIGHUP, or `takana ctl SOCKET reload`, runs FILE.lua again, with
+  takana.supervisor{...} only recording what it declares, and applies the
+  difference (sup:reload): an unchanged service keeps its processes, a
+  changed one restarts once (live for restart, backoff, start_limit, stop,
+  depends, limits, log), a removed one stops, an added one starts. A file
+  that fails to load or check changes nothing; the reason goes to stderr
+  and to ctl reload. A file whose supervisor has its own `reload` hook
+  gets that hook called instead.
   --init (the default as PID 1): a container's init, as tini: it reaps
   every orphan, and the end of the main service (`main = NAME`, or the only
   one) stops the rest; the exit status is then the main service's (its
@@ -888,8 +896,26 @@ function M.supervise(args)
   if opts.help then io.write(help.supervise) return 0 end
   if #operands ~= 1 then usage_error("supervise: one FILE.lua expected") end
   if opts.init then require("takana.supervisor").init_default = true end
-  local chunk, lerr = loadfile(operands[1])
+  local S = require "takana.supervisor"
+  local path = operands[1]
+  local chunk, lerr = loadfile(path)
   if not chunk then fail("supervise: " .. lerr) end
+  -- A reload runs the file again, recording its declarations; a file that
+  -- gives its own reload hook keeps it (M.defaults fills only what is nil).
+  S.defaults.reload = function()
+    local again, err = loadfile(path)
+    if not again then error(err, 0) end
+    local decls, sup_opts = S.declarations(again)
+    if not decls then error(sup_opts, 0) end -- (it names the file, with the line where it can)
+    return decls, sup_opts
+  end
+  S.defaults.on_reload = function(_, summary, err)
+    if err then
+      io.stderr:write("takana supervise: ", printable(err), "\n")
+    elseif summary then
+      io.stderr:write("takana supervise: ", printable(require("takana.ctl").reload_words(summary)), "\n")
+    end
+  end
   local ok, sup, serr = pcall(chunk)
   if not ok then fail("supervise: " .. operands[1] .. ": " .. tostring(sup)) end
   if sup == nil and serr then fail("supervise: " .. tostring(serr)) end

@@ -154,13 +154,17 @@ function M.metrics(sock, metric)
 end
 
 M.help = [[
-usage: takana ctl [--json] [--timeout S] SOCKET status|start|stop|restart|signal|logs [NAME] [SIG|N]
+usage: takana ctl [--json] [--timeout S] SOCKET status|start|stop|restart|signal|logs|reload [NAME] [SIG|N]
        takana ctl [--timeout S] SOCKET --wait up|ready|down NAME
   Talks to a running supervisor through its control socket:
     status [NAME]        state, pid, uptime, restarts, last exit, readiness
     start|stop|restart NAME
     signal NAME SIG      SIG to every process of the service's cgroup
     logs NAME [N]        the last N (default 50) captured lines
+    reload               re-read the supervisor's file (or call its reload
+                         hook) and apply what changed; exits 1 with the
+                         reason when it fails to load or check (nothing
+                         changed then)
   --json prints the supervisor's answer as it came.
   --wait STATE NAME asks for NAME's status until it is up (starting or
   running: its process is there), ready (running and ready) or down (no
@@ -201,6 +205,32 @@ local function ctl_wait(sock, state, name, timeout)
   end
 end
 
+--- A reload's summary (sup:reload's) in one line: "reloaded: 1 added (c),
+-- 1 restarted (a: cmd), 2 unchanged".
+-- @tparam table summary
+-- @treturn string
+function M.reload_words(summary)
+  if type(summary) ~= "table" then return "reloaded (by the supervisor's reload hook)" end
+  local parts = {}
+  local changes, notes = type(summary.changes) == "table" and summary.changes or {},
+    type(summary.notes) == "table" and summary.notes or {}
+  for _, what in ipairs { "added", "removed", "restarted", "updated" } do
+    local names = type(summary[what]) == "table" and summary[what] or {}
+    if #names > 0 then
+      local each = {}
+      for _, n in ipairs(names) do
+        local c = type(changes[n]) == "table" and #changes[n] > 0 and (": " .. table.concat(changes[n], ", ")) or ""
+        local note = notes[n] and ("; " .. tostring(notes[n])) or ""
+        each[#each + 1] = tostring(n) .. c .. note
+      end
+      parts[#parts + 1] = ("%d %s (%s)"):format(#names, what, table.concat(each, ", "))
+    end
+  end
+  local same = type(summary.unchanged) == "table" and #summary.unchanged or 0
+  parts[#parts + 1] = same .. " unchanged"
+  return "reloaded: " .. table.concat(parts, ", ")
+end
+
 --- The `takana ctl` command: args is its argv after "ctl"; returns the
 -- exit code (0 done, 1 refused or failed, 2 bad usage, after exiting).
 -- @tparam {string,...} args
@@ -217,10 +247,11 @@ function M.main(args)
   end
   local sock, cmd, name, extra = operands[1], operands[2], operands[3], operands[4]
   if not sock or not cmd then usage_error("ctl: SOCKET and a command expected (see --help)") end
-  if not ({ status = 1, start = 1, stop = 1, restart = 1, signal = 1, logs = 1 })[cmd] then
-    usage_error("ctl: unknown command '" .. printable(cmd) .. "' (status, start, stop, restart, signal, logs)")
+  if not ({ status = 1, start = 1, stop = 1, restart = 1, signal = 1, logs = 1, reload = 1 })[cmd] then
+    usage_error("ctl: unknown command '" .. printable(cmd) .. "' (status, start, stop, restart, signal, logs, reload)")
   end
-  if cmd ~= "status" and not name then usage_error("ctl: " .. cmd .. " needs a service NAME") end
+  if cmd == "reload" and name then usage_error("ctl: reload takes no NAME") end
+  if cmd ~= "status" and cmd ~= "reload" and not name then usage_error("ctl: " .. cmd .. " needs a service NAME") end
   local timeout = tonumber(opts.timeout or "5")
   if not timeout or timeout <= 0 or timeout > 3600 then usage_error("ctl: --timeout needs 0 < seconds <= 3600") end
   local req = { cmd = cmd, name = name }
@@ -239,6 +270,8 @@ function M.main(args)
     io.write(text)
   elseif cmd == "logs" then
     for _, l in ipairs(r.lines) do io.write(printable(l), "\n") end
+  elseif cmd == "reload" then
+    io.write(printable(M.reload_words(r.reload)), "\n")
   end
   return r.ok and 0 or 1
 end

@@ -36,17 +36,20 @@ end
 -- what was expected ("seconds expected (0 to 1 year), got -1").
 -- how.required: a nil opts is a mistake too (else it reads as {});
 -- how.positional: integer keys (an argv, a list of event types) are the
--- caller's to check. Returns opts, or {} for nil.
+-- caller's to check; how.where: text before each message (which of a
+-- list of tables); how.level: the frame blamed, counted from the caller
+-- (default 2: the caller's caller). Returns opts, or {} for nil.
 function M.check_options(fname, n, opts, spec, how)
   if opts == nil and not (how and how.required) then return {} end
-  if type(opts) ~= "table" then argerror(fname, n, "table expected, got " .. type(opts), 2) end
+  local where, level = how and how.where or "", how and how.level or 2
+  if type(opts) ~= "table" then argerror(fname, n, where .. "table expected, got " .. type(opts), level) end
   local positional = how and how.positional
   for k, v in pairs(opts) do
     if not (positional and math.type(k) == "integer") then
       local want = spec[k]
-      if want == nil then argerror(fname, n, "unknown option '" .. tostring(k) .. "'", 2) end
+      if want == nil then argerror(fname, n, where .. "unknown option '" .. tostring(k) .. "'", level) end
       local problem = option_problem(want, v)
-      if problem then argerror(fname, n, ("option '%s': %s"):format(k, problem), 2) end
+      if problem then argerror(fname, n, where .. ("option '%s': %s"):format(k, problem), level) end
     end
   end
   return opts

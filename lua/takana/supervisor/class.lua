@@ -84,4 +84,43 @@ local function main_status(svc)
 end
 C.main_status = main_status
 
+-- A declaration as given, kept for a reload to compare with the next one:
+-- tables are copied (cycles kept as cycles), functions and userdata kept.
+local function decl_copy(v, seen)
+  if type(v) ~= "table" then return v end
+  seen = seen or {}
+  if seen[v] then return seen[v] end
+  local c = {}
+  seen[v] = c
+  for k, x in pairs(v) do c[decl_copy(k, seen)] = decl_copy(x, seen) end
+  return c
+end
+C.decl_copy = decl_copy
+
+-- Whether two declared values are the same: tables by content, functions
+-- by their code (a file read again makes new closures of the same source;
+-- the values of their upvalues are not compared), anything else by ==.
+local function same(a, b, seen)
+  if a == b then return true end
+  local ta = type(a)
+  if ta ~= type(b) then return false end
+  if ta == "function" then
+    local oka, da = pcall(string.dump, a, true)
+    local okb, db = pcall(string.dump, b, true)
+    return oka and okb and da == db
+  end
+  if ta ~= "table" then return false end
+  seen = seen or {}
+  if seen[a] == b then return true end
+  seen[a] = b
+  for k, x in pairs(a) do
+    if not same(x, b[k], seen) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+C.same = same
+
 return C

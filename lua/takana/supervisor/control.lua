@@ -110,7 +110,8 @@ function supervisor:_flush_conns()
   end
 end
 
-local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true }
+local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true,
+  reload = true }
 local read_only = { status = true, logs = true }
 
 function supervisor:_command(line, conn)
@@ -118,7 +119,13 @@ function supervisor:_command(line, conn)
   if type(req) ~= "table" then return refusal("bad request: " .. tostring(err or "an object expected"), EBADMSG) end
   local cmd = req.cmd
   if not commands[cmd] then
-    return refusal("unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs)", E.EINVAL)
+    return refusal("unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs, reload)",
+      E.EINVAL)
+  end
+  if cmd == "reload" then
+    local ok, summary, errno = self:reload()
+    if not ok then return refusal(summary, errno) end
+    return { ok = true, reload = summary }
   end
   if conn and conn.role == "read" and not read_only[cmd] then
     return refusal(("permission denied: uid %d may read (status, logs), not %s"):format(conn.uid, cmd), E.EACCES)

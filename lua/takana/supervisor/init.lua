@@ -37,7 +37,14 @@ M.array = json.array
 local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string|table",
   adopt = "boolean", reload = "function", signals = "boolean", runtime = "string", subreaper = "boolean",
   log_size = "number", log_files = "number", log_lines = "number", on_exit = "function", init = "boolean",
-  main = "string" }
+  main = "string", on_reload = "function" }
+C.sup_options = sup_options
+
+--- Supervisor options `new` gives a supervisor whose caller left them
+-- nil: `takana supervise` sets `reload` here (re-reading its file), before
+-- the file runs. Empty in a library.
+-- @table defaults
+M.defaults = {}
 
 -- control = path, or {path = ..., allow = who, read = who} where who is
 -- {users = {name or uid, ...}, groups = {name or gid, ...}}: the path, and
@@ -139,7 +146,9 @@ end
 --   peer's uid, gid and supplementary groups (SO_PEERCRED, SO_PEERGROUPS);
 --   this user and root may always do everything, anyone else is refused;
 --   `adopt`: adopt services found running in their cgroups (default: stop
---   them first); `reload`: `function(sup)` called on SIGHUP;
+--   them first); `reload`: `function(sup) -> [declarations [, options]]`
+--   called on SIGHUP and `takana ctl SOCKET reload` (see `sup:reload`);
+--   `on_reload`: `function(sup, summary, err)` after each reload;
 --   `signals`: catch TERM, INT and HUP (default true);
 --   `subreaper`: become the reaper of what services orphan (a daemon's
 --   double fork), so a `MAINPID=` process whose parent left is ours to
@@ -169,13 +178,20 @@ end
 -- @treturn[1] supervisor
 -- @treturn[2] nil, message, errno
 function M.new(opts, ...)
+  -- (while a file's declarations are read for a reload: a recorder)
+  if C.capture then return C.capture(opts, ...) end
   nargs("supervisor", 1, select("#", ...) + 1)
   check_options("supervisor", 1, opts, sup_options, required)
   if opts.cgroup == nil then argerror("supervisor", 1, "option 'cgroup' is required") end
   local control, roles = control_option(opts.control)
+  local given = C.decl_copy(opts) -- what a reload's options are compared with
+  if next(M.defaults) then
+    opts = C.decl_copy(opts)
+    for k, v in pairs(M.defaults) do if opts[k] == nil then opts[k] = v end end
+  end
   local self = setmetatable({
     services = {}, order = {}, watched = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
-    reload_hook = opts.reload, on_exit = opts.on_exit,
+    reload_hook = opts.reload, on_exit = opts.on_exit, on_reload = opts.on_reload, options = given,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
     log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false, notify_batch = 64,
     started_at = now(),
@@ -560,15 +576,6 @@ function supervisor:exit_code()
   return 1
 end
 
---- Calls the reload hook (`reload` option), as SIGHUP does. The hook may
--- add (`sup:service`), remove (`sup:remove`) or change services.
-function supervisor:reload()
-  if not self.reload_hook then return true end
-  local ok, err = pcall(self.reload_hook, self)
-  self.reload_error = not ok and tostring(err) or nil
-  return ok, err
-end
-
 -- ---- status ----
 
 local function round(x, d) local m = 10 ^ (d or 3) return math.floor(x * m + 0.5) / m end
@@ -634,5 +641,6 @@ require "takana.supervisor.service"
 require "takana.supervisor.notify"
 require "takana.supervisor.log"
 require "takana.supervisor.control"
+require "takana.supervisor.reload"
 
 return M

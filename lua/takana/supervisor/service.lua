@@ -14,51 +14,58 @@ local ENOENT, ESRCH, EEXIST = C.E.ENOENT, C.E.ESRCH, C.E.EEXIST
 local DEFAULT_READY_TIMEOUT = 90
 
 --- The options of `sup:service{...}`, one row each: `name`, `type` (as
--- the check reads it: Lua types joined by "|"), `doc`, and `spawn` for
--- those handed to `takana.spawn` as they are. The check, the reference
--- below and the README's table (tools/docgen.lua) all come from this list.
+-- the check reads it: Lua types joined by "|"), `doc`, `spawn` for
+-- those handed to `takana.spawn` as they are, and `reload`: what a change
+-- of it does when `sup:reload` applies a new declaration ("restart": the
+-- stop sequence, then a start with it; "live": applied to the running
+-- service, `limits` written to its cgroup; "added": read only when the
+-- service is added). The check, the reference below and the README's
+-- table (tools/docgen.lua) all come from this list.
 -- @table service_options
 M.service_options = {
   { name = "name", type = "string", doc = "required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark" },
-  { name = "cmd", type = "table", doc = "required: `{prog, args...}`" },
-  { name = "env", type = "table", doc = "added to the supervisor's environment" },
-  { name = "cwd", type = "string", doc = "the working directory" },
-  { name = "restart", type = "string|function",
+  { name = "cmd", type = "table", reload = "restart", doc = "required: `{prog, args...}`" },
+  { name = "env", type = "table", reload = "restart", doc = "added to the supervisor's environment" },
+  { name = "cwd", type = "string", reload = "restart", doc = "the working directory" },
+  { name = "restart", type = "string|function", reload = "live",
     doc = '"on-failure" (default), "always", "never", or `function(svc, record) -> delay or false`' },
-  { name = "backoff", type = "table",
+  { name = "backoff", type = "table", reload = "live",
     doc = "the delay before a restart: `initial * factor ^ failures`, at most `max`; the failure count is reset "
       .. "by a run of `reset_after` s. Default `{initial=0.1, max=30, factor=2, reset_after=60}`; "
       .. "`{initial=0}` restarts at once" },
-  { name = "start_limit", type = "table",
+  { name = "start_limit", type = "table", reload = "live",
     doc = "at most `burst` starts within `interval` s, then state \"failed\", with the reason. Default "
       .. "`{burst=5, interval=10}`; `{burst=0}` turns it off" },
-  { name = "ready", type = "string|table",
+  { name = "ready", type = "string|table", reload = "restart",
     doc = '"notify" (sd_notify), `{notify=true, timeout=s}`, or `{fd=n, timeout=s}` (s6): running once '
       .. "ready. Not ready within `timeout` s (default 90, as systemd's TimeoutStartSec; `false` or 0 turns "
       .. "it off): the stop sequence, a failed start (the restart policy and start limit count it) with the "
       .. "reason \"not ready after N s\" and an exit record with `ready_timeout = true`" },
-  { name = "stop", type = "table",
+  { name = "stop", type = "table", reload = "live",
     doc = '`{signal="TERM", timeout=5}` (the defaults): the signal to the whole cgroup, then after `timeout` s '
       .. 'cgroup.kill, then a wait until empty; `timeout=0` kills at once' },
-  { name = "depends", type = "table",
+  { name = "depends", type = "table", reload = "live",
     doc = "`{names}`: started once these are ready; until then \"waiting\", its reason naming the first "
       .. "that is not (and why, when it failed)" },
-  { name = "limits", type = "table", doc = '`{["memory.max"]=...}`, applied loudly' },
-  { name = "log", type = "string|function|boolean", doc = "the service's own log target, as the supervisor's `log`" },
-  { name = "autostart", type = "boolean", doc = "default true" },
-  { name = "watchdog", type = "number",
+  { name = "limits", type = "table", reload = "live", doc = '`{["memory.max"]=...}`, applied loudly' },
+  { name = "log", type = "string|function|boolean", reload = "live",
+    doc = "the service's own log target, as the supervisor's `log`" },
+  { name = "autostart", type = "boolean", reload = "added", doc = "default true" },
+  { name = "watchdog", type = "number", reload = "restart",
     doc = "seconds (0.01..86400): once ready, the service must send `WATCHDOG=1` on its `NOTIFY_SOCKET` at least "
       .. "that often (it is told through `WATCHDOG_USEC`), else it gets SIGABRT, the stop sequence and an exit "
       .. "record with `watchdog = true` (a failure)" },
-  { name = "user", type = "string|number", spawn = true, doc = "to spawn" },
-  { name = "group", type = "string|number", spawn = true, doc = "to spawn" },
-  { name = "groups", type = "table", spawn = true, doc = "to spawn" },
-  { name = "umask", type = "number", spawn = true, doc = "to spawn" },
-  { name = "rlimits", type = "table", spawn = true, doc = "to spawn" },
-  { name = "no_new_privs", type = "boolean", spawn = true, doc = "to spawn" },
-  { name = "pdeathsig", type = "string|number", spawn = true, doc = "to spawn" },
+  { name = "user", type = "string|number", reload = "restart", spawn = true, doc = "to spawn" },
+  { name = "group", type = "string|number", reload = "restart", spawn = true, doc = "to spawn" },
+  { name = "groups", type = "table", reload = "restart", spawn = true, doc = "to spawn" },
+  { name = "umask", type = "number", reload = "restart", spawn = true, doc = "to spawn" },
+  { name = "rlimits", type = "table", reload = "restart", spawn = true, doc = "to spawn" },
+  { name = "no_new_privs", type = "boolean", reload = "restart", spawn = true, doc = "to spawn" },
+  { name = "pdeathsig", type = "string|number", reload = "restart", spawn = true, doc = "to spawn" },
 }
 local svc_options, spawn_options = {}, {}
+C.svc_options = svc_options
+local build_service
 for _, o in ipairs(M.service_options) do
   svc_options[o.name] = o.type
   if o.spawn then spawn_options[#spawn_options + 1] = o.name end
@@ -116,73 +123,89 @@ M.exit_record = {
 --
 -- <!-- schema:service-options -->
 -- - `name` (string): required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark
--- - `cmd` (table): required: `{prog, args...}`
--- - `env` (table): added to the supervisor's environment
--- - `cwd` (string): the working directory
+-- - `cmd` (table): required: `{prog, args...}` (on reload: restart)
+-- - `env` (table): added to the supervisor's environment (on reload: restart)
+-- - `cwd` (string): the working directory (on reload: restart)
 -- - `restart` (string or function): "on-failure" (default), "always", "never", or `function(svc,
---   record) -> delay or false`
+--   record) -> delay or false` (on reload: live)
 -- - `backoff` (table): the delay before a restart: `initial * factor ^ failures`, at most `max`;
 --   the failure count is reset by a run of `reset_after` s. Default `{initial=0.1, max=30,
---   factor=2, reset_after=60}`; `{initial=0}` restarts at once
+--   factor=2, reset_after=60}`; `{initial=0}` restarts at once (on reload: live)
 -- - `start_limit` (table): at most `burst` starts within `interval` s, then state "failed", with
---   the reason. Default `{burst=5, interval=10}`; `{burst=0}` turns it off
+--   the reason. Default `{burst=5, interval=10}`; `{burst=0}` turns it off (on reload: live)
 -- - `ready` (string or table): "notify" (sd_notify), `{notify=true, timeout=s}`, or `{fd=n,
 --   timeout=s}` (s6): running once ready. Not ready within `timeout` s (default 90, as systemd's
 --   TimeoutStartSec; `false` or 0 turns it off): the stop sequence, a failed start (the restart
 --   policy and start limit count it) with the reason "not ready after N s" and an exit record with
---   `ready_timeout = true`
+--   `ready_timeout = true` (on reload: restart)
 -- - `stop` (table): `{signal="TERM", timeout=5}` (the defaults): the signal to the whole cgroup,
---   then after `timeout` s cgroup.kill, then a wait until empty; `timeout=0` kills at once
+--   then after `timeout` s cgroup.kill, then a wait until empty; `timeout=0` kills at once (on
+--   reload: live)
 -- - `depends` (table): `{names}`: started once these are ready; until then "waiting", its reason
---   naming the first that is not (and why, when it failed)
--- - `limits` (table): `{["memory.max"]=...}`, applied loudly
+--   naming the first that is not (and why, when it failed) (on reload: live)
+-- - `limits` (table): `{["memory.max"]=...}`, applied loudly (on reload: live)
 -- - `log` (string or function or boolean): the service's own log target, as the supervisor's `log`
--- - `autostart` (boolean): default true
+--   (on reload: live)
+-- - `autostart` (boolean): default true (on reload: added)
 -- - `watchdog` (number): seconds (0.01..86400): once ready, the service must send `WATCHDOG=1` on
 --   its `NOTIFY_SOCKET` at least that often (it is told through `WATCHDOG_USEC`), else it gets
---   SIGABRT, the stop sequence and an exit record with `watchdog = true` (a failure)
--- - `user` (string or number): to spawn
--- - `group` (string or number): to spawn
--- - `groups` (table): to spawn
--- - `umask` (number): to spawn
--- - `rlimits` (table): to spawn
--- - `no_new_privs` (boolean): to spawn
--- - `pdeathsig` (string or number): to spawn
+--   SIGABRT, the stop sequence and an exit record with `watchdog = true` (a failure) (on reload:
+--   restart)
+-- - `user` (string or number): to spawn (on reload: restart)
+-- - `group` (string or number): to spawn (on reload: restart)
+-- - `groups` (table): to spawn (on reload: restart)
+-- - `umask` (number): to spawn (on reload: restart)
+-- - `rlimits` (table): to spawn (on reload: restart)
+-- - `no_new_privs` (boolean): to spawn (on reload: restart)
+-- - `pdeathsig` (string or number): to spawn (on reload: restart)
 -- <!-- /schema:service-options -->
 --
 -- @treturn service the service table (read its `state`)
 function supervisor:service(t, ...)
   nargs("service", 1, select("#", ...) + 1)
   check_options("service", 1, t, svc_options, required)
+  local svc = build_service(t)
+  if self.services[svc.name] then argerror("service", 1, "service '" .. svc.name .. "' is already declared") end
+  self:_register(svc)
+  return svc
+end
+
+-- A service table from declaration t (checked by check_options already),
+-- not yet registered. Raises on a bad option as argument 1 of ctx.fname
+-- (default "service"), the message after ctx.where, at ctx.level frames
+-- above this function (default 3: sup:service's caller).
+function build_service(t, ctx)
+  local fname, where, level = "service", "", 3
+  if ctx then fname, where, level = ctx.fname, ctx.where, ctx.level end
+  local function bad(msg) argerror(fname, 1, where .. msg, level) end
   local name = t.name
   if type(name) ~= "string" or not name:match("^[%w][%w_.@-]*$") or #name > 64 then
-    argerror("service", 1, "option 'name': 1-64 of [A-Za-z0-9_.@-], not starting with a punctuation mark")
+    bad("option 'name': 1-64 of [A-Za-z0-9_.@-], not starting with a punctuation mark")
   end
-  if self.services[name] then argerror("service", 1, "service '" .. name .. "' is already declared") end
-  if type(t.cmd) ~= "table" or #t.cmd == 0 then argerror("service", 1, "option 'cmd': {prog, args...} expected") end
+  if type(t.cmd) ~= "table" or #t.cmd == 0 then bad("option 'cmd': {prog, args...} expected") end
   for i, a in ipairs(t.cmd) do
-    if type(a) ~= "string" and type(a) ~= "number" then argerror("service", 1, ("cmd[%d]: string expected"):format(i)) end
+    if type(a) ~= "string" and type(a) ~= "number" then bad(("cmd[%d]: string expected"):format(i)) end
   end
   if type(t.restart) == "string" and not ({ always = 1, ["on-failure"] = 1, never = 1 })[t.restart] then
-    argerror("service", 1, "option 'restart': \"always\", \"on-failure\", \"never\" or a function expected")
+    bad("option 'restart': \"always\", \"on-failure\", \"never\" or a function expected")
   end
   local ready_mode, ready_timeout = t.ready, DEFAULT_READY_TIMEOUT
   if type(t.ready) == "string" and t.ready ~= "notify" then
-    argerror("service", 1, "option 'ready': \"notify\" or {fd = n} expected")
+    bad("option 'ready': \"notify\" or {fd = n} expected")
   end
   if type(t.ready) == "table" then
     local r = t.ready
     for k in pairs(r) do
       if not ({ fd = 1, notify = 1, timeout = 1 })[k] then
-        argerror("service", 1, "option 'ready': {notify = true} or {fd = n}, and timeout =, expected (got key '"
+        bad("option 'ready': {notify = true} or {fd = n}, and timeout =, expected (got key '"
           .. tostring(k) .. "')")
       end
     end
-    if r.notify ~= nil and r.fd ~= nil then argerror("service", 1, "option 'ready': notify or fd, not both") end
+    if r.notify ~= nil and r.fd ~= nil then bad("option 'ready': notify or fd, not both") end
     if r.notify == true then
       ready_mode = "notify"
     elseif not (math.type(r.fd) == "integer" and r.fd >= 3 and r.fd < 1024) then
-      argerror("service", 1, "option 'ready': {notify = true} or {fd = 3..1023} expected")
+      bad("option 'ready': {notify = true} or {fd = 3..1023} expected")
     else
       ready_mode = { fd = r.fd }
     end
@@ -190,7 +213,7 @@ function supervisor:service(t, ...)
       if r.timeout == false or r.timeout == 0 then
         ready_timeout = nil
       elseif not (type(r.timeout) == "number" and r.timeout > 0 and r.timeout <= 86400) then
-        argerror("service", 1, "option 'ready': timeout = 0..86400 seconds or false expected")
+        bad("option 'ready': timeout = 0..86400 seconds or false expected")
       else
         ready_timeout = r.timeout
       end
@@ -199,27 +222,30 @@ function supervisor:service(t, ...)
   local b = t.backoff or {}
   for k, v in pairs(b) do
     if not ({ initial = 1, max = 1, factor = 1, reset_after = 1 })[k] or type(v) ~= "number" or v < 0 or v ~= v then
-      argerror("service", 1, "option 'backoff': {initial=, max=, factor=, reset_after=} non-negative numbers expected")
+      bad("option 'backoff': {initial=, max=, factor=, reset_after=} non-negative numbers expected")
     end
   end
   local sl = t.start_limit or {}
   for k, v in pairs(sl) do
     if not ({ burst = 1, interval = 1 })[k] or type(v) ~= "number" or v < 0 or v ~= v then
-      argerror("service", 1, "option 'start_limit': {burst=, interval=} non-negative numbers expected")
+      bad("option 'start_limit': {burst=, interval=} non-negative numbers expected")
     end
   end
   local st = t.stop or {}
   for k, v in pairs(st) do
-    if k == "signal" then signum("service", 1, v)
+    if k == "signal" then
+      if not pcall(signum, "service", 1, v) then
+        bad("option 'stop': a signal number or name (TERM, KILL, HUP...) expected, got " .. tostring(v))
+      end
     elseif k ~= "timeout" or type(v) ~= "number" or v < 0 or v ~= v then
-      argerror("service", 1, "option 'stop': {signal=, timeout=} expected")
+      bad("option 'stop': {signal=, timeout=} expected")
     end
   end
   for i, d in ipairs(t.depends or {}) do
-    if type(d) ~= "string" then argerror("service", 1, ("depends[%d]: a service name expected"):format(i)) end
+    if type(d) ~= "string" then bad(("depends[%d]: a service name expected"):format(i)) end
   end
   if t.watchdog ~= nil and not (t.watchdog >= 0.01 and t.watchdog <= 86400) then
-    argerror("service", 1, "option 'watchdog': 0.01..86400 seconds expected")
+    bad("option 'watchdog': 0.01..86400 seconds expected")
   end
   local svc = {
     name = name, cmd = t.cmd, env = t.env, cwd = t.cwd, restart = t.restart or "on-failure",
@@ -241,9 +267,19 @@ function supervisor:service(t, ...)
     -- Raised as service's own argument error (core.ids words it so);
     -- raised again here to blame service's caller.
     local ok, uid, gid = pcall(core.ids, t.user, t.group, "service")
-    if not ok then error(uid, 2) end
+    if not ok then error(uid, level) end
     svc.uid, svc.gid = uid, gid
   end
+  -- What was declared, kept for a reload to compare (C.decl_copy: tables
+  -- copied, so a caller's later edit of its own table changes nothing).
+  svc.decl = C.decl_copy(t)
+  return svc
+end
+C.build_service = build_service
+
+-- Adds a built service to the supervisor's set, at the end of its order.
+function supervisor:_register(svc)
+  local name = svc.name
   -- Its name beneath the runtime directory; a short one where the service's
   -- own would not fit a socket address ('_' starts no service name).
   self.notify_seq = (self.notify_seq or 0) + 1
@@ -253,7 +289,6 @@ function supervisor:service(t, ...)
   end
   self.services[name] = svc
   self.order[#self.order + 1] = name
-  return svc
 end
 
 -- The service called name, or nil, "fname: no service 'name'", ENOENT.
@@ -627,11 +662,12 @@ function supervisor:_maybe_finished(svc)
   svc.killing = nil
   svc.watchdog_deadline, svc.watchdog_fired, svc.watchdog_triggered, svc.main_exited = nil, nil, nil, nil
   svc.ready_deadline, svc.ready_timed_out = nil, nil
-  if svc.cg_killed then
+  if svc.cg_killed or svc.cg_renew then
     -- A cgroup once killed through cgroup.kill is not reused: on some
     -- kernels (6.18.44 here) a process later spawned into it is SIGKILLed
-    -- too. The next start makes a fresh one of the same name.
-    svc.cg_killed = nil
+    -- too. The next start makes a fresh one of the same name (so does a
+    -- reload that dropped a limit it cannot write back).
+    svc.cg_killed, svc.cg_renew = nil, nil
     self:_unwatch(svc.cg)
     svc.cg_watched = false
     svc.cg:remove()
@@ -653,10 +689,20 @@ function supervisor:_maybe_finished(svc)
     local ok, herr = pcall(self.on_exit, svc, rec)
     svc.hook_error = not ok and tostring(herr) or nil
   end
-  if svc.want == "down" or svc.stop_requested then
+  local reloading = svc.reloading
+  svc.reloading = nil
+  if svc.want == "down" or (svc.stop_requested and not reloading) then
     svc.stop_requested = nil
     svc.state = "stopped"
     if svc.removing then self:_forget(svc) else self:_main_check(svc) end
+    return
+  end
+  if reloading then
+    -- Stopped by a reload for a changed declaration: started again at
+    -- once with the new one (a restart, whatever its restart policy says).
+    svc.stop_requested = nil
+    svc.state = "stopped"
+    svc.restart_pending = true
     return
   end
   self:_schedule(svc, rec)
