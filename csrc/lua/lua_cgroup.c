@@ -365,7 +365,7 @@ static void stat_sections(lua_State *L, struct lcgroup *cg, char *buf, struct st
  *
  * @function cgroup:stat
  * @treturn[1] table
- * @treturn[2] nil, "stat <file>: message", errno when a present file cannot
+ * @treturn[2] nil, `"stat <file>: message"`, errno when a present file cannot
  *   be read or parsed */
 static int cg_stat(lua_State *L)
 {

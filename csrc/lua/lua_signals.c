@@ -211,12 +211,9 @@ static int signals_tostring(lua_State *L)
 	return 1;
 }
 
-/** Subscribes to signals through a signalfd; see README "Signals".
- * @function signals
- * @tparam {string|int,...} t names ("TERM", "SIGHUP", "chld") or numbers
- * @treturn[1] signals a pollable object: `:read([timeout])`, `:each()`,
- *   `:list()`, `:fileno()`, the cqueues protocol, `:close()`
- * @treturn[2] nil, "signals: message", errno */
+/* takana.signals{...}: subscribes to signals through a signalfd (its LDoc
+ * is in lua/takana/init.lua, once; doc/reference.md "Signals, timers,
+ * clocks" has the details). */
 /* The list of signals at argument 1 as a set; raises on anything else. */
 static tk_sigbits signals_set_check(lua_State *L)
 {

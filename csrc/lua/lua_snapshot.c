@@ -491,7 +491,7 @@ static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const cha
  *   `recursive` (with cgroup: its whole subtree), `uid` (integer) and `comm`
  *   (a Lua pattern, string.find's)
  * @treturn[1] {int,...} pids
- * @treturn[2] nil, "filter: cgroup <path>: <why>", errno when the cgroup
+ * @treturn[2] nil, `"filter: cgroup <path>: <why>"`, errno when the cgroup
  *   cannot be read (ENOENT: no such cgroup, or no cgroup2 mount) */
 struct filter {
 	const char *cg, *pattern;

@@ -245,6 +245,7 @@ end
 -- Inside a cgroup namespace whose cgroup2 mount shows the hierarchy from
 -- above the namespace's root, the cgroup is found beneath the mount by its
 -- membership.
+-- @function self
 -- @treturn[1] cgroup handle
 -- @treturn[2] nil, message, errno
 function M.self(...)
@@ -323,6 +324,7 @@ M.mounts = mounts
 M.proc_cgroups = proc_cgroups
 
 --- What this host offers: mode, v2 mount, v2 controllers, v1 mounts.
+-- @function probe
 function M.probe(...)
   nargs("cgroup.probe", 0, select("#", ...))
   local m, err = mounts()
@@ -536,6 +538,8 @@ end
 -- `cg:set(key, value)` or `cg:set{key = value, ...}`. Keys: memory.max,
 -- memory.high, memory.low, memory.min, memory.swap.max, pids.max, cpu.weight, cpu.max
 -- (quota µs, or {quota, period}), io.weight; "max" means unlimited.
+-- @tparam string|table key the file (`"memory.max"`), or a table of file = value
+-- @tparam[opt] int|string|table value the value, with a file name as `key`
 -- @treturn[1] the applied value (rounded as the kernel did), or a table of them
 -- @treturn[2] nil, "set key: why", errno
 function cgroup:set(key, value, ...)
@@ -569,7 +573,7 @@ end
 -- @tparam[opt] table opts `{exist_ok = true}`: a child of that name that
 --   exists already is opened instead (it must be a cgroup directory)
 -- @treturn[1] cgroup handle
--- @treturn[2] nil, "mkdir <name>: why", errno (EEXIST without exist_ok)
+-- @treturn[2] nil, `"mkdir <name>: why"`, errno (EEXIST without exist_ok)
 function cgroup:mkdir(name, opts, ...)
   nargs("mkdir", 2, select("#", ...) + 2)
   if type(name) ~= "string" or name == "" or name:find("[/%z]") or name == "." or name == ".." or #name > 255 then
@@ -663,6 +667,7 @@ function cgroup:enable(list, ...)
 end
 
 --- Disables controllers for the children.
+-- @tparam {string,...} list the controllers (`{"memory", "pids"}`)
 -- @treturn[1] {string,...} the controllers still enabled, read back
 -- @treturn[2] nil, "disable memory: why", errno
 function cgroup:disable(list, ...)
@@ -839,6 +844,7 @@ function cgroup:freeze(timeout, ...)
 end
 
 --- Thaws the unit.
+-- @function thaw
 function cgroup:thaw(...)
   nargs("thaw", 0, select("#", ...))
   local ok, err, errno = core.cgroup_write(self, "cgroup.freeze", "0")
@@ -942,7 +948,7 @@ end
 -- @tparam int|string sig number (0 checks) or name: "TERM", "SIGTERM", "term"
 -- @tparam[opt] table opts `{root = bool, include_self = bool}`
 -- @treturn[1] int how many processes the signal was delivered to
--- @treturn[2] nil, "signal <path>: why", errno (EPERM for a refusal or a
+-- @treturn[2] nil, `"signal <path>: why"`, errno (EPERM for a refusal or a
 --   process of another user, ENOENT for a removed cgroup, EBUSY past the
 --   bounds)
 function cgroup:signal(sig, opts, ...)
@@ -1035,8 +1041,8 @@ end
 -- and `takana.cgroup()` says so on a v1-only host.)
 -- @number[opt] timeout seconds (0 to 1 year); nil waits forever
 -- @treturn[1] true
--- @treturn[2] nil, "wait_empty <path>: still populated after Ns (n processes
---   here or below)", ETIMEDOUT; EDEADLK when the cgroup holds the caller,
+-- @treturn[2] nil, `"wait_empty <path>: still populated after Ns (n processes
+--   here or below)"`, ETIMEDOUT; EDEADLK when the cgroup holds the caller,
 --   which it would wait for forever; ENOENT for a removed cgroup
 function cgroup:wait_empty(timeout, ...)
   nargs("wait_empty", 1, select("#", ...) + 1)
@@ -1053,7 +1059,7 @@ end
 --   names, in the same order (a child removed meanwhile is left out); the
 --   caller closes them
 -- @treturn[1] {string,...} or {cgroup,...}
--- @treturn[2] nil, "children <path>: why", errno (ENOENT for a removed cgroup)
+-- @treturn[2] nil, `"children <path>: why"`, errno (ENOENT for a removed cgroup)
 function cgroup:children(opts, ...)
   nargs("children", 1, select("#", ...) + 1)
   opts = options("children", 1, opts, { handles = "boolean" })
@@ -1128,7 +1134,7 @@ end
 -- @tparam[opt] table opts `{root = bool, include_self = bool, wait = seconds}`
 -- @treturn[1] true (cgroup.kill written, or the fallback saw the cgroup empty;
 --   with `wait`, the cgroup is empty)
--- @treturn[2] nil, "kill <path>: why", errno
+-- @treturn[2] nil, `"kill <path>: why"`, errno
 function cgroup:kill(opts, ...)
   nargs("kill", 1, select("#", ...) + 1)
   opts = options("kill", 1, opts, { root = "boolean", include_self = "boolean", wait = seconds })
@@ -1150,6 +1156,7 @@ function cgroup:kill(opts, ...)
 end
 
 --- Removes the (empty) cgroup directory; refuses a populated one.
+-- @function remove
 function cgroup:remove(...)
   nargs("remove", 0, select("#", ...))
   if self.relpath == "" then return nil, "remove: refusing to remove the cgroup2 root", EINVAL end

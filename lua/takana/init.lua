@@ -309,10 +309,11 @@ local event_how = { positional = true }
 -- the kernel, whose buffer then overflows and is counted lost. poll sees
 -- fork, exit and comm only: asked for exec, it refuses; by default it
 -- delivers those three.
+-- @tparam table t the types and the options above
 -- @treturn[1] events a stream with `.backend`, `.skipped` (why better
 --   backends were not used), `:read()`, `:lost()`, `:stats()`, `:fileno()`,
 --   the cqueues pollable protocol, `:close()`
--- @treturn[2] nil, "events: <backend> backend unavailable: <why>", errno
+-- @treturn[2] nil, `"events: <backend> backend unavailable: <why>"`, errno
 function M.events(t, ...)
   nargs("events", 1, select("#", ...) + 1)
   t = check_options("events", 1, t, event_options, event_how)
@@ -576,7 +577,7 @@ end
 -- loop; it reaps nothing and merges (one CHLD for several exits): wait on
 -- each child's pidfd.
 -- @function signals
--- @tparam {string|int,...} t
+-- @tparam {string|int,...} t names ("TERM", "SIGHUP", "chld") or numbers
 -- @treturn[1] signals `:read([timeout])` (one table `{signo=, name=, code=,
 --   pid=, uid=, status=, child=}`, or nil when none), `:each()` (drains what
 --   is pending), `:list()`, `:fileno()`, the cqueues protocol, `:close()`
@@ -588,6 +589,9 @@ M.signals = core.signals
 -- once; nil: disarmed until `:set`), then every `every` seconds (nil or 0:
 -- once). Both 0..1 year.
 -- @function timer
+-- @number[opt] after seconds until the first expiration, 0..1 year (0: at
+--   once); nil: created disarmed, for a later `:set`
+-- @number[opt] every seconds between the following ones; nil or 0: once
 -- @treturn[1] timer `:read([timeout])` (expirations since the last read, 0
 --   when none), `:set(after, every)`, `:cancel()`, `:remaining()` (seconds
 --   to the next expiration and the period, nil when disarmed), `:fileno()`,
@@ -601,7 +605,8 @@ M.timer = core.timer
 M.pressure = core.pressure
 M.pressure_trigger = core.pressure_trigger
 
---- CLOCK_MONOTONIC in seconds (a float): for intervals and deadlines.
+--- CLOCK_MONOTONIC in seconds (a float): for intervals and deadlines; it
+-- never jumps.
 -- @function now
 M.now = core.now
 
@@ -611,8 +616,8 @@ M.now = core.now
 -- @function boottime_ns
 M.boottime_ns = core.boottime_ns
 
---- CLOCK_REALTIME in seconds since the epoch, with a fraction: for log
--- stamps. It jumps when the clock is set; never use it for intervals.
+--- CLOCK_REALTIME in seconds since the epoch, with the fraction os.time()
+-- lacks: for log stamps. It jumps when the clock is set; never use it for intervals.
 -- @function realtime
 M.realtime = core.realtime
 

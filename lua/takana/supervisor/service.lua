@@ -16,7 +16,7 @@ local DEFAULT_READY_TIMEOUT = 90
 --- The options of `sup:service{...}`, one row each: `name`, `type` (as
 -- the check reads it: Lua types joined by "|"), `doc`, and `spawn` for
 -- those handed to `takana.spawn` as they are. The check, the reference
--- below and the README's table (tools/docgen.lua) all come from this list.
+-- below and doc/reference.md's table (tools/docgen.lua) all come from this list.
 -- @table service_options
 M.service_options = {
   { name = "name", type = "string", doc = "required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark" },
@@ -111,8 +111,8 @@ M.exit_record = {
   { name = "errno", doc = "with `error`: its errno" },
 }
 
---- Declares a service (see the module's README section for every option).
--- Options (`service_options`):
+--- Declares a service (doc/reference.md's Supervision section has the
+-- whole story). Options (`service_options`):
 --
 -- <!-- schema:service-options -->
 -- - `name` (string): required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark
@@ -150,6 +150,7 @@ M.exit_record = {
 -- - `pdeathsig` (string or number): to spawn
 -- <!-- /schema:service-options -->
 --
+-- @tparam table t the options below
 -- @treturn service the service table (read its `state`)
 function supervisor:service(t, ...)
   nargs("service", 1, select("#", ...) + 1)
