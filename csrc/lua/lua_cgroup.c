@@ -344,7 +344,7 @@ static void stat_sections(lua_State *L, struct lcgroup *cg, char *buf, struct st
 
 /*** Reads the unit's accounting: sections `cpu`, `memory`, `pids`,
  * `pressure`, `events`. A section whose files are absent is absent;
- * `cg:why(section)` says why. What each holds (TK_STAT_FILES):
+ * `cg:why(section)` says why. What each holds (`TK_STAT_FILES`):
  *
  * <!-- schema:cgroup-stat -->
  * - `cpu` `cpu.stat`: a table of its `key value` lines, integers (`*_usec` keys as `*_ns`, in ns)

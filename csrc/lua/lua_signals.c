@@ -117,8 +117,8 @@ static int signals_read_one(lua_State *L, struct lsignals *s, int64_t wait_ms)
  * @function signals:read
  * @number[opt] timeout seconds to wait for one (0..1 year); nil or absent:
  *   do not wait (a drain: unlike every other timeout, where nil waits forever)
- * @treturn[1] table `signo`, `name` ("TERM"), `code` (si_code: 0 for kill(),
- *   SI_QUEUE -1, SI_TKILL -6, CLD_* for CHLD), `pid` and `uid` of the sender
+ * @treturn[1] table `signo`, `name` ("TERM"), `code` (`si_code`: 0 for kill(),
+ *   `SI_QUEUE` -1, `SI_TKILL` -6, `CLD_*` for CHLD), `pid` and `uid` of the sender
  *   (the child for CHLD), `status` (CHLD: the exit code, or the signal that
  *   killed or stopped it), `child` (CHLD: "exited", "killed", "dumped",
  *   "stopped", "trapped" or "continued"), `value` (sigqueue's integer)

@@ -215,8 +215,8 @@ local M = setmetatable({}, {
 --- The path of a cgroup from its id (`cgroup_id` of records and events),
 -- spelled as every takana path is: "/" for the cgroup2 mount's root, else
 -- "/a/b" relative to the mount (`handle.path`, `snap:cgroup`, the CLI).
--- With CAP_DAC_READ_SEARCH the kernel opens the cgroup from the id
--- (open_by_handle_at); without it, a walk of the hierarchy. Each answer is
+-- With `CAP_DAC_READ_SEARCH` the kernel opens the cgroup from the id
+-- (`open_by_handle_at`); without it, a walk of the hierarchy. Each answer is
 -- cached per Lua state (id -> path, shared with `snap:cgroup`): an inotify
 -- watch on the parents of cached cgroups vouches for it (one read), and
 -- after any removal each is checked once against its id (fstatat: a
@@ -276,7 +276,7 @@ end
 -- With a pidfd the answer is that process's, never another's that reused
 -- the pid: the pid is read through the descriptor, the cgroup is read, and
 -- the descriptor is checked to still hold a live (unreaped) process; where
--- the kernel offers PIDFD_GET_INFO (6.13+) the cgroup id is compared too.
+-- the kernel offers `PIDFD_GET_INFO` (6.13+) the cgroup id is compared too.
 -- @tparam int|pidfd who
 -- @treturn[1] cgroup handle
 -- @treturn[2] nil, message, errno (ESRCH: the process is gone)
@@ -692,7 +692,7 @@ end
 -- number the object was made with), and after the write the descriptor is
 -- checked to still hold that process, as systemd's pidref does: a process
 -- already reaped fails with ESRCH and nothing is written. Where the kernel
--- offers PIDFD_GET_INFO (6.13+) its cgroup id is checked as well.
+-- offers `PIDFD_GET_INFO` (6.13+) its cgroup id is checked as well.
 -- @tparam int|pidfd who
 -- @treturn[1] true
 -- @treturn[2] nil, "attach PID: why", errno
@@ -1126,7 +1126,7 @@ end
 --
 -- Spawning into the cgroup again after a kill: some kernels (6.18.44 here;
 -- spec/88 names it where it happens) SIGKILL a child born into a cgroup by
--- CLONE_INTO_CGROUP when that cgroup was killed more often than the
+-- `CLONE_INTO_CGROUP` when that cgroup was killed more often than the
 -- spawner's own (the fork-race fix of cgroup.kill compares kill_seq of the
 -- target with the one it read from the parent's cgroup). Remove the cgroup
 -- and make it again (`cg:remove()`, `parent:mkdir(name)`) before spawning

@@ -82,7 +82,7 @@ end
 --   selection (identity: `snap:process`, a pid reused between snapshots).
 --   Reading any other field left out of the selection, from a record view
 --   or a record table, raises "field 'kthread' is not in this snapshot's
---   selection (pid, start_ns, cgroup_id)...", as `filter`, `delta` and
+--   selection (pid, `start_ns`, `cgroup_id`)...", as `filter`, `delta` and
 --   `snap:cgroup` do; a name that is no field reads nil. `snap.fields`
 --   lists the selection.
 -- @treturn[1] snapshot one userdata holding every record; `#snap`,
@@ -621,7 +621,7 @@ M.boottime_ns = core.boottime_ns
 -- @function realtime
 M.realtime = core.realtime
 
---- `subreaper(true|false)` sets or clears PR_SET_CHILD_SUBREAPER: orphans
+--- `subreaper(true|false)` sets or clears `PR_SET_CHILD_SUBREAPER`: orphans
 -- among this process's descendants are re-parented to it instead of init,
 -- and it must reap them. `subreaper()` returns the current flag.
 -- @function subreaper
@@ -644,7 +644,7 @@ M.environ = core.environ
 -- @treturn table `kernel`, `btf`, `snapshot = {kfunc=, iter=, proc=, backend=}`,
 --   `events = {bpf=, connector=, poll=, backend=}`, `proc` (with `hidepid`
 --   and a `note` when other users' processes are hidden),
---   `pidfd`, `clone3`, `cgroup` (mode, v2_mount, v2_controllers, v1 mounts);
+--   `pidfd`, `clone3`, `cgroup` (mode, `v2_mount`, `v2_controllers`, v1 mounts);
 --   each capability has `ok` and, when not ok, `why`.
 function M.probe(opts)
   opts = check_options("probe", 1, opts, { fresh = "boolean" })
@@ -663,8 +663,8 @@ end
 -- @treturn string|nil the name; nil when the database has no entry
 M.user_name = core.user_name
 
---- Writes `dir/name` atomically, for node_exporter's textfile collector and
--- the like: the data goes to a new file made exclusively (O_EXCL |
+--- Writes `dir/name` atomically, for `node_exporter`'s textfile collector and
+-- the like: the data goes to a new file made exclusively (`O_EXCL` |
 -- O_NOFOLLOW, under a random name) through a descriptor of `dir`, is
 -- synced, then renamed over `name`; a reader sees the old file or the new
 -- one, never part of one, and a symlink planted in `dir` is never
