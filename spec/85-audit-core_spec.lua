@@ -494,7 +494,10 @@ describe("audit item 13: " .. file .. "'s examples run verbatim", function()
     if skipped then pending(skipped) end
   end)
 
-  it("runs each endless event loop for a bounded time without an error #slow", function()
+  local has_endless = false
+  for _, b in ipairs(blocks) do has_endless = has_endless or endless(b) end
+  -- (The README's loops are its cookbook's, which spec/91-cookbook runs.)
+  if has_endless then it("runs each endless event loop for a bounded time without an error #slow", function()
     if H.no_spawn then pending(H.no_spawn) return end
     local loops = 0
     for _, b in ipairs(blocks) do
@@ -517,8 +520,8 @@ describe("audit item 13: " .. file .. "'s examples run verbatim", function()
         end
       end
     end
-    if loops == 0 then pending(file .. " has no endless event loop example") end
-  end)
+    assert.truthy(loops > 0)
+  end) end
 end)
 end
 

@@ -138,10 +138,11 @@ local function wait_until(c, secs, pred)
   return pred()
 end
 
--- SIGTERM, then SIGKILL after 20 s; the exit record.
+-- SIGTERM, then SIGKILL after 10 s; the exit record. (Every bound here
+-- adds up to under 300 s, within the 400 s a file has in the qemu guests.)
 local function stop(c)
   if c:alive() then c:signal("TERM") end
-  local deadline = takana.now() + 20
+  local deadline = takana.now() + 10
   while c:alive() and takana.now() < deadline do
     drain(c)
     takana.poll({ c.child, c.stdout, c.stderr }, 0.1)
@@ -206,7 +207,7 @@ describe("cookbook: oom-guard", function()
     return true
   end
 
-  it("waits on its trigger and kills nothing while memory does not stall #root", function()
+  it("waits on its trigger and kills nothing while memory does not stall #root #slow", function()
     local ok, why = setup()
     if not ok then pending(why) return end
     local c = start("oom-guard", { { '"workload"', '"' .. box.name .. '/workload"' } }, dir)
@@ -221,7 +222,7 @@ describe("cookbook: oom-guard", function()
     assert.is_true(procs[1]:alive())
   end)
 
-  it("kills the largest process of the cgroup when its memory stalls #root #guest", function()
+  it("kills the largest process of the cgroup when its memory stalls #root #guest #slow", function()
     local ok, why = setup()
     if not ok then pending(why) return end
     if not box.controllers.memory then
@@ -238,10 +239,10 @@ describe("cookbook: oom-guard", function()
       stdout = "null", pdeathsig = "KILL" })
     procs[#procs + 1] = hog
     unit:close()
-    local killed = wait_until(c, 60, function() return not hog:alive() end)
+    local killed = wait_until(c, 45, function() return not hog:alive() end)
     local rec = hog:wait(5)
     stop(c)
-    assert.is_true(killed, "the hog still runs after 60 s; guard said: " .. c.out .. c.err)
+    assert.is_true(killed, "the hog still runs after 45 s; guard said: " .. c.out .. c.err)
     assert.equal(9, rec and rec.signal)
     assert.matches("killing " .. hog.pid .. " fixture", c.out, 1, true)
     assert.is_true(procs[1]:alive(), "the bystander was killed")
@@ -254,7 +255,7 @@ describe("cookbook: exec logger", function()
   before_each(function() procs, dir = {}, tmpdir() end)
   after_each(function() release(nil, procs, dir) end)
 
-  it("prints a line naming an exec, with its pid and argv", function()
+  it("prints a line naming an exec, with its pid and argv #slow", function()
     if H.no_spawn then pending(H.no_spawn) return end
     local ev, why = takana.events { "exec" }
     if not ev then pending("no exec events for this user here: " .. why) return end
@@ -274,7 +275,7 @@ describe("cookbook: exec logger", function()
     -- An exec a second until the logger names one (a BPF load under qemu
     -- takes seconds); each lives 1 s, long enough for the connector to
     -- read its argv.
-    local deadline = takana.now() + 60
+    local deadline = takana.now() + 45
     while not seen and c:alive() and takana.now() < deadline do
       local p = assert(takana.spawn { "sh", "-c", "sleep 1", marker, pdeathsig = "KILL" })
       procs[#procs + 1], execs[#execs + 1] = p, p
@@ -290,6 +291,9 @@ describe("cookbook: exec logger", function()
     -- time, pid, ppid, uid, argv
     local fields = line_of(seen)
     assert.equal(tostring(H.pid), fields[3])
+    -- The uid is the event's (issue 23: events that say who); "nil" from a
+    -- stream that does not carry it yet.
+    if fields[4] ~= "nil" then assert.equal(tostring(require("takana.core").geteuid()), fields[4]) end
     assert.equal("sh -c sleep 1 " .. marker, fields[5])
     assert.equal("", c.err)
     assert.equal(15, rec.signal)
@@ -304,7 +308,7 @@ describe("cookbook: cgroup exporter", function()
     box = nil
   end)
 
-  it("writes a textfile with a series for each cgroup below the workload #root", function()
+  it("writes a textfile with a series for each cgroup below the workload #root #slow", function()
     local why
     box, why = sandbox()
     if not box then pending(why) return end
@@ -319,7 +323,7 @@ describe("cookbook: cgroup exporter", function()
     }, dir)
     procs[#procs + 1] = c
     local file = dir .. "/cgroups.prom"
-    assert.is_true(wait_until(c, 60, function() return H.read(file) ~= nil end), c.err)
+    assert.is_true(wait_until(c, 45, function() return H.read(file) ~= nil end), c.err)
     local rec = stop(c)
     assert.equal("", c.err)
     assert.equal(15, rec.signal)
@@ -352,7 +356,7 @@ describe("cookbook: runaway killer", function()
     box = nil
   end)
 
-  it("terminates a spinner of the workload and leaves an idle process #root", function()
+  it("terminates a spinner of the workload and leaves an idle process #root #slow", function()
     local why
     box, why = sandbox()
     if not box then pending(why) return end
@@ -368,7 +372,7 @@ describe("cookbook: runaway killer", function()
       { "> 0.5 then", "> 0.05 then" },
     }, dir)
     procs[#procs + 1] = c
-    local gone = wait_until(c, 90, function() return not spinner:alive() end)
+    local gone = wait_until(c, 60, function() return not spinner:alive() end)
     local rec = spinner:wait(5)
     stop(c)
     assert.is_true(gone, "the spinner still runs; killer said: " .. c.out .. c.err)
@@ -387,7 +391,7 @@ describe("cookbook: supervisor", function()
     box = nil
   end)
 
-  it("runs both services, answers takana ctl, and shuts down cleanly on SIGTERM #root", function()
+  it("runs both services, answers takana ctl, and shuts down cleanly on SIGTERM #root #slow", function()
     local why
     box, why = sandbox()
     if not box then pending(why) return end
@@ -407,7 +411,7 @@ describe("cookbook: supervisor", function()
     procs[#procs + 1] = c
     local request = require("takana.supervisor").request
     local states
-    local up = wait_until(c, 60, function()
+    local up = wait_until(c, 45, function()
       local r = request(sock, { cmd = "status" }, 2)
       if not (r and r.ok) then return false end
       states = {}
