@@ -239,10 +239,16 @@ describe("cookbook: oom-guard", function()
       stdout = "null", pdeathsig = "KILL" })
     procs[#procs + 1] = hog
     unit:close()
-    local killed = wait_until(c, 45, function() return not hog:alive() end)
+    local killed = wait_until(c, 60, function() return not hog:alive() end)
+    -- What the guard saw, for a failure's message.
+    local seen = ("guard said: %q; workload memory.pressure: %q; hog memory.events: %q, memory.current %s; " ..
+      "the workload's pids in a snapshot: %d"):format(c.out .. c.err,
+      H.read(box.path .. "/workload/memory.pressure") or "-", H.read(box.path .. "/workload/hog/memory.events") or "-",
+      H.read(box.path .. "/workload/hog/memory.current") or "-",
+      #assert(takana.snapshot { fields = { "pid", "cgroup_id" } }):filter { cgroup = box.unit.path, recursive = true })
     local rec = hog:wait(5)
     stop(c)
-    assert.is_true(killed, "the hog still runs after 45 s; guard said: " .. c.out .. c.err)
+    assert.is_true(killed, "the hog still runs after 60 s; " .. seen)
     assert.equal(9, rec and rec.signal)
     assert.matches("killing " .. hog.pid .. " fixture", c.out, 1, true)
     assert.is_true(procs[1]:alive(), "the bystander was killed")

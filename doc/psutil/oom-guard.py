@@ -1,12 +1,13 @@
 # oom-guard: when the workload's memory stalls 10 % of any 2 s, kill its largest process.
-import os, select, signal, psutil
+import os, select, signal, time, psutil
 CG = "/sys/fs/cgroup/workload"
 fd = os.open(CG + "/memory.pressure", os.O_RDWR | os.O_NONBLOCK)
 os.write(fd, b"some 200000 2000000\0")
 poller = select.poll()
 poller.register(fd, select.POLLPRI)
+calm = 0
 while True:
-    if not poller.poll(60_000):
+    if not poller.poll(60_000) or time.monotonic() < calm:
         continue
     pids = []
     for d, _, files in os.walk(CG):
@@ -24,5 +25,6 @@ while True:
         print(f"memory some {avg10:.1f} %: killing {victim[0].pid} {victim[0].name()} ({victim[1] >> 20} MiB)")
         try:
             victim[0].send_signal(signal.SIGKILL)
+            calm = time.monotonic() + 10
         except psutil.NoSuchProcess:
             pass
