@@ -200,11 +200,12 @@ fuzz: deps $(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
 lint: deps all
 	sh .ci/lint
 
-# The LDoc API reference, from the comments in lua/takana/ (lua-ldoc).
+# The LDoc API reference, from the comments in lua/takana/ and csrc/lua/
+# (lua-ldoc), written to doc/api/ (config.ld); doc/*.md are kept sources.
 doc:
 	ldoc .
 
-# The README's and the reference's schema blocks, from the schemas
+# The schema blocks of doc/reference.md and of the LDoc comments, from the schemas
 # (tools/docgen.lua; spec/89-doc fails while one is out of date).
 docgen: all
 	$(RUN_ENV) $(LUA) tools/docgen.lua
@@ -219,7 +220,7 @@ install: all
 	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
 
 clean:
-	rm -rf $(OUT) takana bench/takana_bench.so bench/cgroup_floor bench/events_reader spec/fixture spec/envtool.so doc fuzz/out \
+	rm -rf $(OUT) takana bench/takana_bench.so bench/cgroup_floor bench/events_reader spec/fixture spec/envtool.so doc/api fuzz/out \
 		$(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
 
 .PHONY: FORCE fuzz lint doc docgen all deps test test-fast test-unpriv test-nobpf test-asan test-valgrind test-gc soak bench run install clean

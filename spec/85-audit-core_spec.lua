@@ -339,9 +339,10 @@ describe("audit item 13: one value on success", function()
   end)
 end)
 
--- The README's examples, verbatim, in a child lua5.4 loading this tree.
+-- The examples of the README and of doc/reference.md, verbatim, in a child
+-- lua5.4 loading this tree; each file is a program of its own.
 --
--- Each ```lua block runs with its lines at their README line numbers (an
+-- Each ```lua block runs with its lines at their line numbers in the file (an
 -- error says README.md:<line>). The blocks run in order in one program, as
 -- a reader would paste them (later ones use names the first defines), until
 -- the first block this host or user cannot run; the rest are pending with
@@ -355,14 +356,17 @@ end)
 --     that sets `<controller>.max` needs that controller on cgroup2.
 --   * names the README leaves to the reader are stubs: `takana` (the
 --     module), `resync_from(snapshot)`.
---   * a block fenced ```lua no-run (a daemon's configuration: the
---     supervisor, whose own spec runs it; a policy that kills processes:
---     the oom-guard, whose trigger spec 89-pressure runs) is documentation only.
+--   * a block fenced ```lua no-run is not run here: the README's cookbook
+--     (blocks marked <!-- cookbook:NAME -->: endless policies that kill
+--     processes or run a supervisor) runs in spec/91-cookbook_spec.lua, each
+--     against a cgroup of its own and bounded; the reference's supervisor
+--     configuration is a daemon's, whose own spec runs it.
 --   * a block with an endless event loop (`while true do` and no `break`)
 --     runs alone (its own program, the stubs above) for a few seconds while
 --     this spec starts processes, and passes if it was still running, with
 --     nothing on stderr, when stopped.
-describe("audit item 13: the README's examples run verbatim", function()
+for _, file in ipairs { "README.md", "doc/reference.md" } do
+describe("audit item 13: " .. file .. "'s examples run verbatim", function()
   local STUBS = 'local takana = require "takana"; ' ..
     'function resync_from(snap) assert(snap ~= nil and #snap > 0, "resync_from: no snapshot") end; '
 
@@ -434,8 +438,7 @@ describe("audit item 13: the README's examples run verbatim", function()
     return table.concat(lines, "\n") .. "\n"
   end
 
-  local readme = assert(H.read("README.md"), "README.md")
-  local blocks = blocks_of(readme)
+  local blocks = blocks_of(assert(H.read(file), file))
   local ctx, target
 
   before_each(function()
@@ -467,7 +470,7 @@ describe("audit item 13: the README's examples run verbatim", function()
   end)
 
   it("has examples", function()
-    assert.is_true(#blocks > 0, "no ```lua block in README.md")
+    assert.is_true(#blocks > 0, "no ```lua block in " .. file)
   end)
 
   it("runs the examples in order, as one program #root", function()
@@ -477,21 +480,24 @@ describe("audit item 13: the README's examples run verbatim", function()
       if not endless(b) then
         local why = lacks(b, ctx.sandbox, ctx.controllers or {})
         if why then
-          skipped = ("README.md:%d and the examples after it: the block %s"):format(b.first, why)
+          skipped = ("%s:%d and the examples after it: the block %s"):format(file, b.first, why)
           break
         end
         run[#run + 1] = b
       end
     end
     if #run > 0 then
-      local code, _, err = run_lua(program(run, ctx), { name = "README.md" })
+      local code, _, err = run_lua(program(run, ctx), { name = file:match("[^/]+$") })
       assert.equal(0, code, err)
       assert.equal("", err)
     end
     if skipped then pending(skipped) end
   end)
 
-  it("runs each endless event loop for a bounded time without an error #slow", function()
+  local has_endless = false
+  for _, b in ipairs(blocks) do has_endless = has_endless or endless(b) end
+  -- (The README's loops are its cookbook's, which spec/91-cookbook runs.)
+  if has_endless then it("runs each endless event loop for a bounded time without an error #slow", function()
     if H.no_spawn then pending(H.no_spawn) return end
     local loops = 0
     for _, b in ipairs(blocks) do
@@ -499,21 +505,25 @@ describe("audit item 13: the README's examples run verbatim", function()
         loops = loops + 1
         local code_text = table.concat(b.lines, "\n")
         local mod = code_text:match('require%s*%(?%s*"([%w%.]+)"')
+        local why = lacks(b, ctx.sandbox, ctx.controllers or {})
         if mod and mod ~= "takana" and not pcall(require, mod) then
-          pending(("README.md:%d needs the module %s, not installed here"):format(b.first, mod))
+          pending(("%s:%d needs the module %s, not installed here"):format(file, b.first, mod))
+        elseif why then
+          pending(("%s:%d: the block %s"):format(file, b.first, why))
         else
           -- Processes come and go while it runs: exits for the loop to read.
           local bg = assert(takana.spawn { "sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.2; /bin/true; done" })
-          local code, _, err = run_lua(program({ b }, ctx), { name = "README.md", timeout = 3 })
+          local code, _, err = run_lua(program({ b }, ctx), { name = file:match("[^/]+$"), timeout = 3 })
           bg:wait()
-          assert.equal("", err, ("README.md:%d"):format(b.first))
-          assert.equal(124, code, ("README.md:%d stopped by itself"):format(b.first))
+          assert.equal("", err, ("%s:%d"):format(file, b.first))
+          assert.equal(124, code, ("%s:%d stopped by itself"):format(file, b.first))
         end
       end
     end
-    if loops == 0 then pending("the README has no endless event loop example") end
-  end)
+    assert.truthy(loops > 0)
+  end) end
 end)
+end
 
 describe("audit item 14: a parent cycle in a snapshot", function()
   -- A /proc scan straddling pid reuse can record A.ppid = B and B.ppid = A

@@ -20,6 +20,13 @@ local function ldoc()
   return pages, log
 end
 
+-- What LDoc's pages may hold as HTML; anything else in angle brackets is
+-- text that should have been escaped.
+local html_tags = {}
+for tag in ([[html head body meta link title div span a p br hr h1 h2 h3 h4 h5 h6 ul ol li dl dt dd
+  table thead tbody tr th td code pre em strong b i big small blockquote img sup sub strike
+  !doctype script style]]):gmatch("%S+") do html_tags[tag] = true end
+
 local function anchors(html)
   local set = {}
   for name in html:gmatch('<a name = "([^"]+)"') do set[name] = true end
@@ -136,8 +143,31 @@ describe("make doc", function()
         assert.is_nil(a:match("^C%.") or a:match("^methods:"), name .. ": internal name " .. a)
       end
       assert.is_nil(html:match("<pid>"), name .. ": an unescaped <pid>")
+      -- Any other placeholder (<backend>, <path>, ...) a browser would hide.
+      for tag in html:gmatch("<(%a[%w_]*)[%s>]") do
+        assert.truthy(html_tags[tag:lower()], name .. ": an unescaped <" .. tag .. ">")
+      end
+      -- An identifier with underscores outside backticks turns into emphasis.
+      local em = html:match("[^\n]-%w<em>[^\n]*") or html:match("[^\n]-</em>%w[^\n]*")
+      assert.is_nil(em, name .. ": markdown emphasis inside a name (backticks missing): " .. tostring(em))
     end
     assert.is_nil(log:match("malformed"), log)
+  end)
+
+  it("lists each function once, with the names of its parameters", function()
+    for name, html in pairs(pages) do
+      local seen = {}
+      for a in html:gmatch('<a name = "([^"]+)"') do
+        assert.is_nil(seen[a], name .. ": " .. a .. " is documented twice")
+        seen[a] = true
+      end
+      for fn, args in html:gmatch('<a href="#[^"]+">([%w_.:]+)%(([^)]*)%)</a>') do
+        for arg in args:gsub("[%[%]]", ""):gmatch("[^,%s]+") do
+          local bare = arg:match("^[^=]+")
+          assert.truthy(bare ~= "..." and bare ~= "_", ("%s: %s(%s) names no parameter"):format(name, fn, args))
+        end
+      end
+    end
   end)
 end)
 
@@ -148,15 +178,16 @@ describe("tools/docgen.lua", function()
     assert.same({}, docgen.run(false))
   end)
 
-  it("has a block of every schema in the README", function()
-    local readme = H.read("README.md")
+  -- The schema tables live in doc/reference.md (the README is the short guide).
+  it("has a block of every schema in doc/reference.md", function()
+    local readme = assert(H.read("doc/reference.md"))
     for name in pairs(docgen.schemas) do
       assert.truthy(readme:find("<!-- schema:" .. name .. " -->", 1, true), name)
     end
   end)
 
-  it("lists every name its schema holds, in the README", function()
-    local readme = H.read("README.md")
+  it("lists every name its schema holds, in doc/reference.md", function()
+    local readme = assert(H.read("doc/reference.md"))
     for _, r in ipairs(core.cgroup_stat) do
       assert.truthy(readme:find("| `" .. (r.key and r.section .. "." .. r.key or r.section) .. "` |", 1, true), r.file)
     end

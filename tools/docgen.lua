@@ -1,4 +1,4 @@
--- tools/docgen.lua: the README's tables and the LDoc lists that list names
+-- tools/docgen.lua: doc/reference.md's tables and the LDoc lists that list names
 -- (cg:stat()'s layout, the service options, the exit record) are written
 -- from the schemas the module exports, never by hand, so they cannot drift
 -- (luv's docs.lua -> docgen.lua is the model).
@@ -8,7 +8,7 @@
 --   <!-- /schema:NAME -->
 -- Whatever precedes the opening marker on its line ("-- ", " * ") prefixes
 -- each generated line, so a block lives in a Lua or C comment as well as
--- in Markdown. In README.md a block is a table; elsewhere a list, which
+-- in Markdown. In a .md file a block is a table; elsewhere a list, which
 -- LDoc's Markdown renders.
 --
 --   make docgen                  rewrite the blocks in place
@@ -21,7 +21,7 @@ local supervisor = require "takana.supervisor"
 
 local M = {}
 
-M.files = { "README.md", "csrc/lua/lua_cgroup.c", "csrc/lua/lua_pidfd.c", "lua/takana/supervisor/service.lua" }
+M.files = { "doc/reference.md", "csrc/lua/lua_cgroup.c", "csrc/lua/lua_pidfd.c", "lua/takana/supervisor/service.lua" }
 
 local function code(s) return "`" .. s .. "`" end
 

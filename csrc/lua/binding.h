@@ -141,7 +141,7 @@ void tk_self_open_lib(lua_State *L);
 
 /* The one timeout parser (lua_time.c): seconds, 0..1 year, at idx as
  * milliseconds rounded up; raises on anything else. nil or absent waits
- * forever (TK_WAIT_FOREVER), as README's "Error convention" says. The drains
+ * forever (TK_WAIT_FOREVER), as doc/reference.md's "Error convention" says. The drains
  * signals:read and timer:read document nil as "do not wait": they take
  * luaL_opt(L, tk_timeout_check, idx, 0), the default explicit at the call. */
 #define TK_WAIT_FOREVER ((int64_t)-1)

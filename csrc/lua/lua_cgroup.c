@@ -364,7 +364,7 @@ static void stat_sections(lua_State *L, const struct stat_src *src, char *buf,
 
 /*** Reads the unit's accounting: sections `cpu`, `memory`, `pids`,
  * `pressure`, `events`. A section whose files are absent is absent;
- * `cg:why(section)` says why. What each holds (TK_STAT_FILES):
+ * `cg:why(section)` says why. What each holds (`TK_STAT_FILES`):
  *
  * <!-- schema:cgroup-stat -->
  * - `cpu` `cpu.stat`: a table of its `key value` lines, integers (`*_usec` keys as `*_ns`, in ns)
@@ -385,7 +385,7 @@ static void stat_sections(lua_State *L, const struct stat_src *src, char *buf,
  *
  * @function cgroup:stat
  * @treturn[1] table
- * @treturn[2] nil, "stat <file>: message", errno when a present file cannot
+ * @treturn[2] nil, `"stat <file>: message"`, errno when a present file cannot
  *   be read or parsed */
 static int cg_stat(lua_State *L)
 {

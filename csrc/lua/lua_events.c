@@ -254,7 +254,7 @@ static int events_iter(lua_State *L)
 /*** Drains what is ready, without blocking, up to the queue's bound.
  * @function events:read
  * @treturn[1] function an iterator of event tables
- * @treturn[2] nil, "events: read (<backend>): <why>", errno on a runtime failure */
+ * @treturn[2] nil, `"events: read (<backend>): <why>"`, errno on a runtime failure */
 static int events_read(lua_State *L)
 {
 	struct levents *e = events_check(L, 1);

@@ -2,7 +2,7 @@
  * stdin/stdout/stderr = "pipe". Our end is non-blocking, so an event loop
  * (takana.poll, cqueues, luv) never stalls on a child that writes slowly or
  * reads nothing; read_all and read_line are the blocking conveniences,
- * with a timeout. Conventions (the README has them too):
+ * with a timeout. Conventions (doc/reference.md has them too):
  *   read([max])  a string of what is there now (up to max, 64 KiB), "" when
  *                nothing is there yet, nil at end of file, or nil, msg,
  *                errno on an error;

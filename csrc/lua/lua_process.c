@@ -496,8 +496,8 @@ static int proc_fds(lua_State *L)
 /*** Memory from `/proc/<pid>/smaps_rollup`: what the process would free if
  * it exited (uss), its proportional share (pss), resident and swapped.
  * @function process:memory_full
- * @treturn[1] table `rss_bytes`, `pss_bytes`, `uss_bytes` (Private_Clean +
- *   Private_Dirty), `swap_bytes`; zeros for a kernel thread
+ * @treturn[1] table `rss_bytes`, `pss_bytes`, `uss_bytes` (`Private_Clean` +
+ *   `Private_Dirty`), `swap_bytes`; zeros for a kernel thread
  * @treturn[2] nil, message, errno (EACCES for another user's process) */
 static int proc_memory_full(lua_State *L)
 {
@@ -598,7 +598,7 @@ static int limit_index(lua_State *L, int idx)
  * @tparam[opt] int|number|string hard default: the current hard limit
  * @treturn[1] table the limit now in force, `{soft=, hard=}`
  * @treturn[2] nil, message, errno (EPERM raising a hard limit without
- *   CAP_SYS_RESOURCE, or another user's process; EINVAL soft above hard) */
+ *   `CAP_SYS_RESOURCE`, or another user's process; EINVAL soft above hard) */
 static int proc_setlimit(lua_State *L)
 {
 	struct lproc *p = proc_check(L, 1);
@@ -672,13 +672,13 @@ static int proc_oom_score(lua_State *L)
 	return read_int(L, p, "oom_score");
 }
 
-/*** Reads or sets oom_score_adj (-1000..1000) through the process's own
+/*** Reads or sets `oom_score_adj` (-1000..1000) through the process's own
  * /proc directory. Set: written, then read back.
  * @function process:oom_score_adj
  * @int[opt] n the new value
  * @treturn[1] int the value in force
  * @treturn[2] nil, message, errno (EACCES lowering it without
- *   CAP_SYS_RESOURCE, or another user's process) */
+ *   `CAP_SYS_RESOURCE`, or another user's process) */
 static int proc_oom_score_adj(lua_State *L)
 {
 	struct lproc *p = proc_check(L, 1);

@@ -117,8 +117,8 @@ static int signals_read_one(lua_State *L, struct lsignals *s, int64_t wait_ms)
  * @function signals:read
  * @number[opt] timeout seconds to wait for one (0..1 year); nil or absent:
  *   do not wait (a drain: unlike every other timeout, where nil waits forever)
- * @treturn[1] table `signo`, `name` ("TERM"), `code` (si_code: 0 for kill(),
- *   SI_QUEUE -1, SI_TKILL -6, CLD_* for CHLD), `pid` and `uid` of the sender
+ * @treturn[1] table `signo`, `name` ("TERM"), `code` (`si_code`: 0 for kill(),
+ *   `SI_QUEUE` -1, `SI_TKILL` -6, `CLD_*` for CHLD), `pid` and `uid` of the sender
  *   (the child for CHLD), `status` (CHLD: the exit code, or the signal that
  *   killed or stopped it), `child` (CHLD: "exited", "killed", "dumped",
  *   "stopped", "trapped" or "continued"), `value` (sigqueue's integer)
@@ -211,12 +211,9 @@ static int signals_tostring(lua_State *L)
 	return 1;
 }
 
-/** Subscribes to signals through a signalfd; see README "Signals".
- * @function signals
- * @tparam {string|int,...} t names ("TERM", "SIGHUP", "chld") or numbers
- * @treturn[1] signals a pollable object: `:read([timeout])`, `:each()`,
- *   `:list()`, `:fileno()`, the cqueues protocol, `:close()`
- * @treturn[2] nil, "signals: message", errno */
+/* takana.signals{...}: subscribes to signals through a signalfd (its LDoc
+ * is in lua/takana/init.lua, once; doc/reference.md "Signals, timers,
+ * clocks" has the details). */
 /* The list of signals at argument 1 as a set; raises on anything else. */
 static tk_sigbits signals_set_check(lua_State *L)
 {

@@ -491,7 +491,7 @@ static void filter_needs(lua_State *L, const struct lsnap *s, int fld, const cha
  *   `recursive` (with cgroup: its whole subtree), `uid` (integer) and `comm`
  *   (a Lua pattern, string.find's)
  * @treturn[1] {int,...} pids
- * @treturn[2] nil, "filter: cgroup <path>: <why>", errno when the cgroup
+ * @treturn[2] nil, `"filter: cgroup <path>: <why>"`, errno when the cgroup
  *   cannot be read (ENOENT: no such cgroup, or no cgroup2 mount) */
 struct filter {
 	const char *cg, *pattern;
@@ -631,9 +631,9 @@ static int snap_filter(lua_State *L)
 	return 1;
 }
 
-/*** The path of a process's cgroup, from its record's cgroup_id, as
+/*** The path of a process's cgroup, from its record's `cgroup_id`, as
  * takana.cgroup.path gives it, from the same cache (about 0.5 us a call
- * after the first). Raises when the snapshot was taken without cgroup_id.
+ * after the first). Raises when the snapshot was taken without `cgroup_id`.
  * @function snapshot:cgroup
  * @int pid
  * @treturn[1] string takana's one spelling of a cgroup: "/" for the root

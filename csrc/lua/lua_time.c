@@ -1,6 +1,6 @@
 /* The one timeout parser of the binding: every method that waits takes its
- * timeout through it, so a timeout means the same everywhere (README "Error
- * convention"). */
+ * timeout through it, so a timeout means the same everywhere
+ * (doc/reference.md "Error convention"). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>

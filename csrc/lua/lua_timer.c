@@ -150,14 +150,8 @@ static int timer_remaining(lua_State *L)
 	return 2;
 }
 
-/** A timer on CLOCK_MONOTONIC, pollable: readable once it has expired.
- * @function timer
- * @number[opt] after seconds until the first expiration, 0..1 year (0: at
- *   once); nil: created disarmed, for a later `:set`
- * @number[opt] every seconds between the following ones; nil or 0: once
- * @treturn[1] timer `:read([timeout])`, `:set(after, every)`, `:cancel()`,
- *   `:remaining()`, `:fileno()`, the cqueues protocol, `:close()`
- * @treturn[2] nil, "timer: message", errno */
+/* takana.timer(after, every): a timerfd on CLOCK_MONOTONIC (its LDoc is in
+ * lua/takana/init.lua, once). */
 static int l_timer(lua_State *L)
 {
 	uint64_t after = 0, every = 0;
@@ -185,8 +179,7 @@ static int l_timer(lua_State *L)
 	return 1;
 }
 
-/** CLOCK_MONOTONIC in seconds: for intervals and deadlines; never jumps.
- * @function now */
+/* takana.now(): CLOCK_MONOTONIC in seconds (LDoc in lua/takana/init.lua). */
 static int l_now(lua_State *L)
 {
 	tk_check_nargs(L, 0);
@@ -194,9 +187,8 @@ static int l_now(lua_State *L)
 	return 1;
 }
 
-/** CLOCK_BOOTTIME in ns: the clock of snapshot `time_ns`, record
- * `start_ns` and event `time_ns`. It counts suspend, which now() does not.
- * @function boottime_ns */
+/* takana.boottime_ns(): CLOCK_BOOTTIME in ns, the clock of snapshot and
+ * event `time_ns` and record `start_ns` (LDoc in lua/takana/init.lua). */
 static int l_boottime_ns(lua_State *L)
 {
 	tk_check_nargs(L, 0);
@@ -204,9 +196,8 @@ static int l_boottime_ns(lua_State *L)
 	return 1;
 }
 
-/** CLOCK_REALTIME in seconds since the epoch, with the fraction os.time()
- * lacks: for log stamps. It jumps when the clock is set.
- * @function realtime */
+/* takana.realtime(): CLOCK_REALTIME in seconds since the epoch, with the
+ * fraction os.time() lacks (LDoc in lua/takana/init.lua). */
 static int l_realtime(lua_State *L)
 {
 	struct timespec ts;

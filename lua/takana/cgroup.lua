@@ -215,8 +215,8 @@ local M = setmetatable({}, {
 --- The path of a cgroup from its id (`cgroup_id` of records and events),
 -- spelled as every takana path is: "/" for the cgroup2 mount's root, else
 -- "/a/b" relative to the mount (`handle.path`, `snap:cgroup`, the CLI).
--- With CAP_DAC_READ_SEARCH the kernel opens the cgroup from the id
--- (open_by_handle_at); without it, a walk of the hierarchy. Each answer is
+-- With `CAP_DAC_READ_SEARCH` the kernel opens the cgroup from the id
+-- (`open_by_handle_at`); without it, a walk of the hierarchy. Each answer is
 -- cached per Lua state (id -> path, shared with `snap:cgroup`): an inotify
 -- watch on the parents of cached cgroups vouches for it (one read), and
 -- after any removal each is checked once against its id (fstatat: a
@@ -245,6 +245,7 @@ end
 -- Inside a cgroup namespace whose cgroup2 mount shows the hierarchy from
 -- above the namespace's root, the cgroup is found beneath the mount by its
 -- membership.
+-- @function self
 -- @treturn[1] cgroup handle
 -- @treturn[2] nil, message, errno
 function M.self(...)
@@ -275,7 +276,7 @@ end
 -- With a pidfd the answer is that process's, never another's that reused
 -- the pid: the pid is read through the descriptor, the cgroup is read, and
 -- the descriptor is checked to still hold a live (unreaped) process; where
--- the kernel offers PIDFD_GET_INFO (6.13+) the cgroup id is compared too.
+-- the kernel offers `PIDFD_GET_INFO` (6.13+) the cgroup id is compared too.
 -- @tparam int|pidfd who
 -- @treturn[1] cgroup handle
 -- @treturn[2] nil, message, errno (ESRCH: the process is gone)
@@ -394,6 +395,7 @@ M.mounts = mounts
 M.proc_cgroups = proc_cgroups
 
 --- What this host offers: mode, v2 mount, v2 controllers, v1 mounts.
+-- @function probe
 function M.probe(...)
   nargs("cgroup.probe", 0, select("#", ...))
   local m, err = mounts()
@@ -607,6 +609,8 @@ end
 -- `cg:set(key, value)` or `cg:set{key = value, ...}`. Keys: memory.max,
 -- memory.high, memory.low, memory.min, memory.swap.max, pids.max, cpu.weight, cpu.max
 -- (quota µs, or {quota, period}), io.weight; "max" means unlimited.
+-- @tparam string|table key the file (`"memory.max"`), or a table of file = value
+-- @tparam[opt] int|string|table value the value, with a file name as `key`
 -- @treturn[1] the applied value (rounded as the kernel did), or a table of them
 -- @treturn[2] nil, "set key: why", errno
 function cgroup:set(key, value, ...)
@@ -640,7 +644,7 @@ end
 -- @tparam[opt] table opts `{exist_ok = true}`: a child of that name that
 --   exists already is opened instead (it must be a cgroup directory)
 -- @treturn[1] cgroup handle
--- @treturn[2] nil, "mkdir <name>: why", errno (EEXIST without exist_ok)
+-- @treturn[2] nil, `"mkdir <name>: why"`, errno (EEXIST without exist_ok)
 function cgroup:mkdir(name, opts, ...)
   nargs("mkdir", 2, select("#", ...) + 2)
   if type(name) ~= "string" or name == "" or name:find("[/%z]") or name == "." or name == ".." or #name > 255 then
@@ -734,6 +738,7 @@ function cgroup:enable(list, ...)
 end
 
 --- Disables controllers for the children.
+-- @tparam {string,...} list the controllers (`{"memory", "pids"}`)
 -- @treturn[1] {string,...} the controllers still enabled, read back
 -- @treturn[2] nil, "disable memory: why", errno
 function cgroup:disable(list, ...)
@@ -758,7 +763,7 @@ end
 -- number the object was made with), and after the write the descriptor is
 -- checked to still hold that process, as systemd's pidref does: a process
 -- already reaped fails with ESRCH and nothing is written. Where the kernel
--- offers PIDFD_GET_INFO (6.13+) its cgroup id is checked as well.
+-- offers `PIDFD_GET_INFO` (6.13+) its cgroup id is checked as well.
 -- @tparam int|pidfd who
 -- @treturn[1] true
 -- @treturn[2] nil, "attach PID: why", errno
@@ -910,6 +915,7 @@ function cgroup:freeze(timeout, ...)
 end
 
 --- Thaws the unit.
+-- @function thaw
 function cgroup:thaw(...)
   nargs("thaw", 0, select("#", ...))
   local ok, err, errno = core.cgroup_write(self, "cgroup.freeze", "0")
@@ -1013,7 +1019,7 @@ end
 -- @tparam int|string sig number (0 checks) or name: "TERM", "SIGTERM", "term"
 -- @tparam[opt] table opts `{root = bool, include_self = bool}`
 -- @treturn[1] int how many processes the signal was delivered to
--- @treturn[2] nil, "signal <path>: why", errno (EPERM for a refusal or a
+-- @treturn[2] nil, `"signal <path>: why"`, errno (EPERM for a refusal or a
 --   process of another user, ENOENT for a removed cgroup, EBUSY past the
 --   bounds)
 function cgroup:signal(sig, opts, ...)
@@ -1106,8 +1112,8 @@ end
 -- and `takana.cgroup()` says so on a v1-only host.)
 -- @number[opt] timeout seconds (0 to 1 year); nil waits forever
 -- @treturn[1] true
--- @treturn[2] nil, "wait_empty <path>: still populated after Ns (n processes
---   here or below)", ETIMEDOUT; EDEADLK when the cgroup holds the caller,
+-- @treturn[2] nil, `"wait_empty <path>: still populated after Ns (n processes
+--   here or below)"`, ETIMEDOUT; EDEADLK when the cgroup holds the caller,
 --   which it would wait for forever; ENOENT for a removed cgroup
 function cgroup:wait_empty(timeout, ...)
   nargs("wait_empty", 1, select("#", ...) + 1)
@@ -1124,7 +1130,7 @@ end
 --   names, in the same order (a child removed meanwhile is left out); the
 --   caller closes them
 -- @treturn[1] {string,...} or {cgroup,...}
--- @treturn[2] nil, "children <path>: why", errno (ENOENT for a removed cgroup)
+-- @treturn[2] nil, `"children <path>: why"`, errno (ENOENT for a removed cgroup)
 function cgroup:children(opts, ...)
   nargs("children", 1, select("#", ...) + 1)
   opts = options("children", 1, opts, { handles = "boolean" })
@@ -1191,7 +1197,7 @@ end
 --
 -- Spawning into the cgroup again after a kill: some kernels (6.18.44 here;
 -- spec/88 names it where it happens) SIGKILL a child born into a cgroup by
--- CLONE_INTO_CGROUP when that cgroup was killed more often than the
+-- `CLONE_INTO_CGROUP` when that cgroup was killed more often than the
 -- spawner's own (the fork-race fix of cgroup.kill compares kill_seq of the
 -- target with the one it read from the parent's cgroup). Remove the cgroup
 -- and make it again (`cg:remove()`, `parent:mkdir(name)`) before spawning
@@ -1199,7 +1205,7 @@ end
 -- @tparam[opt] table opts `{root = bool, include_self = bool, wait = seconds}`
 -- @treturn[1] true (cgroup.kill written, or the fallback saw the cgroup empty;
 --   with `wait`, the cgroup is empty)
--- @treturn[2] nil, "kill <path>: why", errno
+-- @treturn[2] nil, `"kill <path>: why"`, errno
 function cgroup:kill(opts, ...)
   nargs("kill", 1, select("#", ...) + 1)
   opts = options("kill", 1, opts, { root = "boolean", include_self = "boolean", wait = seconds })
@@ -1221,6 +1227,7 @@ function cgroup:kill(opts, ...)
 end
 
 --- Removes the (empty) cgroup directory; refuses a populated one.
+-- @function remove
 function cgroup:remove(...)
   nargs("remove", 0, select("#", ...))
   if self.relpath == "" then return nil, "remove: refusing to remove the cgroup2 root", EINVAL end

@@ -82,7 +82,7 @@ end
 --   selection (identity: `snap:process`, a pid reused between snapshots).
 --   Reading any other field left out of the selection, from a record view
 --   or a record table, raises "field 'kthread' is not in this snapshot's
---   selection (pid, start_ns, cgroup_id)...", as `filter`, `delta` and
+--   selection (pid, `start_ns`, `cgroup_id`)...", as `filter`, `delta` and
 --   `snap:cgroup` do; a name that is no field reads nil. `snap.fields`
 --   lists the selection.
 -- @treturn[1] snapshot one userdata holding every record; `#snap`,
@@ -341,12 +341,13 @@ local event_how = { positional = true }
 -- the kernel, whose buffer then overflows and is counted lost. poll sees
 -- fork, exit and comm only: asked for exec, it refuses; by default it
 -- delivers those three.
+-- @tparam table t the types and the options above
 -- @treturn[1] events a stream with `.backend`, `.skipped` (why better
 --   backends were not used), `.unavailable` (`{field = why}` for fields its
 --   backend fills but this kernel cannot: `loginuid` without CONFIG_AUDIT),
 --   `:read()`, `:lost()`, `:stats()`, `:fileno()`, the cqueues pollable
 --   protocol, `:close()`
--- @treturn[2] nil, "events: <backend> backend unavailable: <why>", errno
+-- @treturn[2] nil, `"events: <backend> backend unavailable: <why>"`, errno
 function M.events(t, ...)
   nargs("events", 1, select("#", ...) + 1)
   t = check_options("events", 1, t, event_options, event_how)
@@ -616,7 +617,7 @@ end
 -- loop; it reaps nothing and merges (one CHLD for several exits): wait on
 -- each child's pidfd.
 -- @function signals
--- @tparam {string|int,...} t
+-- @tparam {string|int,...} t names ("TERM", "SIGHUP", "chld") or numbers
 -- @treturn[1] signals `:read([timeout])` (one table `{signo=, name=, code=,
 --   pid=, uid=, status=, child=}`, or nil when none), `:each()` (drains what
 --   is pending), `:list()`, `:fileno()`, the cqueues protocol, `:close()`
@@ -628,6 +629,9 @@ M.signals = core.signals
 -- once; nil: disarmed until `:set`), then every `every` seconds (nil or 0:
 -- once). Both 0..1 year.
 -- @function timer
+-- @number[opt] after seconds until the first expiration, 0..1 year (0: at
+--   once); nil: created disarmed, for a later `:set`
+-- @number[opt] every seconds between the following ones; nil or 0: once
 -- @treturn[1] timer `:read([timeout])` (expirations since the last read, 0
 --   when none), `:set(after, every)`, `:cancel()`, `:remaining()` (seconds
 --   to the next expiration and the period, nil when disarmed), `:fileno()`,
@@ -641,7 +645,8 @@ M.timer = core.timer
 M.pressure = core.pressure
 M.pressure_trigger = core.pressure_trigger
 
---- CLOCK_MONOTONIC in seconds (a float): for intervals and deadlines.
+--- CLOCK_MONOTONIC in seconds (a float): for intervals and deadlines; it
+-- never jumps.
 -- @function now
 M.now = core.now
 
@@ -661,12 +666,12 @@ M.boottime_ns = core.boottime_ns
 -- @treturn int CLOCK_REALTIME ns (`// 1000000000` gives what `os.time()` counts)
 M.to_realtime = core.to_realtime
 
---- CLOCK_REALTIME in seconds since the epoch, with a fraction: for log
--- stamps. It jumps when the clock is set; never use it for intervals.
+--- CLOCK_REALTIME in seconds since the epoch, with the fraction os.time()
+-- lacks: for log stamps. It jumps when the clock is set; never use it for intervals.
 -- @function realtime
 M.realtime = core.realtime
 
---- `subreaper(true|false)` sets or clears PR_SET_CHILD_SUBREAPER: orphans
+--- `subreaper(true|false)` sets or clears `PR_SET_CHILD_SUBREAPER`: orphans
 -- among this process's descendants are re-parented to it instead of init,
 -- and it must reap them. `subreaper()` returns the current flag.
 -- @function subreaper
@@ -689,7 +694,7 @@ M.environ = core.environ
 -- @treturn table `kernel`, `btf`, `snapshot = {kfunc=, iter=, proc=, backend=}`,
 --   `events = {bpf=, connector=, poll=, backend=}`, `proc` (with `hidepid`
 --   and a `note` when other users' processes are hidden),
---   `pidfd`, `clone3`, `cgroup` (mode, v2_mount, v2_controllers, v1 mounts);
+--   `pidfd`, `clone3`, `cgroup` (mode, `v2_mount`, `v2_controllers`, v1 mounts);
 --   each capability has `ok` and, when not ok, `why`.
 function M.probe(opts)
   opts = check_options("probe", 1, opts, { fresh = "boolean" })
@@ -708,8 +713,8 @@ end
 -- @treturn string|nil the name; nil when the database has no entry
 M.user_name = core.user_name
 
---- Writes `dir/name` atomically, for node_exporter's textfile collector and
--- the like: the data goes to a new file made exclusively (O_EXCL |
+--- Writes `dir/name` atomically, for `node_exporter`'s textfile collector and
+-- the like: the data goes to a new file made exclusively (`O_EXCL` |
 -- O_NOFOLLOW, under a random name) through a descriptor of `dir`, is
 -- synced, then renamed over `name`; a reader sees the old file or the new
 -- one, never part of one, and a symlink planted in `dir` is never

@@ -166,8 +166,8 @@ end
 --   when there is one): once it has ended and is not restarted, every
 --   service is stopped and `run` returns; `sup:exit_code()` gives its
 --   status, as tini exits with its child's;
---   `runtime`: a directory for notify sockets (default: /run/takana/<cgroup>
---   for root, $XDG_RUNTIME_DIR/takana/<cgroup> otherwise); made if missing,
+--   `runtime`: a directory for notify sockets (default: `/run/takana/<cgroup>`
+--   for root, `$XDG_RUNTIME_DIR/takana/<cgroup>` otherwise); made if missing,
 --   mode 0711, and refused (nil, message, errno) when another user owns it
 --   or any directory above it, when it is writable by others, when a link
 --   on the way belongs to another user, or when it is longer than 94
@@ -610,7 +610,9 @@ local function status_pid(svc)
 end
 
 --- The status of one service as a plain table (what `takana ctl status`
--- prints).
+-- prints): `sup:status_of(svc)`.
+-- @function status_of
+-- @tparam table svc the service (`sup:get(name)`)
 function supervisor.status_of(_, svc)
   local t = now()
   local ex = svc.last_exit

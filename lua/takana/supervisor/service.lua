@@ -19,7 +19,7 @@ local DEFAULT_READY_TIMEOUT = 90
 -- of it does when `sup:reload` applies a new declaration ("restart": the
 -- stop sequence, then a start with it; "live": applied to the running
 -- service, `limits` written to its cgroup; "added": read only when the
--- service is added). The check, the reference below and the README's
+-- service is added). The check, the reference below and doc/reference.md's
 -- table (tools/docgen.lua) all come from this list.
 -- @table service_options
 M.service_options = {
@@ -118,8 +118,8 @@ M.exit_record = {
   { name = "errno", doc = "with `error`: its errno" },
 }
 
---- Declares a service (see the module's README section for every option).
--- Options (`service_options`):
+--- Declares a service (doc/reference.md's Supervision section has the
+-- whole story). Options (`service_options`):
 --
 -- <!-- schema:service-options -->
 -- - `name` (string): required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark
@@ -160,6 +160,7 @@ M.exit_record = {
 -- - `pdeathsig` (string or number): to spawn (on reload: restart)
 -- <!-- /schema:service-options -->
 --
+-- @tparam table t the options below
 -- @treturn service the service table (read its `state`)
 function supervisor:service(t, ...)
   nargs("service", 1, select("#", ...) + 1)
