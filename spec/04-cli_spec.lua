@@ -53,7 +53,9 @@ describe("bin/takana", function()
         "watch --bogus", "watch forks", "watch --count 0", "watch --backend dtrace",
         "cgroup", "cgroup a b", "cgroup ../etc", "cgroup --watch -1 /",
         "export --top x", "export --cgroup", "export --cgroup ../x", "export extra", "export --backend nope",
-        "top --interval 0", "top --iterations 0", "top --backend nope", "bench nosuchphase" } do
+        "top --interval 0", "top --iterations 0", "top --backend nope", "bench nosuchphase",
+        "export --textfile ''", "ctl /tmp/" .. ("x"):rep(120) .. " status",
+        "ctl --wait up /tmp/" .. ("x"):rep(120) .. " a", "ctl /tmp/s reload a", "ctl /tmp/s frob" } do
       local code, out = takana_cmd(args)
       assert.equal(2, code, args)
       assert.matches("^takana: [^\n]+\n$", out)

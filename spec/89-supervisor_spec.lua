@@ -913,6 +913,22 @@ return sup
     end)
   end)
 
+  it("starts a service in /, as the leader of its own session, with no controlling terminal #root", function()
+    if why then return pending(why) end
+    local got = {}
+    new { log = function(_, _, line) got[#got + 1] = line end }
+    local svc = sup:service { name = "where", restart = "never",
+      cmd = { "sh", "-c", "pwd; echo $$; cut -d' ' -f6,7 /proc/self/stat" } }
+    assert.is_true(run_until(sup, function() return svc.last_exit ~= nil and #got == 3 end, 10))
+    assert.equal("/", got[1])
+    local sid, tty = got[3]:match("^(%d+) (%d+)$")
+    assert.equal(got[2], sid)        -- the shell leads the session
+    assert.equal("0", tty)
+    local cwd_svc = sup:service { name = "there", restart = "never", cwd = "/tmp", cmd = { "pwd" } }
+    assert.is_true(run_until(sup, function() return cwd_svc.last_exit ~= nil and #got == 4 end, 10))
+    assert.equal("/tmp", got[4])
+  end)
+
   it("hands each captured line to a log function, with its stream #root", function()
     if why then return pending(why) end
     local got = {}

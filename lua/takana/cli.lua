@@ -666,6 +666,7 @@ function M.export(args)
   local cgroups = opts.cgroup or {}
   if opts.help then io.write(help.export) return 0 end
   if #operands > 0 then usage_error("export: unexpected argument '" .. operands[1] .. "'") end
+  if opts.textfile == "" then usage_error("export: --textfile needs a directory") end
   local top = opts.top and tonumber(opts.top)
   if opts.top and not (top and top >= 0 and top == math.floor(top)) then
     usage_error("export: --top needs a non-negative integer")

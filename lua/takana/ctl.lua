@@ -243,10 +243,12 @@ function M.main(args)
     local timeout = tonumber(opts.timeout or "5")
     if not timeout or timeout <= 0 or timeout > 3600 then usage_error("ctl: --timeout needs 0 < seconds <= 3600") end
     if not operands[1] then usage_error("ctl: SOCKET expected (see --help)") end
+    if #operands[1] > 107 then usage_error("ctl: SOCKET: longer than the 107 bytes a unix socket address holds") end
     return ctl_wait(operands[1], opts.wait, operands[2], timeout)
   end
   local sock, cmd, name, extra = operands[1], operands[2], operands[3], operands[4]
   if not sock or not cmd then usage_error("ctl: SOCKET and a command expected (see --help)") end
+  if #sock > 107 then usage_error("ctl: SOCKET: longer than the 107 bytes a unix socket address holds") end
   if not ({ status = 1, start = 1, stop = 1, restart = 1, signal = 1, logs = 1, reload = 1 })[cmd] then
     usage_error("ctl: unknown command '" .. printable(cmd) .. "' (status, start, stop, restart, signal, logs, reload)")
   end

@@ -26,7 +26,8 @@ M.service_options = {
   { name = "name", type = "string", doc = "required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark" },
   { name = "cmd", type = "table", reload = "restart", doc = "required: `{prog, args...}`" },
   { name = "env", type = "table", reload = "restart", doc = "added to the supervisor's environment" },
-  { name = "cwd", type = "string", reload = "restart", doc = "the working directory" },
+  { name = "cwd", type = "string", reload = "restart",
+    doc = "the working directory (default `/`; every service also runs in a session of its own, without a controlling terminal)" },
   { name = "restart", type = "string|function", reload = "live",
     doc = '"on-failure" (default), "always", "never", or `function(svc, record) -> delay or false`' },
   { name = "backoff", type = "table", reload = "live",
@@ -125,7 +126,8 @@ M.exit_record = {
 -- - `name` (string): required: 1-64 of `[A-Za-z0-9_.@-]`, not starting with a punctuation mark
 -- - `cmd` (table): required: `{prog, args...}` (on reload: restart)
 -- - `env` (table): added to the supervisor's environment (on reload: restart)
--- - `cwd` (string): the working directory (on reload: restart)
+-- - `cwd` (string): the working directory (default `/`; every service also runs in a session of
+--   its own, without a controlling terminal) (on reload: restart)
 -- - `restart` (string or function): "on-failure" (default), "always", "never", or `function(svc,
 --   record) -> delay or false` (on reload: live)
 -- - `backoff` (table): the delay before a restart: `initial * factor ^ failures`, at most `max`;
@@ -415,7 +417,13 @@ function supervisor:_spawn_spec(svc, cg)
     spec.rlimits.nofile = self.nofile
   end
   spec.cgroup = cg
-  spec.cwd = svc.cwd
+  -- As systemd starts them: in / unless told (not the supervisor's working
+  -- directory, which a service's user might not be allowed to see), and in
+  -- a session of their own, without the supervisor's controlling terminal
+  -- (a service could otherwise push keystrokes into it with TIOCSTI, or
+  -- receive the terminal's ^C and hangup).
+  spec.cwd = svc.cwd or "/"
+  spec.setsid = true
   spec.stdin = "null"
   -- stdout and stderr: spawn's non-blocking pipe objects, read by _drain.
   spec.stdout, spec.stderr = "pipe", "pipe"
