@@ -889,18 +889,22 @@ return sup
     assert.matches("^%* a %- running", out)
     code, out, err = ctl_as({ user = 65534 }, "stop", "a")
     assert.equal(1, code)
+    assert.equal("", out)
     assert.matches("permission denied: uid 65534 may read %(status, logs%), not stop", err)
     assert.equal("running", sup.services.a.state)
     -- 4242 as a supplementary group (SO_PEERGROUPS) may do everything
     code, out, err = ctl_as({ user = 65533, group = 65533, groups = { 4242 } }, "stop", "a")
     assert.equal(0, code, err)
+    assert.equal("", out)
     assert.is_true(run_until(sup, function() return sup.services.a.state == "stopped" end, 10))
     code, out, err = ctl_as({ user = 65533, group = 65533, groups = {} }, "status", "a")
     assert.equal(1, code)
+    assert.equal("", out)
     assert.matches("permission denied: uid 65533", err)
     -- an unknown name raises at construction, as service{user=} does
     assert.has_error(function()
-      takana.supervisor { cgroup = boxname .. "/x", runtime = dir, control = { path = dir .. "/c2", read = { users = { "no-such-user-xq" } } } }
+      takana.supervisor { cgroup = boxname .. "/x", runtime = dir,
+                          control = { path = dir .. "/c2", read = { users = { "no-such-user-xq" } } } }
     end, "bad argument #1 to 'supervisor' (unknown user 'no-such-user-xq')")
     assert.has_error(function()
       takana.supervisor { cgroup = boxname .. "/x", runtime = dir, control = { allow = {} } }

@@ -318,9 +318,9 @@ end
 -- every one after the queue overflowed, are listed again at the next
 -- call, so no cgroup is ever missed or kept past its removal (the
 -- root's own removal is checked on each call: cgroupfs sends no
--- IN_DELETE_SELF). Where
--- inotify is refused (fs.inotify.max_user_instances or
--- max_user_watches), the directories without a watch are listed on every
+-- `IN_DELETE_SELF`). Where
+-- inotify is refused (`fs.inotify.max_user_instances` or
+-- `max_user_watches`), the directories without a watch are listed on every
 -- call instead, and `tree.watch` says why.
 --
 -- Methods and fields of the tree (a handle: `close`, `__gc` and
@@ -351,9 +351,9 @@ end
 --
 -- Descriptors: one directory descriptor per cgroup, so a login's 1,024
 -- fits about 1,000 cgroups; a tree that would leave fewer than 8 of
--- RLIMIT_NOFILE free fails with EMFILE and says so (raise `ulimit -n` or
+-- `RLIMIT_NOFILE` free fails with EMFILE and says so (raise `ulimit -n` or
 -- take a smaller subtree). The stat files' descriptors are kept too, but
--- only while the process has more than half of RLIMIT_NOFILE free (then a
+-- only while the process has more than half of `RLIMIT_NOFILE` free (then a
 -- read is one pread instead of openat, pread and close, a third of the
 -- cost), and they are the first given back when a new cgroup needs a
 -- directory descriptor. On the project's (loaded) test host: 15-20 us a

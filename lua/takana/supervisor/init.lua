@@ -143,7 +143,7 @@ end
 --   may run every command, `read` only `status` and `logs` (as s6-svperms
 --   gives a group control and everyone status). The socket is then 0666
 --   (its directory 0711 when made) and each connection is judged by its
---   peer's uid, gid and supplementary groups (SO_PEERCRED, SO_PEERGROUPS);
+--   peer's uid, gid and supplementary groups (`SO_PEERCRED`, `SO_PEERGROUPS`);
 --   this user and root may always do everything, anyone else is refused;
 --   `adopt`: adopt services found running in their cgroups (default: stop
 --   them first); `reload`: `function(sup) -> [declarations [, options]]`

@@ -286,8 +286,8 @@ end
 -- (`declarations`) and returns what it declares. Supervisor options
 -- returned with them that cannot change while it runs (cgroup, control,
 -- runtime, signals, subreaper, init, reload) refuse the reload when they
--- differ; the others (log, log_size, log_files, log_lines, on_exit,
--- on_reload, main, adopt) apply. A hook that raises, or returns a bad
+-- differ; the others (`log`, `log_size`, `log_files`, `log_lines`, `on_exit`,
+-- `on_reload`, `main`, `adopt`) apply. A hook that raises, or returns a bad
 -- declaration, changes nothing: nil, the reason, EINVAL; so does a
 -- supervisor without a hook (EOPNOTSUPP) or one shutting down
 -- (ESHUTDOWN). `sup.reload_error` keeps the last failure's reason (nil
