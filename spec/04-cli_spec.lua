@@ -176,6 +176,23 @@ describe("bin/takana", function()
   end)
 end)
 
+describe("takana cgroup", function()
+  it("shows a cgroup name with control bytes escaped, found by path or id #root", function()
+    local path, name = H.test_cgroup_path()
+    if not path then return pending("needs root and a cgroup2 hierarchy") end
+    finally(function() H.cgroup_cleanup(path) end)
+    local evil = "x\27]0;pwned\7y"       -- an OSC title sequence, as a delegated user could name a cgroup
+    assert(require("lfs").mkdir(path .. "/" .. evil))
+    local id = math.tointeger(require("lfs").attributes(path .. "/" .. evil, "ino"))
+    for _, arg in ipairs { tostring(id), H.shell_quote(name .. "/" .. evil) } do
+      local code, out = takana_cmd("cgroup " .. arg)
+      assert.equal(0, code, out)
+      assert.is_nil(out:find("\27", 1, true))
+      assert.truthy(out:find("cgroup /" .. name .. "/x\\x1b]0;pwned\\x07y\n", 1, true), out)
+    end
+  end)
+end)
+
 describe("takana export", function()
   -- takana export in a private mount namespace whose /proc/loadavg says the
   -- host has `tasks` tasks (the count the cheapest backend decides by):

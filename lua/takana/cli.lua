@@ -512,7 +512,7 @@ function M.cgroup(args)
     if not ok then usage_error("cgroup: " .. tostring(r)) end
     cg, err = r, e
   end
-  if not cg then fail(err) end
+  if not cg then fail(printable(tostring(err))) end
   if opts.procs then
     if opts.watch then usage_error("cgroup: --procs and --watch are exclusive") end
     return M.cgroup_procs(cg, opts.json)
@@ -527,14 +527,15 @@ function M.cgroup(args)
     if opts.json then
       io.write(json({ path = cg.path, stat = st, absent = why }), "\n")
     else
-      io.write(("cgroup %s\n"):format(cg.path))
+      -- (a name in a delegated subtree is another user's choice)
+      io.write(("cgroup %s\n"):format(printable(cg.path)))
       for _, s in ipairs(sections) do
         if st[s] then
           local rows = {}
           flatten(s, st[s], rows)
           for _, r in ipairs(rows) do io.write(("  %-40s %s\n"):format(r[1], tostring(r[2]))) end
         else
-          io.write(("  %-40s absent: %s\n"):format(s, why[s] or "?"))
+          io.write(("  %-40s absent: %s\n"):format(s, printable(why[s] or "?")))
         end
       end
     end

@@ -534,18 +534,24 @@ function supervisor:_sweep()
   end
 end
 
+-- At most 64 signals a wake-up, and one reap however many SIGCHLDs came
+-- with them: a service's user that makes orphans die faster than a reap
+-- walks the children would otherwise keep the loop here for good (the
+-- signalfd stays readable, so the loop comes back after the others).
 function supervisor:_signals()
-  while true do
+  local chld = false
+  for _ = 1, 64 do
     local s = self.sigfd:read()
-    if not s then return end
+    if not s then break end
     if s.signo == 15 or s.signo == 2 then
       self:shutdown()
     elseif s.signo == 1 then
       self:reload()
     elseif s.signo == 17 then
-      self:_reap()
+      chld = true
     end
   end
+  if chld then self:_reap() end
 end
 
 -- The main service's name: `main`, else under `init` the only service.
