@@ -228,6 +228,23 @@ describe("takana.spawn umask, rlimits, no_new_privs", function()
     raises({ "true", no_new_privs = "yes" }, "option 'no_new_privs': boolean expected")
   end)
 
+  it("keyring = 'private' gives the child a session keyring of its own", function()
+    -- KEYCTL_GET_KEYRING_ID (0) of KEY_SPEC_SESSION_KEYRING (-3), without creating one
+    local py = "import ctypes; l = ctypes.CDLL(None, use_errno=True); " ..
+      "print(l.syscall(250, 0, ctypes.c_long(-3), 0), ctypes.get_errno())"
+    local function keyring(opt)
+      return (output { "/usr/bin/python3", "-c", py, keyring = opt }):match("^(%-?%d+) (%d+)")
+    end
+    local inherited, ierr = keyring(nil)
+    if inherited == "-1" then return pending("no session keyring here (keyctl errno " .. ierr .. ")") end
+    assert.equal(inherited, (keyring("inherit")))
+    local own = keyring("private")
+    assert.is_truthy(tonumber(own) > 0, own)
+    assert.are_not.equal(inherited, own)
+    raises({ "true", keyring = "shared" }, "keyring must be 'private' or 'inherit'")
+    raises({ "true", keyring = 1 }, "keyring: string expected, got number")
+  end)
+
   it("without clone3 they are applied through clone(2), not dropped by posix_spawn", function()
     local f = io.tmpfile()
     local c = assert(core.spawn { "sh", "-c", "umask; ulimit -n; grep NoNewPrivs /proc/self/status; " ..

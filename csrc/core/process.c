@@ -328,6 +328,12 @@ static int child_main(void *arg)
 		goto fail;
 	if (child_creds(c) < 0)
 		goto fail;
+	/* After the uid change: the keyring belongs to the service's user.
+	 * KEYCTL_JOIN_SESSION_KEYRING (1) with no name makes an anonymous one. */
+	c->step = "keyring";
+	if (o->private_keyring && syscall(SYS_keyctl, 1, NULL) < 0 &&
+	    errno != ENOSYS && errno != EPERM && errno != EACCES)
+		goto fail;
 	/* As the new user, like systemd's WorkingDirectory=. */
 	c->step = "chdir";
 	if (o->cwd != NULL && chdir(o->cwd) < 0)
@@ -525,7 +531,7 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 int tk_spawn_needs_child(const struct tk_spawn_opts *o)
 {
 	return o->set_groups || o->set_gid || o->set_uid || o->set_umask || o->nrlimits > 0 ||
-	       o->pdeathsig > 0 || o->no_new_privs || o->nextra_fds > 0;
+	       o->pdeathsig > 0 || o->no_new_privs || o->nextra_fds > 0 || o->private_keyring;
 }
 
 /* Runs child_main through clone3 (legacy: clone) and collects what it

@@ -74,6 +74,11 @@ struct tk_spawn_opts {
 	size_t nrlimits;
 	int pdeathsig;              /* 0: none */
 	int no_new_privs;
+	/* A new anonymous session keyring, joined as the new user, so that a
+	 * service does not possess its supervisor's (systemd's
+	 * KeyringMode=private); skipped where the kernel or a seccomp filter
+	 * has no keyrings (ENOSYS, EPERM, EACCES), as systemd skips it. */
+	int private_keyring;
 	const struct tk_spawn_fd *extra_fds;  /* sorted by target, targets distinct */
 	size_t nextra_fds;
 };

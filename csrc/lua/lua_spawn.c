@@ -687,6 +687,13 @@ static void scalar_options(lua_State *L, struct spawn_state *st)
 	}
 	lua_pop(L, 1);
 	st->o.no_new_privs = boolean_option(L, "no_new_privs");
+	if (lua_getfield(L, 1, "keyring") != LUA_TNIL) {
+		const char *v = checked_string(L, -1, "keyring");
+		luaL_argcheck(L, strcmp(v, "private") == 0 || strcmp(v, "inherit") == 0, 1,
+		              "keyring must be 'private' or 'inherit'");
+		st->o.private_keyring = strcmp(v, "private") == 0;
+	}
+	lua_pop(L, 1);
 }
 
 /* ---- descriptors ----------------------------------------------------------- */
@@ -984,7 +991,9 @@ static int spawn_options(lua_State *L, struct spawn_state *st, int io_idx)
  *   | math.huge, ...}` (prlimit's names: as core cpu data fsize locks memlock
  *   msgqueue nice nofile nproc rss rtprio rttime sigpending stack; one number
  *   sets both), `pdeathsig` (a signal name or number, sent when the thread
- *   that spawned exits), `no_new_privs = true`.
+ *   that spawned exits), `no_new_privs = true`, `keyring = "private"` (a new
+ *   session keyring of its own, as systemd's KeyringMode=private; default
+ *   "inherit"; skipped where the kernel or a seccomp filter has none).
  * - `fds = {[3] = f, ...}`: more descriptors (fd, file or `:fileno()`) at
  *   the numbers 3..65535; every other descriptor is closed in the child.
  * - `setsid`, `pgroup` (true: a new group; or a pgid), `cgroup` (a
@@ -996,7 +1005,7 @@ static int spawn_options(lua_State *L, struct spawn_state *st, int io_idx)
  * @function spawn
  * @tparam table t `{prog, arg1, ..., env=, cwd=, cgroup=, stdin=, stdout=,
  *   stderr=, setsid=, pgroup=, cgroup_fallback=, user=, group=, groups=,
- *   umask=, rlimits=, pdeathsig=, no_new_privs=, fds=}`
+ *   umask=, rlimits=, pdeathsig=, no_new_privs=, keyring=, fds=}`
  * @treturn[1] pidfd the child, with `.pid`, `.mechanism` ("clone3";
  *   "clone" or "posix_spawn" where clone3 is refused), and `.stdin` /
  *   `.stdout` / `.stderr` pipe objects for "pipe": their own owners, so

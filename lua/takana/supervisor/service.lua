@@ -27,7 +27,8 @@ M.service_options = {
   { name = "cmd", type = "table", reload = "restart", doc = "required: `{prog, args...}`" },
   { name = "env", type = "table", reload = "restart", doc = "added to the supervisor's environment" },
   { name = "cwd", type = "string", reload = "restart",
-    doc = "the working directory (default `/`; every service also runs in a session of its own, without a controlling terminal)" },
+    doc = "the working directory (default `/`; every service also runs in a session of its own, " ..
+      "without a controlling terminal, with a session keyring of its own)" },
   { name = "restart", type = "string|function", reload = "live",
     doc = '"on-failure" (default), "always", "never", or `function(svc, record) -> delay or false`' },
   { name = "backoff", type = "table", reload = "live",
@@ -127,7 +128,8 @@ M.exit_record = {
 -- - `cmd` (table): required: `{prog, args...}` (on reload: restart)
 -- - `env` (table): added to the supervisor's environment (on reload: restart)
 -- - `cwd` (string): the working directory (default `/`; every service also runs in a session of
---   its own, without a controlling terminal) (on reload: restart)
+--   its own, without a controlling terminal, with a session keyring of its own) (on reload:
+--   restart)
 -- - `restart` (string or function): "on-failure" (default), "always", "never", or `function(svc,
 --   record) -> delay or false` (on reload: live)
 -- - `backoff` (table): the delay before a restart: `initial * factor ^ failures`, at most `max`;
@@ -424,6 +426,9 @@ function supervisor:_spawn_spec(svc, cg)
   -- receive the terminal's ^C and hangup).
   spec.cwd = svc.cwd or "/"
   spec.setsid = true
+  -- Nor its keys: a service run as another user would otherwise possess
+  -- the supervisor's session keyring.
+  spec.keyring = "private"
   spec.stdin = "null"
   -- stdout and stderr: spawn's non-blocking pipe objects, read by _drain.
   spec.stdout, spec.stderr = "pipe", "pipe"
