@@ -152,8 +152,8 @@ function supervisor:_main_pid(svc, pid)
   if svc.child and svc.child.pid == pid then fd:close() return end
   svc.mainfd = fd
   svc.status, svc.usage = nil, nil -- a first child's exit, already seen, is not the run's
-  -- Events are dispatched by descriptor number: a stale one (this fd
-  -- closed and its number reused in the same batch) must not count.
+  -- The handler checks that this pidfd is still the service's main one: a
+  -- later MAINPID= in the same batch may have replaced it.
   assert(self:_watch(fd, function()
     if svc.mainfd == fd and not fd:alive() then self:_main_exit(svc) end
   end))
