@@ -9,17 +9,7 @@ local lfs = require "lfs"
 
 local SH = "/bin/sh"
 
--- The stream, or nil and why this host or user cannot have it.
-local function open(backend, types)
-  local t = { backend = backend }
-  for i, v in ipairs(types or { "fork", "exec" }) do t[i] = v end
-  local ev, why = takana.events(t)
-  if ev then return ev end
-  for _, excuse in ipairs { "EPERM", "too old", "no kernel BTF", "built without BPF", "namespace" } do
-    if why:find(excuse, 1, true) then return nil, why end
-  end
-  error(why, 2)
-end
+local open = H.open_events
 
 -- Runs argv (a shell blocked on `read` while the events are taken, so the
 -- connector finds it alive) and returns its fork and exec events.

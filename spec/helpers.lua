@@ -220,4 +220,17 @@ function H.cgroup_cleanup(path)
              "find " .. q .. " -depth -type d -exec rmdir {} + 2>/dev/null")
 end
 
+-- An events stream of types (default fork and exec), or nil and why this
+-- host or user cannot have it; any other failure raises.
+function H.open_events(backend, types)
+  local t = { backend = backend }
+  for i, v in ipairs(types or { "fork", "exec" }) do t[i] = v end
+  local ev, why = require("takana").events(t)
+  if ev then return ev end
+  for _, excuse in ipairs { "EPERM", "too old", "no kernel BTF", "built without BPF", "namespace" } do
+    if why:find(excuse, 1, true) then return nil, why end
+  end
+  error(why, 2)
+end
+
 return H
