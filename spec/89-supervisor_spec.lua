@@ -891,6 +891,10 @@ return sup
     assert.equal(1, code)
     assert.equal("", out)
     assert.matches("permission denied: uid 65534 may read %(status, logs%), not stop", err)
+    code, out, err = ctl_as({ user = 65534 }, "reload")
+    assert.equal(1, code)
+    assert.equal("", out)
+    assert.matches("permission denied: uid 65534 may read %(status, logs%), not reload", err)
     assert.equal("running", sup.services.a.state)
     -- 4242 as a supplementary group (SO_PEERGROUPS) may do everything
     code, out, err = ctl_as({ user = 65533, group = 65533, groups = { 4242 } }, "stop", "a")

@@ -122,13 +122,13 @@ function supervisor:_command(line, conn)
     return refusal("unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs, reload)",
       E.EINVAL)
   end
+  if conn and conn.role == "read" and not read_only[cmd] then
+    return refusal(("permission denied: uid %d may read (status, logs), not %s"):format(conn.uid, cmd), E.EACCES)
+  end
   if cmd == "reload" then
     local ok, summary, errno = self:reload()
     if not ok then return refusal(summary, errno) end
     return { ok = true, reload = summary }
-  end
-  if conn and conn.role == "read" and not read_only[cmd] then
-    return refusal(("permission denied: uid %d may read (status, logs), not %s"):format(conn.uid, cmd), E.EACCES)
   end
   local name = req.name
   if cmd == "status" and name == nil then return { ok = true, services = self:status(), pid = self.pid } end
