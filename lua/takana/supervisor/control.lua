@@ -81,6 +81,9 @@ function supervisor:_conn_read(conn)
     conn.inbuf = ""
   end
   while true do
+    -- A peer that sends requests and never reads the answers would grow
+    -- the reply buffer without bound: past 1 MiB unread it is dropped.
+    if #conn.outbuf > 1048576 then conn.outbuf, conn.eof = "", true break end
     local line, rest = conn.inbuf:match("^([^\n]*)\n(.*)$")
     if not line then break end
     conn.inbuf = rest
