@@ -216,6 +216,8 @@ install: all
 	install -m 644 lua/takana/*.lua $(DESTDIR)$(INST_LUADIR)/takana/
 	install -d $(DESTDIR)$(INST_LUADIR)/takana/supervisor
 	install -m 644 lua/takana/supervisor/*.lua $(DESTDIR)$(INST_LUADIR)/takana/supervisor/
+	install -d $(DESTDIR)$(INST_LUADIR)/takana/examples
+	install -m 644 examples/*.lua $(DESTDIR)$(INST_LUADIR)/takana/examples/
 	install -d $(DESTDIR)$(INST_BINDIR)
 	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
 

@@ -1,6 +1,6 @@
--- oomd: when a cgroup's memory stalls, kill its biggest (or fastest-growing)
--- process through a pidfd: the policy of Meta's oomd and systemd-oomd, on
--- the kernel's PSI triggers instead of polling. Run it as
+-- oomd: when a cgroup's memory stalls, kill its biggest or fastest-growing process.
+-- Through a pidfd, on the kernel's PSI triggers instead of polling: the
+-- policy of Meta's oomd and systemd-oomd. Run it as
 -- `takana example oomd [OPTIONS] CGROUP...` or `lua5.4 oomd.lua ...`.
 local USAGE = [[
 usage: takana example oomd [OPTIONS] CGROUP...

@@ -929,11 +929,71 @@ function M.supervise(args)
   return sup:exit_code() or 0
 end
 
+-- ---- example ----------------------------------------------------------------
+
+help.example = [=[
+usage: takana example [NAME [ARGS...]]
+  Runs the example policy NAME (examples/NAME.lua, installed with takana)
+  with ARGS; `takana example NAME --help` describes its options. Without
+  NAME: lists the examples, each with its first line. A file marked
+  `-- takana example: supervise` declares services: it runs as
+  `takana supervise [ARGS] FILE` does.
+]=]
+
+-- The examples' directory: installed beside this module
+-- (<tree>/share/lua/5.4/takana/examples), or a checkout's examples/.
+local function examples_dir()
+  local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+  for _, d in ipairs { here .. "/examples", here .. "/../../examples" } do
+    local f = io.open(d .. "/oomd.lua")
+    if f then
+      f:close()
+      return d
+    end
+  end
+  return nil
+end
+
+function M.example(args)
+  local dir = examples_dir()
+  if not dir then fail("example: no examples directory beside " .. debug.getinfo(1, "S").source:sub(2)) end
+  local name = args[1]
+  if name == "--help" or name == "-h" then io.write(help.example) return 0 end
+  if name == nil then
+    local ls = assert(io.popen("ls -1 " .. shell_word(dir)))
+    for file in ls:lines() do
+      local n = file:match("^([%w_-]+)%.lua$")
+      local f = n and io.open(dir .. "/" .. file)
+      if f then
+        io.write(("%-12s %s\n"):format(n, (f:read("l") or ""):gsub("^%-%-%s*", "")))
+        f:close()
+      end
+    end
+    ls:close()
+    return 0
+  end
+  local path = dir .. "/" .. name .. ".lua"
+  local f = name:match("^[%w_-]+$") and io.open(path)
+  if not f then usage_error("example: no example '" .. name .. "' ('takana example' lists them)") end
+  local text = f:read("a")
+  f:close()
+  if text:find("\n%-%- takana example: supervise\n") then
+    local sargs = { table.unpack(args, 2) }
+    sargs[#sargs + 1] = path
+    return M.supervise(sargs)
+  end
+  local chunk, err = load(text, "@" .. path)
+  if not chunk then fail("example: " .. err) end
+  arg = { [0] = path, table.unpack(args, 2) } -- as lua5.4 FILE ARGS sets it
+  local code = chunk(table.unpack(args, 2))
+  return math.type(code) == "integer" and code or 0
+end
+
 help.ctl = require("takana.ctl").help
 
 function M.ctl(args) return require("takana.ctl").main(args) end
 
-local commands = { "probe", "ps", "top", "watch", "cgroup", "export", "bench", "supervise", "ctl" }
+local commands = { "probe", "ps", "top", "watch", "cgroup", "export", "bench", "supervise", "ctl", "example" }
 
 function M.main(args)
   local cmd = args[1]
@@ -944,7 +1004,7 @@ function M.main(args)
   end
   local f = M[cmd]
   if type(f) ~= "function" or not ({ probe = 1, ps = 1, top = 1, watch = 1, cgroup = 1,
-      export = 1, bench = 1, supervise = 1, ctl = 1 })[cmd] then
+      export = 1, bench = 1, supervise = 1, ctl = 1, example = 1 })[cmd] then
     usage_error("unknown command '" .. cmd .. "' (" .. table.concat(commands, ", ") .. ")")
   end
   return f({ table.unpack(args, 2) })
