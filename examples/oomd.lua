@@ -30,7 +30,8 @@ end
 
 local function parse(argv)
   local o = { kind = "some", stall = 10, window = 2, pick = "size", holdoff = 10, cgroups = {} }
-  local numeric = { stall = { 0, 100 }, window = { 0.5, 10 }, holdoff = { 0, 86400 } }
+  local numeric = { stall = { 0, 100, "above %g, at most %g" }, window = { 0.5, 10, "from %g to %g" },
+    holdoff = { 0, 86400, "from %g to %g" } }
   local i = 1
   while i <= #argv do
     local name, value = argv[i]:match("^%-%-([%w-]+)=?(.*)$")
@@ -46,8 +47,8 @@ local function parse(argv)
       local range = numeric[name]
       if range then
         value = tonumber(value)
-        if not value or value <= range[1] and name ~= "holdoff" or value > range[2] then
-          usage_error(("--%s: a number above %g, at most %g"):format(name, range[1], range[2]))
+        if not value or value < range[1] or value == range[1] and name == "stall" or value > range[2] then
+          usage_error(("--%s: a number " .. range[3]):format(name, range[1], range[2]))
         end
       end
       o[name] = value
@@ -82,7 +83,8 @@ end
 
 local function pct(x) return math.floor(x * 10000 + 0.5) / 100 end
 
-local watched, objects = {}, {}
+local sigs = assert(takana.signals { "TERM", "INT" })
+local watched, objects = {}, { sigs }
 for _, path in ipairs(opts.cgroups) do
   local cg, err = takana.cgroup(path)
   local trig
@@ -106,8 +108,6 @@ for _, path in ipairs(opts.cgroups) do
       "memory charged to them are not counted); the cgroup's memory.current, memory.high and oom events are unknown"))
   end
 end
-local sigs = assert(takana.signals { "TERM", "INT" })
-objects[#objects + 1] = sigs
 local tick
 if opts.pick == "growth" then
   tick = assert(takana.timer(opts.window, opts.window))
