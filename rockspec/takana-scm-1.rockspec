@@ -37,6 +37,8 @@ build = {
       LIBBPF_INCDIR = "$(LIBBPF_INCDIR)",
       LIBBPF_LIBDIR = "$(LIBBPF_LIBDIR)",
    },
+   -- make install puts examples/*.lua beside the modules
+   -- (<tree>/share/lua/5.4/takana/examples), where `takana example NAME` runs them.
    install_variables = {
       INST_LIBDIR = "$(LIBDIR)",
       INST_LUADIR = "$(LUADIR)",

@@ -6,7 +6,7 @@ describe("luarocks make #slow", function()
     finally(function() os.execute("rm -rf " .. H.shell_quote(dir)) end)
     -- Build in a copy: building in place would rewrite the core.so this
     -- very process has loaded.
-    local code, out = H.run(("tar cf - Makefile csrc lua bpf rockspec $(ls -d bin 2>/dev/null) | tar xf - -C %s && cd %s && " ..
+    local code, out = H.run(("tar cf - Makefile csrc lua bpf rockspec examples $(ls -d bin 2>/dev/null) | tar xf - -C %s && cd %s && " ..
       "luarocks --lua-version=5.4 make --tree %s/tree rockspec/takana-scm-1.rockspec")
       :format(dir, dir, dir))
     assert.equal(0, code, out)
@@ -37,5 +37,16 @@ describe("luarocks make #slow", function()
       :format(dir))
     assert.equal(0, code, out)
     assert.matches("\n%s*1%s+%S", out)
+    -- The examples are installed with it, and `takana example` runs them
+    -- from the tree: oomd refuses a cgroup that is not there, in JSON.
+    for _, name in ipairs { "oomd", "services" } do
+      assert.equal(assert(io.open("examples/" .. name .. ".lua")):read("a"),
+        assert(io.open(share .. "examples/" .. name .. ".lua")):read("a"), name)
+    end
+    code, out = H.run(("cd / && env -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 %s/tree/bin/takana " ..
+      "example oomd --json takana-test-absent-%d"):format(dir, math.random(1e9)))
+    assert.equal(1, code, out)
+    assert.matches('^{"cgroup":"takana%-test%-absent%-%d+","error":"cgroup /takana%-test%-absent%-%d+: [^"]+",' ..
+      '"event":"failure","time":"[%dT:Z-]+"}\n$', out)
   end)
 end)

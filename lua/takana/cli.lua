@@ -984,7 +984,7 @@ function M.example(args)
   end
   local chunk, err = load(text, "@" .. path)
   if not chunk then fail("example: " .. err) end
-  arg = { [0] = path, table.unpack(args, 2) } -- as lua5.4 FILE ARGS sets it
+  rawset(_G, "arg", { [0] = path, table.unpack(args, 2) }) -- as `lua5.4 FILE ARGS` sets it
   local code = chunk(table.unpack(args, 2))
   return math.type(code) == "integer" and code or 0
 end
