@@ -52,7 +52,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1", os.environ["NOTIFY_SOCKET"])
+if "NOTIFY_SOCKET" in os.environ:
+    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1", os.environ["NOTIFY_SOCKET"])
 server.serve_forever()
 ]]
 -- The worker: a job a second, counted in the database.
@@ -88,7 +89,6 @@ local sup = assert(takana.supervisor { cgroup = env("SERVICES_CGROUP", "takana-s
 sup:service {
   name = "db", cmd = { "python3", "-c", DB, dir .. "/db.sqlite", tostring(port + 1) },
   ready = { fd = 3, timeout = 10 }, limits = limits { ["memory.max"] = 128 * 2 ^ 20, ["pids.max"] = 16 },
-  stop = { signal = "TERM", timeout = 5 },
 }
 sup:service {
   name = "web", cmd = { "python3", "-c", WEB, tostring(port), tostring(port + 1) }, depends = { "db" },
@@ -96,7 +96,7 @@ sup:service {
 }
 sup:service {
   name = "worker", cmd = { "python3", "-c", WORKER, tostring(port + 1) }, depends = { "db" },
-  restart = "always", backoff = { initial = 0.5, max = 30 },
+  restart = "always", -- (default backoff: 0.1 s, doubling to 30 s while it keeps failing)
   limits = limits { ["memory.max"] = 32 * 2 ^ 20, ["cpu.weight"] = 50 },
 }
 return sup
