@@ -172,12 +172,15 @@ local function web_answers(port)
     "  except Exception: time.sleep(0.01)'"):format(port))
 end
 
-local function worker_pid()
+-- The worker: takana's is the python3 in its service's cgroup; s6's and
+-- runit's run worker.py.
+local function worker_pid(kind, round)
   local snap = assert(takana.snapshot { fields = { "pid", "comm", "cgroup_id", "cmdline" } })
-  for _, pid in ipairs(snap:filter { cgroup = top.path, recursive = true } or {}) do
+  local where = kind == "takana" and top.path .. "/takana-svc-" .. round .. "/worker" or top.path
+  for _, pid in ipairs(snap:filter { cgroup = where, recursive = true } or {}) do
     local p = snap:get(pid)
     local cmd = p.cmdline and table.concat(p.cmdline, " ") or ""
-    if p.comm == "python3" and (cmd:find("incr jobs", 1, true) or cmd:find("worker.py", 1, true)) then return pid end
+    if p.comm == "python3" and (kind == "takana" or cmd:find("worker.py", 1, true)) then return pid end
   end
 end
 
@@ -194,7 +197,7 @@ for r = 1, ROUNDS do
     local up = takana.now() - t0
     local old
     local deadline = takana.now() + 10
-    repeat old = worker_pid() takana.poll({}, 0.05) until old or takana.now() > deadline
+    repeat old = worker_pid(kind, r) takana.poll({}, 0.05) until old or takana.now() > deadline
     takana.poll({}, 1.5)
     local rss = 0
     for _, pid in ipairs(sup_pids()) do
@@ -206,7 +209,7 @@ for r = 1, ROUNDS do
       local k0 = takana.now()
       deadline = k0 + 10
       repeat
-        local new = worker_pid()
+        local new = worker_pid(kind, r)
         if new and new ~= old then restart = takana.now() - k0 end
         if not restart then takana.poll({}, 0.005) end
       until restart or takana.now() > deadline
