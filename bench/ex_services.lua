@@ -35,6 +35,13 @@ local example = assert(io.open("examples/services.lua")):read("a")
 local dir = assert(io.popen("mktemp -d /tmp/takana-bench-services.XXXXXX")):read("l")
 local P = ("takana-bench-services-%d"):format(math.random(1e9))
 local top = assert(takana.cgroup("/"):mkdir(P))
+-- takana's services are cgroups below <P>: their limits need the
+-- controllers delegated to <P> (where cgroup2 has them).
+local limited = {}
+for _, c in ipairs(takana.cgroup.probe().v2_controllers or {}) do
+  if c == "memory" or c == "pids" or c == "cpu" then limited[#limited + 1] = c end
+end
+if #limited > 0 then assert(top:enable(limited)) end
 local PORT = 20000 + math.random(20000)
 
 local function write(path, text, mode)
@@ -133,7 +140,7 @@ local function start(kind, round, port)
     assert(os.execute(("mkdir -p %s/log/%s-db %s/log/%s-web %s/log/%s-worker"):format(dir, kind, dir, kind, dir, kind)))
     argv = { kind == "s6" and "s6-svscan" or "runsvdir", sdir }
   end
-  argv.cgroup, argv.pdeathsig, argv.stdout, argv.stderr = cg, "KILL", "null", "null"
+  argv.cgroup, argv.pdeathsig, argv.stdout, argv.stderr = cg, "KILL", "null", assert(io.open(dir .. "/stderr-" .. kind, "w"))
   local child = assert(takana.spawn(argv))
   local function stop()
     child:signal(kind == "runit" and "HUP" or "TERM")
@@ -169,7 +176,7 @@ end
 local function web_answers(port)
   return os.execute(("python3 -c 'import urllib.request, time\nfor i in range(3000):\n  try:\n" ..
     "    urllib.request.urlopen(\"http://127.0.0.1:%d/\", timeout=1).read(); break\n" ..
-    "  except Exception: time.sleep(0.01)'"):format(port))
+    "  except Exception: time.sleep(0.01)\nelse: raise SystemExit(1)'"):format(port))
 end
 
 -- The worker: takana's is the python3 in its service's cgroup; s6's and
@@ -221,7 +228,8 @@ for r = 1, ROUNDS do
       table.insert(res[kind].restart, restart)
       table.insert(res[kind].rss, rss)
     else
-      io.stderr:write(("ex_services: %s round %d: %s\n"):format(kind, r, ok and "no restart seen" or "web never answered"))
+      io.stderr:write(("ex_services: %s round %d: %s; its stderr: %s\n"):format(kind, r,
+        ok and "no restart seen" or "web never answered", readf(dir .. "/stderr-" .. kind) or "-"))
     end
   end
 end

@@ -119,11 +119,14 @@ local self_pid = tonumber(io.open("/proc/self/stat"):read("l"):match("^%d+"))
 local last = {} -- pid -> {rss_bytes, start_ns, t}: the growth sample
 
 -- Score of record p of the snapshot taken at time t: RSS, or its growth in
--- bytes a second since the last sample (since its start when unsampled).
+-- bytes a second since the last sample (since its start when unsampled),
+-- none counting below 0: among those that did not grow, the biggest goes.
 local function score(p, t)
   if opts.pick == "size" then return p.rss_bytes end
   local old = last[p.pid]
-  if old and old.start_ns == p.start_ns and t > old.t then return (p.rss_bytes - old.rss_bytes) / (t - old.t) end
+  if old and old.start_ns == p.start_ns and t > old.t then
+    return math.max(0, (p.rss_bytes - old.rss_bytes) / (t - old.t))
+  end
   return p.rss_bytes / math.max((takana.boottime_ns() - p.start_ns) / 1e9, 0.01)
 end
 
@@ -147,7 +150,7 @@ local function act(w)
   for _, pid in ipairs(snap:filter { cgroup = w.cg.path, recursive = true } or {}) do
     local p = snap:get(pid)
     local s = pid ~= self_pid and score(p, t)
-    if s and (not best or s > best) then victim, best = p, s end
+    if s and (not best or s > best or s == best and p.rss_bytes > victim.rss_bytes) then victim, best = p, s end
   end
   local pr = w.cg:pressure("memory") or { some = { avg10 = 0 } }
   local where = P("cgroup", w.cg.path, "some_avg10", pct(pr.some.avg10), "full_avg10", pr.full and pct(pr.full.avg10))
