@@ -237,13 +237,16 @@ end
     return found
   end
 
-  -- Runs oomd on the box with args until pred(events) or secs pass, then
-  -- stops it: its events and exit record.
+  -- Runs oomd on the box with args until pred(events) or secs pass after it
+  -- started, then stops it: its events and exit record.
   local function run_oomd(args, secs, pred)
     local argv = { "example", "oomd", "--json" }
     table.move(args, 1, #args, #argv + 1, argv)
     argv[#argv + 1] = box.name
     local c = takana_cmd(argv)
+    -- Its signals are set before its first line: SIGTERM then stops it
+    -- (a guest under TCG takes seconds to get there).
+    wait_until(c, 30, function() return c.out:find('"event":"start"', 1, true) ~= nil end)
     wait_until(c, secs, function()
       local ok, evs = pcall(events, c.out)
       return ok and pred(evs)
