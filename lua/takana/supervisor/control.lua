@@ -198,8 +198,9 @@ function supervisor:_command(line, conn)
   end
   local name = req.name
   if cmd == "status" and name == nil then return { ok = true, services = self:status(), pid = self.pid } end
-  local svc = type(name) == "string" and self.services[name]
-  if not svc then return refusal("no service '" .. tostring(name) .. "'", ENOENT) end
+  if type(name) ~= "string" then return refusal("bad request: 'name' must be a string", E.EINVAL) end
+  local svc = self.services[name]
+  if not svc then return refusal("no service '" .. name .. "'", ENOENT) end
   if cmd == "status" then return { ok = true, services = { self:status_of(svc) } } end
   if cmd == "logs" then
     local n = math.tointeger(req.lines) or 50
