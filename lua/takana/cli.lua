@@ -929,8 +929,6 @@ function M.supervise(args)
   return sup:exit_code() or 0
 end
 
-help.ctl = require("takana.ctl").help
-
 function M.ctl(args) return require("takana.ctl").main(args) end
 
 local commands = { "probe", "ps", "top", "watch", "cgroup", "export", "bench", "supervise", "ctl" }
