@@ -46,11 +46,14 @@ local cmd = tree .. "/bin/takana"
 -- finds its own tree.
 local env = { PATH = os.getenv("PATH") or "/usr/bin:/bin" }
 
+-- The checkout's modules, compiled at every start.
+local checkout = { PATH = env.PATH, LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;", LUA_CPATH = "./?.so;;" }
+
 -- Runs argv to completion, stdout to /dev/null; its wall time is the row's.
-local function run(argv)
+local function run(argv, e)
   return function()
     local t = table.move(argv, 1, #argv, 1, {})
-    t.env, t.stdout = env, "null"
+    t.env, t.stdout = e or env, "null"
     local child = assert(takana.spawn(t))
     local st = assert(child:wait())
     child:close()
@@ -75,7 +78,7 @@ local function ps_rows(title, target, ok)
     { name = "takana ps (installed)", run = run({ cmd, "ps" }) },
     { name = "ps -e -o pid,ppid,stat,comm", run = run(PS4) },
     { name = "ps -e -o pid,ppid,uid,stat,nlwp,rss,time,comm", run = run(PS8) },
-    { name = "lua5.4 bin/takana ps (checkout)", run = run({ "lua5.4", cmd, "ps" }) },
+    { name = "lua5.4 bin/takana ps (checkout: sources)", run = run({ "lua5.4", "bin/takana", "ps" }, checkout) },
     { name = "lua5.4 -e ''", run = run({ "lua5.4", "-e", "" }) },
   }
   local res = row(title, cases, cases[1].name, cases[2].name, target, ok)
