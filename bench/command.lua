@@ -10,8 +10,9 @@
 --      cgroup2), against `lua5.4 -e ''`, the floor of any Lua command
 --      (target <= 3 ms).
 -- TREE=dir measures the tree already there; otherwise the checkout is
--- installed into a temporary tree first (about 30 s). Run from the
--- checkout after `make all bench/takana_bench.so spec/fixture`:
+-- installed into a temporary tree first (about 30 s). BASELINE=dir adds
+-- the same rows for another install (a before/after in one run). Run from
+-- the checkout after `make all bench/takana_bench.so spec/fixture`:
 --   ROUNDS=31 lua5.4 bench/command.lua
 package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;./bench/?.so;" .. package.cpath
@@ -62,6 +63,15 @@ local function run(argv, e)
   end
 end
 
+local baseline = os.getenv("BASELINE")
+-- cases plus, under BASELINE, the first one run from the baseline's tree.
+local function with_baseline(cases, argv_of)
+  if baseline then
+    table.insert(cases, 2, { name = cases[1].name:gsub("installed", "BASELINE"), run = run(argv_of(baseline .. "/bin/takana")) })
+  end
+  return cases
+end
+
 local function row(title, cases, a, b, target, ok)
   local res = L.measure(cases, ROUNDS)
   L.print_table(title, cases, res, 1)
@@ -74,16 +84,20 @@ local function nprocs() return #assert(takana.snapshot { backend = "proc", field
 local PS4 = { "ps", "-e", "-o", "pid,ppid,stat,comm" }
 local PS8 = { "ps", "-e", "-o", "pid,ppid,uid,stat,nlwp,rss,time,comm" }
 local function ps_rows(title, target, ok)
-  local cases = {
+  local cases = with_baseline({
     { name = "takana ps (installed)", run = run({ cmd, "ps" }) },
     { name = "ps -e -o pid,ppid,stat,comm", run = run(PS4) },
     { name = "ps -e -o pid,ppid,uid,stat,nlwp,rss,time,comm", run = run(PS8) },
     { name = "lua5.4 bin/takana ps (checkout: sources)", run = run({ "lua5.4", "bin/takana", "ps" }, checkout) },
     { name = "lua5.4 -e ''", run = run({ "lua5.4", "-e", "" }) },
-  }
-  local res = row(title, cases, cases[1].name, cases[2].name, target, ok)
-  L.ratio(res, cases[1].name, cases[3].name, "takana ps / ps with the same columns",
+  }, function(c) return { c, "ps" } end)
+  local ps4 = "ps -e -o pid,ppid,stat,comm"
+  local res = row(title, cases, cases[1].name, ps4, target, ok)
+  L.ratio(res, cases[1].name, "ps -e -o pid,ppid,uid,stat,nlwp,rss,time,comm", "takana ps / ps with the same columns",
     { text = "(info)", ok = function() return true end })
+  if baseline then
+    L.ratio(res, cases[2].name, ps4, "BASELINE takana ps / " .. ps4, { text = "(info)", ok = function() return true end })
+  end
 end
 
 print(("== the installed command: %s, %d rounds each, order alternating ==\n"):format(cmd, ROUNDS))
@@ -121,11 +135,11 @@ return sup
     if os.execute(table.concat(ctl, " ") .. " 2>/dev/null | grep -q 'idle - running'") then break end
     takana.poll({}, 0.05)
   end
-  local res = row(("takana ctl SOCKET status NAME, natural count (%d processes)"):format(nprocs()), {
+  local res = row(("takana ctl SOCKET status NAME, natural count (%d processes)"):format(nprocs()), with_baseline({
     { name = "takana ctl SOCKET status idle (installed)", run = run(ctl) },
     { name = "lua5.4 -e ''", run = run({ "lua5.4", "-e", "" }) },
-  }, "takana ctl SOCKET status idle (installed)", "lua5.4 -e ''", "(info; ctl min <= 3 ms)",
-    function() return true end)
+  }, function(c) return { c, table.unpack(ctl, 2) } end), "takana ctl SOCKET status idle (installed)", "lua5.4 -e ''",
+    "(info; ctl min <= 3 ms)", function() return true end)
   local min = res["takana ctl SOCKET status idle (installed)"].min
   print(("  %-60s %7.2f ms   target <= 3 ms  %s"):format("takana ctl status, min wall", min / 1e6,
     min <= 3e6 and "met" or "MISSED"))
