@@ -72,14 +72,17 @@ local function with_baseline(cases, argv_of)
   return cases
 end
 
+local function nprocs() return #assert(takana.snapshot { backend = "proc", fields = { "pid" } }) end
+
+-- The title's count of processes is taken before and after the rounds: on
+-- a shared host others' processes come and go meanwhile.
 local function row(title, cases, a, b, target, ok)
+  local before = nprocs()
   local res = L.measure(cases, ROUNDS)
-  L.print_table(title, cases, res, 1)
+  L.print_table(("%s (%d processes before, %d after)"):format(title, before, nprocs()), cases, res, 1)
   L.ratio(res, a, b, ("%s / %s"):format(a, b), { text = target, ok = ok })
   return res
 end
-
-local function nprocs() return #assert(takana.snapshot { backend = "proc", fields = { "pid" } }) end
 
 local PS4 = { "ps", "-e", "-o", "pid,ppid,stat,comm" }
 local PS8 = { "ps", "-e", "-o", "pid,ppid,uid,stat,nlwp,rss,time,comm" }
@@ -102,11 +105,11 @@ end
 
 print(("== the installed command: %s, %d rounds each, order alternating ==\n"):format(cmd, ROUNDS))
 
-ps_rows(("takana ps, natural count (%d processes)"):format(nprocs()), "<= 1.0", function(x) return x <= 1.0 end)
+ps_rows("takana ps, natural count", "<= 1.0", function(x) return x <= 1.0 end)
 print()
 
 local herd = L.herd(HERD, 600)
-ps_rows(("takana ps, a herd of %d (%d processes)"):format(HERD, nprocs()), "<= 0.5", function(x) return x <= 0.5 end)
+ps_rows(("takana ps, a herd of %d"):format(HERD), "<= 0.5", function(x) return x <= 0.5 end)
 herd.stop()
 print()
 
@@ -135,7 +138,7 @@ return sup
     if os.execute(table.concat(ctl, " ") .. " 2>/dev/null | grep -q 'idle - running'") then break end
     takana.poll({}, 0.05)
   end
-  local res = row(("takana ctl SOCKET status NAME, natural count (%d processes)"):format(nprocs()), with_baseline({
+  local res = row("takana ctl SOCKET status NAME, natural count", with_baseline({
     { name = "takana ctl SOCKET status idle (installed)", run = run(ctl) },
     { name = "lua5.4 -e ''", run = run({ "lua5.4", "-e", "" }) },
   }, function(c) return { c, table.unpack(ctl, 2) } end), "takana ctl SOCKET status idle (installed)", "lua5.4 -e ''",
