@@ -953,6 +953,68 @@ return sup
     assert.is_nil(sup.accept_paused)
   end)
 
+  it("runs unprivileged in a cgroup subtree delegated to its user, and says what to delegate without one #root", function()
+    if why then return pending(why) end
+    -- What systemd's Delegate=yes gives: the directory and the files that
+    -- move processes and enable controllers, owned by the user; the
+    -- supervisor starts in a leaf of it.
+    local deleg = box .. "/deleg"
+    assert(os.execute("mkdir " .. deleg .. " " .. deleg .. "/self"))
+    for _, f in ipairs { "", "/cgroup.procs", "/cgroup.subtree_control", "/cgroup.threads", "/self", "/self/cgroup.procs" } do
+      assert(os.execute("chown 65534:65534 " .. deleg .. f))
+    end
+    local xdg = dir .. "/xdg"
+    assert(os.execute("mkdir -m 700 " .. xdg .. " && chown 65534 " .. xdg .. " && chmod 755 " .. dir))
+    local file = dir .. "/services.lua"
+    local function write(text)
+      local f = assert(io.open(file, "w"))
+      f:write(text)
+      f:close()
+    end
+    write(([[
+      local takana = require "takana"
+      local sup = assert(takana.supervisor { cgroup = %q })
+      sup:service { name = "a", cmd = { "sh", "-c", "id -u > %s/uid; exec sleep 100" } }
+      return sup
+    ]]):format(boxname .. "/deleg/sup", xdg))
+    assert(os.execute("chmod 644 " .. file))
+    local function supervise(cgroup)
+      local argv = { table.unpack(H.lua_argv) }
+      for _, a in ipairs { "bin/takana", "supervise", file } do argv[#argv + 1] = a end
+      argv.env = { LUA_PATH = ENV.LUA_PATH, LUA_CPATH = ENV.LUA_CPATH, XDG_RUNTIME_DIR = xdg, PATH = os.getenv("PATH") }
+      argv.user, argv.stderr, argv.cgroup = 65534, "pipe", cgroup
+      return track(assert(takana.spawn(argv)))
+    end
+    local p = supervise(boxname .. "/deleg/self")
+    local uid_file = xdg .. "/uid"
+    for _ = 1, 200 do
+      if H.read(uid_file) or not p:alive() then break end
+      takana.poll({}, 0.05)
+    end
+    if not p:alive() then
+      local err = p.stderr:read("a")
+      if err:match("module 'takana") then return pending("uid 65534 cannot load takana from this tree") end
+      error("supervise as 65534 ended: " .. err)
+    end
+    assert.equal("65534\n", H.read(uid_file))
+    local svc_cg = assert(takana.cgroup(boxname .. "/deleg/sup/a"))
+    assert.equal(1, #svc_cg:procs())
+    svc_cg:close()
+    p:signal("TERM")
+    assert.same({ exited = true, code = 0 }, p:wait(20))
+    -- A clean stop removes the cgroups it made.
+    assert.is_nil(io.open(deleg .. "/sup/cgroup.procs"))
+    -- Outside the subtree: refused in one line that names what to delegate.
+    write(("return require('takana').supervisor { cgroup = %q }"):format(boxname .. "/not-delegated"))
+    p = supervise(boxname .. "/deleg/self")
+    local code = p:wait(20).code
+    local err = p.stderr:read("a")
+    assert.equal(1, code)
+    assert.matches("^takana: supervise: [^\n]*mkdir not%-delegated: Permission denied; as uid 65534 a supervisor "
+      .. "needs a cgroup2 subtree delegated to this user [^\n]*this process is in /" .. boxname:gsub("%-", "%%-")
+      .. "/deleg/self%)\n$", err)
+  end)
+
   it("control delegated: read to a user, everything to a group, nothing to others #root", function()
     if why then return pending(why) end
     assert(os.execute("chmod 711 " .. H.shell_quote(dir)))   -- others reach dir/ctl only

@@ -110,6 +110,16 @@ local function own_cgroup(spec)
         p:close()
       end
     end
+    if not cg and (errno == E.EACCES or errno == EPERM) and core.geteuid() ~= 0 then
+      -- One line that names what to delegate: unprivileged, a supervisor
+      -- runs in a cgroup2 subtree its user owns, as systemd's Delegate=yes.
+      local mine = takana.cgroup.self()
+      err = ("%s; as uid %d a supervisor needs a cgroup2 subtree delegated to this user (systemd: "
+        .. "`systemd-run --user -p Delegate=yes takana supervise FILE`, or Delegate=yes in its unit; or root chowns "
+        .. "a directory and its cgroup.procs, cgroup.subtree_control and cgroup.threads to the user), and cgroup = "
+        .. "a path inside it (this process is in %s)"):format(tostring(err), core.geteuid(), mine and "/" .. mine.relpath or "?")
+      if mine then mine:close() end
+    end
     if not cg then return nil, "supervisor: cgroup " .. spec .. ": " .. tostring(err), errno end
   end
   if cg.relpath == "" then
