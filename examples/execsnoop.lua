@@ -5,9 +5,10 @@
 --   --backend B  bpf (root): argv and cgroup read at the exec itself; connector: read
 --                from /proc when the event arrives. Default auto: bpf, else connector.
 -- Each line: TIME PID PPID UID CGROUP ARGV. An argument with a blank, a quote or a
--- control character is quoted. "[argv from /proc later]" marks an argv read after
--- the exec; "[argv lost]" one that was not the exec's own (the process exited or
--- exec'd again first), so none is shown. Lost events are printed, never skipped.
+-- control character is quoted. "?" (absent in JSON) is what the connector found gone.
+-- "[argv from /proc later]" marks an argv read after the exec; "[argv lost]" one that
+-- was not the exec's own (the process exited or exec'd again first), so none is shown.
+-- Lost events are printed, never skipped.
 -- SIGINT or SIGTERM prints the totals on stderr and exits 0.
 local takana = require "takana"
 local json = takana.json
@@ -65,15 +66,16 @@ repeat
       print(opts.json and json.encode { type = "lost", count = e.count } or ("lost %s events"):format(e.count or "some"))
     elseif e.type == "exec" then
       execs = execs + 1
-      local time, cgroup = e.realtime_ns / 1e9, cgroup_of(e) or "?"
+      local time, cgroup = e.realtime_ns / 1e9, cgroup_of(e)
       if opts.json then
         print(json.encode { time = time, pid = e.pid, ppid = e.ppid, uid = e.uid, cgroup = cgroup, argv = e.argv,
-          filename = e.filename, argv_from = e.argv_from, argv_lost = e.argv_lost, argv_truncated = e.argv_truncated })
+          filename = e.filename, argv_from = e.argv_from, argv_lost = e.argv_lost, argv_truncated = e.argv_truncated,
+          who_lost = e.who_lost })
       else
         local argv = {}
         for n, a in ipairs(e.argv or {}) do argv[n] = quoted(a) end
         print(("%s %-7d %-7s %-5s %s %s%s%s"):format(os.date("%H:%M:%S", time // 1), e.pid, e.ppid or "?",
-          e.uid or "?", quoted(cgroup), table.concat(argv, " "), e.argv_truncated and " [truncated]" or "",
+          e.uid or "?", quoted(cgroup or "?"), table.concat(argv, " "), e.argv_truncated and " [truncated]" or "",
           e.argv_lost and " [argv lost]" or e.argv_from == "proc-later" and " [argv from /proc later]" or ""))
       end
     end

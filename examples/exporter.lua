@@ -129,14 +129,14 @@ elseif opts.textfile then
   local tick = assert(takana.timer(0, interval))
   while takana.poll({ tick }, nil) and tick:read() do
     local text, err = metrics()
-    local ok, werr = text and takana.textfile_write(opts.textfile, "takana-exporter.prom", text)
-    if not ok then log("not written: " .. (err or werr)) end
+    if text then text, err = takana.textfile_write(opts.textfile, "takana-exporter.prom", text) end
+    if not text then log("not written: " .. err) end
   end
 else
   local uv = require "luv"   -- takana has no TCP sockets
   local server = uv.new_tcp()
   local ok, err = server:bind(host == "" and "127.0.0.1" or host, tonumber(port))
-  ok, err = ok and server:listen(64, function()
+  if ok then ok, err = server:listen(64, function()
     local c, req, timer = uv.new_tcp(), "", uv.new_timer()
     local function close() if not c:is_closing() then timer:close() c:close() end end
     server:accept(c)
@@ -155,7 +155,7 @@ else
         status, #body, body))
       c:shutdown(close)
     end)
-  end)
+  end) end
   if not ok then log("listen " .. (opts.listen or port) .. ": " .. err) os.exit(1) end
   log(("serving http://%s:%d/metrics"):format(server:getsockname().ip, server:getsockname().port))
   uv.run()

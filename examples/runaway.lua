@@ -55,6 +55,12 @@ local function log(action, p, why)
   io.stdout:flush()
 end
 
+local function send(proc, sig)
+  if not proc then return nil, "the process is gone" end
+  if opts["dry-run"] then return true end
+  return proc:signal(sig)
+end
+
 local FIELDS = { "pid", "comm", "uid", "utime_ns", "stime_ns", "cgroup_id" }
 local old = assert(takana.snapshot { fields = FIELDS })
 assert(old:filter(scope))   -- a missing cgroup fails now, not at the first tick
@@ -73,13 +79,9 @@ while true do
         local p, proc = new:get(pid), new:process(pid)
         local why = ("%.0f %% of a CPU for %.1f s (limit %.0f %% for %g s)"):format(s * 100, now - still[pid],
           opts.share * 100, opts.grace)
-        local ok, err = proc and (opts["dry-run"] or proc:signal("TERM"))
-        if ok then
-          log("term", p, why)
-          termed[pid] = { proc = proc, deadline = now + opts.timeout, comm = p.comm }
-        else
-          log("failed", p, "TERM: " .. (err or "the process is gone"))
-        end
+        local ok, err = send(proc, "TERM")
+        log(ok and "term" or "failed", p, ok and why or "TERM: " .. err)
+        if ok then termed[pid] = { proc = proc, deadline = now + opts.timeout, comm = p.comm } end
       end
     end
   end
@@ -88,7 +90,7 @@ while true do
     if not t.proc:alive() then
       log("gone", p, "exited after the TERM")
     elseif now >= t.deadline then
-      local ok, err = opts["dry-run"] or t.proc:signal("KILL")
+      local ok, err = send(t.proc, "KILL")
       log(ok and "kill" or "failed", p, ok and ("still running %g s after the TERM"):format(opts.timeout)
         or "KILL: " .. err)
     end
