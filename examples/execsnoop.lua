@@ -38,13 +38,23 @@ if not ev then
   os.exit(1)
 end
 local sigs = assert(takana.signals { "INT", "TERM" })
+local poller = assert(takana.poller())   -- one epoll set for the whole run
+assert(poller:add(ev) and poller:add(sigs))
 io.stderr:write(("execsnoop: %s backend%s\n"):format(ev.backend, ev.skipped and ev.skipped.bpf
   and " (bpf: " .. ev.skipped.bpf .. ")" or ""))
 if not opts.json then print("TIME     PID     PPID    UID   CGROUP  ARGV") end
 
--- bpf events carry the cgroup's id; the connector's are read now, as argv is.
+-- bpf events carry the cgroup's id (never reused: its path is kept, for up to
+-- 4,096 cgroups); the connector's are read now, as argv is.
+local paths, npaths = {}, 0
 local function cgroup_of(e)
-  if e.cgroup_id then return takana.cgroup.path(e.cgroup_id) end
+  if e.cgroup_id then
+    if not paths[e.cgroup_id] then
+      if npaths == 4096 then paths, npaths = {}, 0 end
+      paths[e.cgroup_id], npaths = takana.cgroup.path(e.cgroup_id), npaths + 1
+    end
+    return paths[e.cgroup_id]
+  end
   if e.argv_lost then return nil end
   local cg = takana.cgroup.of(e.pid)
   if not cg then return nil end
@@ -57,9 +67,9 @@ local function quoted(a)
   return (a == "" or a:find("[%s%c\"'\\\128-\255]")) and json.encode(a) or a
 end
 
-local execs, lost = 0, 0
+local execs, lost, second, stamp = 0, 0, nil, nil
 repeat
-  assert(takana.poll({ ev, sigs }, nil))
+  assert(poller:wait(nil))
   for e in assert(ev:read()) do
     if e.type == "lost" then
       lost = lost + (e.count or 1)
@@ -74,7 +84,8 @@ repeat
       else
         local argv = {}
         for n, a in ipairs(e.argv or {}) do argv[n] = quoted(a) end
-        print(("%s %-7d %-7s %-5s %s %s%s%s"):format(os.date("%H:%M:%S", time // 1), e.pid, e.ppid or "?",
+        if time // 1 ~= second then second, stamp = time // 1, os.date("%H:%M:%S", time // 1) end
+        print(("%s %-7d %-7s %-5s %s %s%s%s"):format(stamp, e.pid, e.ppid or "?",
           e.uid or "?", quoted(cgroup or "?"), table.concat(argv, " "), e.argv_truncated and " [truncated]" or "",
           e.argv_lost and " [argv lost]" or e.argv_from == "proc-later" and " [argv from /proc later]" or ""))
       end
