@@ -67,12 +67,11 @@ local function quoted(a)
   return (a == "" or a:find("[%s%c\"'\\\128-\255]")) and json.encode(a) or a
 end
 
-local execs, lost, second, stamp = 0, 0, nil, nil
+local execs, second, stamp = 0, nil, nil
 repeat
   assert(poller:wait(nil))
   for e in assert(ev:read()) do
-    if e.type == "lost" then
-      lost = lost + (e.count or 1)
+    if e.type == "lost" then   -- a nil count: the connector's socket overran, by how much is unknown
       print(opts.json and json.encode { type = "lost", count = e.count } or ("lost %s events"):format(e.count or "some"))
     elseif e.type == "exec" then
       execs = execs + 1
@@ -94,4 +93,5 @@ repeat
   io.stdout:flush()
 until sigs:read()
 local stats = ev:stats()
-io.stderr:write(("execsnoop: %d execs, %d lost (%d received)\n"):format(execs, lost, stats.received))
+io.stderr:write(("execsnoop: %d execs, %d events lost, %d overruns (%d received)\n"):format(execs, stats.lost,
+  stats.overruns or 0, stats.received))

@@ -42,6 +42,7 @@ if opts.help then
 end
 if not (opts.cgroup or opts.uid) then usage("--cgroup or --uid is needed: the whole host is no scope") end
 if opts.interval == 0 then usage("--interval must be above 0") end
+if opts.uid and not math.tointeger(opts.uid) then usage("--uid needs a whole number") end
 local scope = { cgroup = opts.cgroup, recursive = opts.cgroup and true, uid = opts.uid and math.tointeger(opts.uid) }
 
 local function log(action, p, why)

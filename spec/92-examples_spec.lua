@@ -128,7 +128,7 @@ for _, backend in ipairs { "bpf", "connector" } do
       if mine then mine:close() end
       assert.equal(40, seen)
       if backend == "bpf" then assert.equal(2, again) end
-      assert.matches("execsnoop: %d+ execs, 0 lost %(%d+ received%)\n$", err)
+      assert.matches("execsnoop: %d+ execs, 0 events lost, 0 overruns %(%d+ received%)\n$", err)
     end)
 
     it("quotes odd arguments in its plain lines", function()
@@ -218,6 +218,9 @@ describe("examples/runaway.lua #root", function()
     local rec, _, err = run("runaway", { "--share", "0.5" })
     assert.equal(2, rec.code)
     assert.matches("^runaway: %-%-cgroup or %-%-uid is needed", err)
+    rec, _, err = run("runaway", { "--uid", "0.5" })   -- not read as no uid at all
+    assert.equal(2, rec.code)
+    assert.matches("^runaway: %-%-uid needs a whole number\n", err)
   end)
 end)
 
