@@ -54,6 +54,11 @@ if not port or (opts.textfile and opts.listen) then usage("--listen needs [ADDR:
 local function log(msg)
   io.stderr:write(opts.json and takana.json.encode { time = takana.realtime(), msg = msg } or "exporter: " .. msg, "\n")
 end
+for _, root in ipairs(opts.cgroup) do   -- a cgroup that is not there is a mistake to report now
+  local cg, err = takana.cgroup(root)
+  if not cg then log(err) os.exit(1) end
+  cg:close()
+end
 
 local FIELDS = { "pid", "comm", "kthread", "nthreads", "start_ns", "utime_ns", "stime_ns", "rss_bytes",
   "vsize_bytes", "minflt", "majflt" }

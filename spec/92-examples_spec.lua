@@ -293,6 +293,15 @@ describe("examples/exporter.lua", function()
     assert.truthy(text:find('takana_cgroup_[%w_]+{[^}]*cgroup="' .. box.name:gsub("%p", "%%%0") .. '"'))
   end)
 
+  it("fails at start, saying why, for a cgroup that is not there", function()
+    if H.no_spawn then return pending(H.no_spawn) end
+    if not H.cgroup2_mount() then return pending("no cgroup2 hierarchy is mounted") end
+    local rec, out, err = run("exporter", { "--once", "--cgroup", "/takana-test-absent-" .. math.random(1e9) })
+    assert.equal(1, rec.code)
+    assert.equal("", out)
+    assert.matches("^exporter: cgroup /takana%-test%-absent%-%d+: No such file or directory\n$", err)
+  end)
+
   it("is scraped by a real Prometheus server, whose series match this spec's processes", function()
     if not os.execute("command -v prometheus >/dev/null") then
       return pending("no prometheus binary (Debian package prometheus)")
