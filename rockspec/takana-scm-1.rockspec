@@ -38,6 +38,7 @@ build = {
       LIBBPF_LIBDIR = "$(LIBBPF_LIBDIR)",
    },
    install_variables = {
+      LUA = "$(LUA)",
       INST_LIBDIR = "$(LIBDIR)",
       INST_LUADIR = "$(LUADIR)",
       INST_BINDIR = "$(BINDIR)",
@@ -45,6 +46,8 @@ build = {
 }
 -- bin/takana finds its own tree (see the script): luarocks' wrapper would
 -- load luarocks.loader first, which costs more than a short command itself.
+-- `make install` names LUA on the script's first line and installs the
+-- modules precompiled by it (see the Makefile).
 deploy = {
    wrap_bin_scripts = false,
 }

@@ -225,7 +225,7 @@ M.process = core.process
 local spawn_options = {
   env = "any", cwd = "any", cgroup = "any", stdin = "any", stdout = "any", stderr = "any", setsid = "any",
   pgroup = "any", cgroup_fallback = "any", user = "any", group = "any", groups = "any", umask = "any",
-  rlimits = "any", pdeathsig = "any", no_new_privs = "any", keyring = "any", fds = "any",
+  rlimits = "any", pdeathsig = "any", no_new_privs = "any", keyring = "any", exec_timeout = "any", fds = "any",
 }
 -- The argv is the integer keys; core.spawn checks the values.
 local spawn_how = { required = true, positional = true }
