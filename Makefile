@@ -171,6 +171,7 @@ bench: deps all bench/takana_bench.so bench/cgroup_floor bench/events_reader spe
 	$(LUA) bench/supervise.lua
 	$(LUA) bench/coldstart.lua
 	$(LUA) bench/command.lua
+	$(LUA) bench/examples.lua
 
 # The main job on this machine: what the host offers, then every process.
 RUN_ENV = LUA_PATH="./lua/?.lua;./lua/?/init.lua;;" LUA_CPATH="./?.so;;"

@@ -447,7 +447,12 @@ end
 --- The Prometheus text format as a library (`takana.prometheus.new()`); see
 -- the takana.prometheus module. Loaded on first use, as `takana.cgroup`.
 -- @field prometheus
-local lazy_fields = { cgroup = "takana.cgroup", prometheus = "takana.prometheus" }
+
+--- The JSON codec of the CLI (`takana.json.encode(v)`: one line, pure
+-- ASCII; `takana.json.decode(s)`), for scripts that log JSON lines. Loaded
+-- on first use, as `takana.cgroup`.
+-- @field json
+local lazy_fields = { cgroup = "takana.cgroup", prometheus = "takana.prometheus", json = "takana.json" }
 setmetatable(M, { __index = function(t, k)
   local name = lazy_fields[k]
   if not name then return nil end
