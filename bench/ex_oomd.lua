@@ -15,9 +15,10 @@
 -- CPU each used (utime+stime of the daemon's process).
 -- Needs root, pure cgroup2 with the memory controller on it, and oomd
 -- (package oomd); otherwise it says why and skips. ROUNDS (default 3).
-package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;" .. package.cpath
 local takana = require "takana"
+local X = require "exlib"
 
 local ROUNDS = tonumber(os.getenv("ROUNDS") or "") or 3
 local IDLE_S = tonumber(os.getenv("IDLE_S") or "") or 60
@@ -192,6 +193,12 @@ end
 if not have_oomd then print("  oomd: not installed (apt-get install oomd): no comparison") end
 local a, b = res.takana, res.oomd
 if #a.t > 0 and #b.t > 0 then
+  X.row("oomd", "memory stall onset -> kill, median", ("%.2f s"):format(select(2, stats(a.t))), "oomd (1 s polls)",
+    ("%.2f s"):format(select(2, stats(b.t))))
+  X.row("oomd", "hog peak memory (memory.high 16 MiB), median", ("%.1f MiB"):format(select(2, stats(a.peak)) / 2 ^ 20),
+    "oomd", ("%.1f MiB"):format(select(2, stats(b.peak)) / 2 ^ 20))
+  X.row("oomd", ("idle CPU over %d s"):format(IDLE_S), ("%.2f s"):format(idle_cpu.takana), "oomd",
+    ("%.2f s"):format(idle_cpu.oomd))
   print(("  ratio takana/oomd: onset -> kill %.3f (median), hog peak %.3f (median), idle CPU %s"):format(
     select(2, stats(a.t)) / select(2, stats(b.t)), select(2, stats(a.peak)) / select(2, stats(b.peak)),
     idle_cpu.oomd > 0 and ("%.3f"):format(idle_cpu.takana / idle_cpu.oomd) or "n/a (oomd 0)"))

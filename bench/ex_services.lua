@@ -17,9 +17,10 @@
 -- runsvdir and the runsvs; loggers excluded). bench/supervise.lua has the
 -- restart latency and memory at scale (100 services, 1,000 restarts).
 -- Needs root (cgroups), python3, s6 and runit.
-package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+package.path = "./lua/?.lua;./lua/?/init.lua;./bench/?.lua;" .. package.path
 package.cpath = "./?.so;" .. package.cpath
 local takana = require "takana"
+local X = require "exlib"
 
 local ROUNDS = tonumber(os.getenv("ROUNDS") or "") or 3
 local function skip(why)
@@ -264,4 +265,11 @@ for _, k in ipairs { "s6", "runit" } do
   local _, ub = stats(res[k].up)
   print(("  ratio takana/%s: config lines %.2f, start -> answer %.2f, worker restart %.2f (medians)")
     :format(k, lines.takana / lines[k], ua / ub, a / b))
+  X.row("services", "lines of config (files)", ("%d (%d)"):format(lines.takana, files.takana), k .. " service dirs",
+    ("%d (%d)"):format(lines[k], files[k]))
+  X.row("services", "start -> web answers, median", ("%.0f ms"):format(ua * 1e3), k, ("%.0f ms"):format(ub * 1e3))
+  X.row("services", "worker SIGKILL -> replacement exec, median", ("%.0f ms"):format(a * 1e3), k,
+    ("%.0f ms"):format(b * 1e3))
+  X.row("services", "supervision RSS, median", ("%.1f MiB"):format(select(2, stats(res.takana.rss)) / 2 ^ 20), k,
+    ("%.1f MiB"):format(select(2, stats(res[k].rss)) / 2 ^ 20))
 end

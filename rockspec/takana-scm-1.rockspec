@@ -40,6 +40,7 @@ build = {
    -- make install puts examples/*.lua beside the modules
    -- (<tree>/share/lua/5.4/takana/examples), where `takana example NAME` runs them.
    install_variables = {
+      LUA = "$(LUA)",
       INST_LIBDIR = "$(LIBDIR)",
       INST_LUADIR = "$(LUADIR)",
       INST_BINDIR = "$(BINDIR)",
@@ -47,6 +48,8 @@ build = {
 }
 -- bin/takana finds its own tree (see the script): luarocks' wrapper would
 -- load luarocks.loader first, which costs more than a short command itself.
+-- `make install` names LUA on the script's first line and installs the
+-- modules precompiled by it (see the Makefile).
 deploy = {
    wrap_bin_scripts = false,
 }

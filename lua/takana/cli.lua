@@ -95,7 +95,7 @@ for _, name in ipairs(core.record_fields) do
   local f = ps_format[name] or {}
   local col = f.col or name
   ps_columns[col] = { head = f.head or name:upper(), fmt = f.fmt or "%s", text = f.text,
-    value = f.value or function(p) local v = p[name] return v == nil and "-" or tostring(v) end }
+    value = f.value or function(p) local v = p[name] if v == nil then return "-" end return v end }
   ps_order[#ps_order + 1] = col
   for dname, d in pairs(ps_derived) do
     if d.reads[1] == name then
@@ -305,15 +305,22 @@ function M.ps(args)
     end
     out[#out + 1] = table.concat(cells, " ")
   end
+  -- One format for a row, the columns' own joined by spaces (the last text
+  -- column as it reads): one string.format a row, where a format and a
+  -- table a cell cost 2/3 of `takana ps` at 1,000 processes.
+  local n, values, fmts, getters, indented = #fields, {}, {}, {}, {}
+  for i, f in ipairs(fields) do
+    local c = ps_columns[f]
+    getters[i], fmts[i] = c.value, (c.text and i == n) and "%s" or c.fmt
+    if f == "comm" or f == "cmd" then indented[#indented + 1] = i end
+  end
+  local row_fmt = table.concat(fmts, " ")
   local function line(p, depth)
-    local cells = {}
-    for i, f in ipairs(fields) do
-      local c = ps_columns[f]
-      local v = c.value(p, ctx)
-      if (f == "comm" or f == "cmd") and depth then v = ("  "):rep(depth) .. v end
-      cells[i] = (c.text and i == #fields) and v or c.fmt:format(v)
+    for i = 1, n do values[i] = getters[i](p, ctx) end
+    if depth then
+      for _, i in ipairs(indented) do values[i] = ("  "):rep(depth) .. values[i] end
     end
-    out[#out + 1] = table.concat(cells, " ")
+    out[#out + 1] = row_fmt:format(table.unpack(values, 1, n))
   end
   header()
   if opts.tree then
@@ -941,9 +948,11 @@ usage: takana example [NAME [ARGS...]]
 ]=]
 
 -- The examples' directory: installed beside this module
--- (<tree>/share/lua/5.4/takana/examples), or a checkout's examples/.
+-- (<tree>/share/lua/5.4/takana/examples), or a checkout's examples/. (Where
+-- this module is loaded from: an installed one is bytecode whose source
+-- name is "takana/cli.lua" under any tree.)
 local function examples_dir()
-  local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+  local here = (package.searchpath("takana.cli", package.path) or ""):match("^(.*)/[^/]*$") or "."
   for _, d in ipairs { here .. "/examples", here .. "/../../examples" } do
     local f = io.open(d .. "/oomd.lua")
     if f then
@@ -956,7 +965,7 @@ end
 
 function M.example(args)
   local dir = examples_dir()
-  if not dir then fail("example: no examples directory beside " .. debug.getinfo(1, "S").source:sub(2)) end
+  if not dir then fail("example: no examples directory beside " .. tostring(package.searchpath("takana.cli", package.path))) end
   local name = args[1]
   if name == "--help" or name == "-h" then io.write(help.example) return 0 end
   if name == nil then
@@ -988,8 +997,6 @@ function M.example(args)
   local code = chunk(table.unpack(args, 2))
   return math.type(code) == "integer" and code or 0
 end
-
-help.ctl = require("takana.ctl").help
 
 function M.ctl(args) return require("takana.ctl").main(args) end
 
