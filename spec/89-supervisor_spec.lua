@@ -953,6 +953,40 @@ return sup
     assert.is_nil(sup.accept_paused)
   end)
 
+  it("control answers a pipeline of requests in order, a few a step, and caps a logs answer #root", function()
+    if why then return pending(why) end
+    local sock = dir .. "/ctl.sock"
+    new { control = sock, log = false, log_lines = 4000 }
+    -- 3,000 lines of 1 KiB: more than a 1 MiB answer holds
+    local a = sup:service { name = "a", restart = "never",
+      cmd = { "sh", "-c", "i=0; while [ $i -lt 3000 ]; do printf '%01000d\\n' $i; i=$((i+1)); done; exec sleep 100" } }
+    assert.is_true(run_until(sup, function() return #a.lines >= 3000 end, 30))
+    local c = assert(core.unix_connect(sock))
+    finally(function() c:close() end)
+    local reqs = {}
+    for i = 1, 300 do reqs[i] = ('{"cmd":"status","name":"%s"}'):format(i % 2 == 0 and "a" or "nope") end
+    reqs[#reqs + 1] = '{"cmd":"logs","name":"a","lines":5000}'
+    reqs[#reqs + 1] = '{"cmd":"logs","name":{}}'
+    assert(c:write(table.concat(reqs, "\n") .. "\n"))
+    local got, answers = "", {}
+    assert.is_true(run_until(sup, function()
+      -- (the client's socket blocks: read only what is there)
+      if #core.poll_fds({ c:fileno() }, 0) > 0 then got = got .. (c:read(1048576) or "") end
+      for line in got:gmatch("([^\n]*)\n") do answers[#answers + 1] = S.json_decode(line) end
+      got = got:sub((got:match(".*()\n") or 0) + 1)
+      return #answers >= #reqs
+    end, 30))
+    assert.equal(#reqs, #answers)
+    for i = 1, 300 do
+      if i % 2 == 0 then assert.equal("a", answers[i].services[1].name) else assert.equal("ENOENT", answers[i].errno) end
+    end
+    local logs = answers[301]
+    assert.is_true(logs.ok and logs.truncated)
+    assert.is_true(#logs.lines > 100 and #logs.lines < 3000)
+    assert.matches("stdout 0+2999$", logs.lines[#logs.lines])
+    assert.same({ ok = false, errno = "EINVAL", error = "bad request: 'name' must be a string" }, answers[302])
+  end)
+
   it("runs unprivileged in a cgroup subtree delegated to its user, and says what to delegate without one #root", function()
     if why then return pending(why) end
     -- What systemd's Delegate=yes gives: the directory and the files that

@@ -34,6 +34,8 @@ end
 
 -- ---- client ----
 
+local ANSWER_MAX = 4 * 1048576
+
 --- Sends one request to a supervisor's control socket and waits (up to
 -- timeout seconds, default 5) for the answer.
 -- @tparam string path the control socket
@@ -68,6 +70,9 @@ function M.request(path, req, timeout)
     if data == "" then break end
     if data then buf = buf .. data
     elseif rerrno ~= EAGAIN then c:close() return nil, rerr, rerrno end
+    -- A supervisor answers in at most about 1 MiB: whoever serves more at
+    -- this path is no supervisor, and is not read for ever.
+    if #buf > ANSWER_MAX then c:close() return nil, "request: an answer longer than 4 MiB", EBADMSG end
   end
   c:close()
   local line = buf:match("^([^\n]*)")
@@ -271,7 +276,10 @@ function M.main(args)
     if not ok then fail("ctl: " .. sock .. ": a malformed status answer: " .. printable(tostring(text))) end
     io.write(text)
   elseif cmd == "logs" then
-    for _, l in ipairs(r.lines) do io.write(printable(l), "\n") end
+    local lines = r.lines
+    if type(lines) ~= "table" then fail("ctl: " .. sock .. ": a malformed logs answer: no list of lines") end
+    for _, l in ipairs(lines) do io.write(printable(tostring(l)), "\n") end
+    if r.truncated then io.stderr:write("takana ctl: older lines left out (the answer is at most 1 MiB)\n") end
   elseif cmd == "reload" then
     io.write(printable(M.reload_words(r.reload)), "\n")
   end

@@ -128,29 +128,51 @@ function supervisor:_conn_close(conn)
   conn.sock:close()
 end
 
+-- Requests answered a wake-up, per connection: the rest wait for the next
+-- step (self.pending_in), so one peer's pipeline never holds the loop.
+local REQUESTS_A_WAKE = 64
+-- A peer that sends requests and never reads the answers: past this many
+-- bytes unread, it is dropped.
+local OUT_MAX = 1048576
+
 function supervisor:_conn_read(conn)
   local data, _, errno = conn.sock:read(65536)
   if data == nil and errno == EAGAIN then return end
   conn.last = now()
   if not data or data == "" then
     conn.eof = true
-    if conn.outbuf == "" then return self:_conn_close(conn) end
-    return
+    if conn.outbuf == "" and not conn.inbuf:find("\n", 1, true) then return self:_conn_close(conn) end
+  else
+    conn.inbuf = conn.inbuf .. data
+    if #conn.inbuf > 65536 and not conn.inbuf:find("\n", 1, true) then
+      conn.outbuf = conn.outbuf .. M.json_encode(refusal("request longer than 64 KiB", E.EMSGSIZE)) .. "\n"
+      conn.inbuf = ""
+    end
   end
-  conn.inbuf = conn.inbuf .. data
-  if #conn.inbuf > 65536 then
-    conn.outbuf = conn.outbuf .. M.json_encode(refusal("request longer than 64 KiB", E.EMSGSIZE)) .. "\n"
-    conn.inbuf = ""
+  self:_conn_serve(conn)
+end
+
+-- Answers the complete lines waiting, up to REQUESTS_A_WAKE, reading them
+-- by position (copying the rest after each made a 64 KiB pipeline cost
+-- seconds), then sends what it can.
+function supervisor:_conn_serve(conn)
+  local buf, pos, answers = conn.inbuf, 1, {}
+  local size = #conn.outbuf
+  for _ = 1, REQUESTS_A_WAKE do
+    if size > OUT_MAX then
+      conn.outbuf, conn.eof, answers, buf, pos = "", true, {}, "", 1
+      break
+    end
+    local nl = buf:find("\n", pos, true)
+    if not nl then break end
+    local answer = M.json_encode(self:_command(buf:sub(pos, nl - 1), conn, OUT_MAX - size)) .. "\n"
+    answers[#answers + 1] = answer
+    size = size + #answer
+    pos = nl + 1
   end
-  while true do
-    -- A peer that sends requests and never reads the answers would grow
-    -- the reply buffer without bound: past 1 MiB unread it is dropped.
-    if #conn.outbuf > 1048576 then conn.outbuf, conn.eof = "", true break end
-    local line, rest = conn.inbuf:match("^([^\n]*)\n(.*)$")
-    if not line then break end
-    conn.inbuf = rest
-    conn.outbuf = conn.outbuf .. M.json_encode(self:_command(line, conn)) .. "\n"
-  end
+  conn.inbuf = buf:sub(pos)
+  if conn.inbuf:find("\n", 1, true) then self.pending_in = true end
+  conn.outbuf = conn.outbuf .. table.concat(answers)
   self:_flush(conn)
 end
 
@@ -165,14 +187,19 @@ function supervisor:_flush(conn)
     conn.outbuf = conn.outbuf:sub(n + 1)
     conn.last = now()
   end
-  if conn.eof then self:_conn_close(conn) end
+  if conn.eof and not conn.inbuf:find("\n", 1, true) then self:_conn_close(conn) end
 end
 
 function supervisor:_flush_conns()
-  if not self.pending_out then return end
-  self.pending_out = false
+  if not (self.pending_out or self.pending_in) then return end
+  local serve = self.pending_in
+  self.pending_out, self.pending_in = false, false
   for _, conn in pairs(self.conns) do
-    if conn.outbuf ~= "" then self:_flush(conn) end
+    if serve and conn.inbuf:find("\n", 1, true) then
+      self:_conn_serve(conn)
+    elseif conn.outbuf ~= "" then
+      self:_flush(conn)
+    end
   end
 end
 
@@ -180,7 +207,8 @@ local commands = { status = true, start = true, stop = true, restart = true, sig
   reload = true }
 local read_only = { status = true, logs = true }
 
-function supervisor:_command(line, conn)
+-- `room`: the bytes the connection's answers may still take.
+function supervisor:_command(line, conn, room)
   local req, err = M.json_decode(line)
   if type(req) ~= "table" then return refusal("bad request: " .. tostring(err or "an object expected"), EBADMSG) end
   local cmd = req.cmd
@@ -203,9 +231,17 @@ function supervisor:_command(line, conn)
   if not svc then return refusal("no service '" .. name .. "'", ENOENT) end
   if cmd == "status" then return { ok = true, services = { self:status_of(svc) } } end
   if cmd == "logs" then
-    local n = math.tointeger(req.lines) or 50
-    local ring = svc.lines
-    return { ok = true, lines = setmetatable(table.move(ring, math.max(1, #ring - n + 1), #ring, 1, {}), M.array) }
+    -- The newest lines, as many as asked while the answer fits the room
+    -- the connection has left (JSON can make a byte six); `truncated` says
+    -- that older ones were left out.
+    local n, ring = math.tointeger(req.lines) or 50, svc.lines
+    local first, budget, truncated = #ring + 1, (room or OUT_MAX) // 6, nil
+    while first > 1 and #ring - first + 1 < n do
+      budget = budget - #ring[first - 1] - 8
+      if budget < 0 then truncated = true break end
+      first = first - 1
+    end
+    return { ok = true, lines = setmetatable(table.move(ring, first, #ring, 1, {}), M.array), truncated = truncated }
   end
   if cmd == "signal" then
     local ok, sig = pcall(signum, "signal", 2, req.signal or "TERM")

@@ -423,6 +423,7 @@ function supervisor:timeout()
     if svc.want == "up" and (svc.state == "stopped") then best = 0 end
   end
   if self.pending_out then best = math.min(best or 0.05, 0.05) end
+  if self.pending_in then best = 0 end
   if self.reap_more then best = 0 end
   if self.conns_deadline then best = math.min(best or math.huge, math.max(0, self.conns_deadline - t)) end
   -- At most a day: a longer deadline wakes early and waits again.

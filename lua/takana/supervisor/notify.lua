@@ -60,17 +60,23 @@ function supervisor:_notify(svc)
     if not ok then
       svc.notify_rejected = (svc.notify_rejected or 0) + 1
     else
+      -- MAINPID is acted on once a message, its last value (as systemd
+      -- reads a message into one set of fields): each costs a pidfd, a
+      -- cgroup check and the poller's changes, and a message of hundreds
+      -- of them held the loop for a second.
+      local mainpid
       for line in data:gmatch("[^\n]+") do
         -- (a line that is no KEY=value is ignored, as systemd ignores it)
         local k, v = line:match("^([%u%d_]+)=(.*)$")
         if not k then -- luacheck: ignore 542
         elseif k == "READY" and v == "1" then self:_set_ready(svc)
         elseif k == "STATUS" then svc.status_text = v
-        elseif k == "MAINPID" then self:_main_pid(svc, math.tointeger(tonumber(v)))
+        elseif k == "MAINPID" then mainpid = v
         elseif k:match("^WATCHDOG") then self:_watchdog_message(svc, k, v)
         elseif k == "STOPPING" and v == "1" then svc.stopping_notified = true
         end
       end
+      if mainpid then self:_main_pid(svc, math.tointeger(tonumber(mainpid))) end
     end
     ::next_message::
   end
