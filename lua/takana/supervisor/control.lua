@@ -140,8 +140,7 @@ function supervisor:_command(line, conn)
   if cmd == "status" then return { ok = true, services = { self:status_of(svc) } } end
   if cmd == "logs" then
     local n = math.tointeger(req.lines) or 50
-    local ring = svc.lines
-    return { ok = true, lines = setmetatable(table.move(ring, math.max(1, #ring - n + 1), #ring, 1, {}), M.array) }
+    return { ok = true, lines = setmetatable(self:_tail(svc, n), M.array) }
   end
   if cmd == "signal" then
     local ok, sig = pcall(signum, "signal", 2, req.signal or "TERM")

@@ -482,6 +482,7 @@ function supervisor:close()
       svc.cg, svc.cg_watched = nil, false
     end
   end
+  self:_logger_close(shut_down)
   for _, c in pairs(self.conns) do c.sock:close() end
   self.conns = {}
   if self.control then
@@ -523,7 +524,7 @@ end
 -- configuration; they are killed (their processes have nobody to watch).
 function supervisor:_sweep()
   for _, name in ipairs(self.cg:children() or {}) do
-    if not self.services[name] then
+    if not self.services[name] and name ~= C.LOGGER_CGROUP then
       local cg = takana.cgroup(self.cg.relpath .. "/" .. name)
       if cg then
         if populated(cg) then cg:kill { wait = 5 } end
@@ -649,6 +650,7 @@ require "takana.supervisor.service"
 require "takana.supervisor.notify"
 require "takana.supervisor.log"
 require "takana.supervisor.control"
+require "takana.supervisor.logger"
 require "takana.supervisor.reload"
 
 return M

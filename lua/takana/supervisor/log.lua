@@ -93,7 +93,8 @@ function supervisor:_log_file(svc, dir, text)
 end
 
 -- Reads what one pipe holds, at most 256 KiB a call so that a flood from
--- one service cannot starve the others or the control socket.
+-- one service cannot starve the others or the control socket: true when
+-- there may be more.
 function supervisor:_drain(svc, which)
   local p = svc[which]
   if not p then return end
@@ -101,9 +102,10 @@ function supervisor:_drain(svc, which)
   local key = which .. "_partial"
   -- At most 4 reads a wake-up: a flood never keeps the loop from the
   -- control socket (the pipe stays readable, so the loop comes back).
+  local more = true
   for _ = 1, 4 do
     local data = p:read(65536) -- what is there now; "" nothing yet; nil at EOF (or error)
-    if data == "" then break end
+    if data == "" then more = false break end
     if data == nil then
       if svc[key] and svc[key] ~= "" then self:_log_line(svc, stream, svc[key]) end
       svc[key] = nil
@@ -128,4 +130,5 @@ function supervisor:_drain(svc, which)
     svc[key] = buf
   end
   if svc.logf then svc.logf:flush() end
+  return more
 end
