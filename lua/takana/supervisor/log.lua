@@ -112,6 +112,7 @@ function supervisor:_drain(svc, which)
       self:_unwatch(p)
       p:close()
       svc[which] = nil
+      if svc.logf then svc.logf:flush() end
       return
     end
     local buf = (svc[key] or "") .. data
