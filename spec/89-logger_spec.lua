@@ -124,7 +124,8 @@ describe("takana.supervisor logger", function()
     return p
   end
 
-  it("kill -9 of the supervisor: the service lives on, a restarted one adopts it and its logger, no line lost or doubled, a clean shutdown leaves no logger #root", function()
+  it("kill -9 of the supervisor: the service lives on, a restarted one adopts it and its logger, "
+    .. "no line lost or doubled, a clean shutdown leaves no logger #root", function()
     if why then return pending(why) end
     local file, logdir, sock = dir .. "/sup.lua", dir .. "/log", dir .. "/ctl.sock"
     local function write(adopt)

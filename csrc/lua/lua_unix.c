@@ -443,9 +443,9 @@ static int ux_send_fd(lua_State *L)
 	if (len == 0)
 		luaL_argerror(L, 2, "at least one byte expected");
 	if (h == NULL)
-		luaL_typeerror(L, 3, "takana handle");
+		return luaL_typeerror(L, 3, "takana handle");
 	if (h->fd < 0)
-		luaL_argerror(L, 3, "attempt to pass a closed handle");
+		return luaL_argerror(L, 3, "attempt to pass a closed handle");
 	n = tk_unix_send_fd(u->h.fd, s, len, h->fd);
 	if (n < 0)
 		return tk_push_error(L, "send_fd", (int)n);
@@ -466,6 +466,7 @@ static int ux_recv_fds(lua_State *L)
 	struct lunix *u = ux_check(L, 1);
 	lua_Integer max = luaL_optinteger(L, 2, 65536);
 	int fds[TK_SCM_FDS_MAX];
+	struct tk_handle *slots[RECV_FDS_MAX];
 	size_t nfds = 0;
 	luaL_Buffer b;
 	ssize_t n;
@@ -482,16 +483,15 @@ static int ux_recv_fds(lua_State *L)
 	 * read stops after the first message that passed descriptors; more
 	 * than RECV_FDS_MAX in it are closed by the kernel, MSG_CTRUNC.) */
 	lua_createtable(L, RECV_FDS_MAX, 0); /* 3: the pipes */
-	for (int i = 1; i <= RECV_FDS_MAX; i++) {
-		tk_pipe_new(L, 0);
-		lua_rawseti(L, 3, i);
+	for (int i = 0; i < RECV_FDS_MAX; i++) {
+		slots[i] = tk_pipe_new(L, 0);
+		lua_rawseti(L, 3, i + 1);
 	}
 	p = luaL_buffinitsize(L, &b, (size_t)max);
 	n = tk_unix_recv_fds(u->h.fd, p, (size_t)max, fds, &nfds);
 	if (n < 0)
 		return tk_push_error(L, "recv_fds", (int)n);
 	for (size_t i = 0; i < nfds; i++) {
-		struct tk_handle *h;
 		/* Ours non-blocking, for an event loop (the flag is the open
 		 * file's: the sender's end was non-blocking already). */
 		int fl = fcntl(fds[i], F_GETFL);
@@ -501,10 +501,7 @@ static int ux_recv_fds(lua_State *L)
 			close(fds[i]);
 			continue;
 		}
-		lua_rawgeti(L, 3, (lua_Integer)i + 1);
-		h = (struct tk_handle *)lua_touserdata(L, -1);
-		h->fd = fds[i];
-		lua_pop(L, 1);
+		slots[i]->fd = fds[i];
 	}
 	for (size_t i = nfds < RECV_FDS_MAX ? nfds : RECV_FDS_MAX; i < RECV_FDS_MAX; i++) {
 		lua_pushnil(L);

@@ -152,12 +152,11 @@ local function any_pipe(self)
   return false
 end
 
---- The logger process's main loop (what `_logger_start` runs in a new
+-- The logger process's main loop (what `_logger_start` runs in a new
 -- interpreter): listens on `logger.sock` in `$TAKANA_LOGGER_RUNTIME`
 -- for its supervisor's own uid; exits when told (once its pipes end, at
 -- most 10 s later), or when no supervisor is connected and every pipe has
 -- reached its end.
--- @local
 function C.M._logger_main()
   local rt = assert(os.getenv("TAKANA_LOGGER_RUNTIME"), "TAKANA_LOGGER_RUNTIME unset")
   local self = setmetatable({ services = {}, watched = {}, conns = {}, logdirs = {},
