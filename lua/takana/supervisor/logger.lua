@@ -52,6 +52,17 @@ end
 -- The logger's state is a supervisor-shaped table: log.lua's `_drain`,
 -- `_log_line` and `_log_file` write its files as the supervisor's own
 -- loop would (same stamps, same rotation, same safe opens).
+-- Tells every connected supervisor of a change of svc's log_error (a
+-- file that cannot be opened, a rotation stopped; `ctl status` shows it).
+function supervisor:_logger_report(svc, conn)
+  if svc.log_error == svc.sent_error and not conn then return end
+  svc.sent_error = svc.log_error
+  local line = json.encode { op = "error", name = svc.name, error = svc.log_error or false } .. "\n"
+  for c in pairs(conn and { [conn] = true } or self.conns) do
+    if not send_all(c.sock, line) then self:_logger_drop(c) end
+  end
+end
+
 local function handle(self, conn, msg)
   if type(msg) ~= "table" then return end
   if msg.op == "pipe" then
@@ -80,7 +91,10 @@ local function handle(self, conn, msg)
       end
     end
     svc[which] = pipe
-    assert(self:_watch(pipe, function() self:_drain(svc, which) end))
+    assert(self:_watch(pipe, function()
+      self:_drain(svc, which)
+      self:_logger_report(svc)
+    end))
   elseif msg.op == "tail" then
     local svc = self.services[msg.name]
     local ring, out, size = svc and svc.lines or {}, {}, 0
@@ -176,6 +190,10 @@ function C.M._logger_main()
         self.conns[conn] = true
         had_conn = true
         assert(self:_watch(sock, function() self:_logger_input(conn) end))
+        -- (a supervisor that adopts us learns what is wrong already)
+        for _, svc in pairs(self.services) do
+          if svc.log_error then self:_logger_report(svc, conn) end
+        end
       end
     end
   end))
@@ -290,12 +308,38 @@ function supervisor:_logger()
     io.stderr:write("takana supervisor: ", self.logger_error, "\n")
     return nil
   end
-  self.logger_conn = sock
+  self.logger_conn, self.logger_buf = sock, ""
+  assert(self:_watch(sock, function() self:_logger_read() end))
   return sock
+end
+
+-- What the logger says: a service's log_error, or the answer to `tail`.
+function supervisor:_logger_read()
+  local conn = self.logger_conn
+  for _ = 1, 16 do
+    if not conn then return end
+    local data, err, errno = conn:read()
+    if data == "" or (not data and errno ~= EAGAIN) then return self:_logger_lost(err or "it exited") end
+    if not data then return end
+    self.logger_buf = self.logger_buf .. data
+    while true do
+      local nl = self.logger_buf:find("\n", 1, true)
+      if not nl then break end
+      local ok, msg = pcall(json.decode, self.logger_buf:sub(1, nl - 1))
+      self.logger_buf = self.logger_buf:sub(nl + 1)
+      if ok and type(msg) == "table" and msg.op == "error" then
+        local svc = self.services[msg.name]
+        if svc then svc.log_error = msg.error or nil end
+      elseif ok and type(msg) == "table" and msg.lines then
+        self.logger_reply = msg
+      end
+    end
+  end
 end
 
 -- The logger has gone (a send failed): later pipes are read in-process.
 function supervisor:_logger_lost(err)
+  self:_unwatch(self.logger_conn)
   self.logger_conn:close()
   self.logger_conn = nil
   self.logger_error = "logger lost (" .. tostring(err) .. "): services' output is read in-process"
@@ -333,14 +377,15 @@ function supervisor:_tail(svc, n)
     if not ok then
       self:_logger_lost(err)
     else
-      local buf, deadline = "", now() + 2
-      while not buf:find("\n", 1, true) and now() < deadline do
-        local data, _, errno = conn:read()
-        if data == "" or (not data and errno ~= EAGAIN) then break end
-        if data then buf = buf .. data else core.poll_fds({ conn:fileno() }, 0.05) end
+      self.logger_reply = nil
+      local deadline = now() + 2
+      while self.logger_conn and not self.logger_reply and now() < deadline do
+        self:_logger_read()
+        if not self.logger_reply then core.poll_fds({ conn:fileno() }, 0.05) end
       end
-      local dok, reply = pcall(json.decode, buf:match("^[^\n]*"))
-      if dok and type(reply) == "table" and type(reply.lines) == "table" then return reply.lines end
+      local reply = self.logger_reply
+      self.logger_reply = nil
+      if reply and type(reply.lines) == "table" then return reply.lines end
     end
   end
   return table.move(ring, math.max(1, #ring - n + 1), #ring, 1, {})
@@ -369,6 +414,7 @@ function supervisor:_logger_close(shut_down)
   self.logger_conn, self.logger_cg, self.logger_child = nil, nil, nil
   if conn then
     if shut_down then send_all(conn, '{"op":"exit"}\n') end
+    self:_unwatch(conn)
     conn:close()
   end
   if shut_down and cg then
