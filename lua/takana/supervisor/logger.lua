@@ -264,12 +264,18 @@ function supervisor:_logger_start()
   if type(a) ~= "table" or a[-1] == nil then
     return nil, "this process is not the standalone Lua interpreter (no arg[-1]) that a logger would run in"
   end
+  local me, exe, perr = takana.process(core.getpid())
+  if me then
+    exe, perr = me:exe()
+    me:close()
+  end
+  if not exe or exe:find(" %(deleted%)$") then return nil, "this interpreter's path: " .. tostring(perr or exe) end
   local cg, err = self:_logger_cgroup(true)
   if not cg then return nil, "cgroup " .. CGROUP .. ": " .. tostring(err) end
   local env = takana.environ()
   env.LUA_PATH, env.LUA_CPATH, env.TAKANA_LOGGER_RUNTIME = package.path, package.cpath, self.runtime
   local ok, child, serr = pcall(takana.spawn, {
-    "/proc/self/exe", "-e", "require 'takana.supervisor'._logger_main()",
+    exe, "-e", "require 'takana.supervisor'._logger_main()",
     cgroup = cg, setsid = true, stdin = "null", stdout = "null", stderr = "null", env = env })
   if not (ok and child) then return nil, "spawn: " .. tostring(ok and serr or child) end
   local deadline = now() + 5
