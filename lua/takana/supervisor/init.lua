@@ -37,7 +37,7 @@ M.array = json.array
 local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string|table",
   adopt = "boolean", reload = "function", signals = "boolean", runtime = "string", subreaper = "boolean",
   log_size = "number", log_files = "number", log_lines = "number", on_exit = "function", init = "boolean",
-  main = "string", on_reload = "function" }
+  main = "string", on_reload = "function", logger = "boolean|table" }
 C.sup_options = sup_options
 
 --- Supervisor options `new` gives a supervisor whose caller left them
@@ -135,6 +135,10 @@ end
 --   files of `log_size` bytes, default 5 x 1 MiB), or `function(name,
 --   stream, line)`, or false (lines are only kept in memory);
 --   `log_lines`: lines kept in memory a service for `logs` (default 200);
+--   `logger`: lines bound for a log directory are read and written by a
+--   logger process that outlives the supervisor (default true; false: by
+--   the supervisor's own loop; `{prog, args...}`: the Lua interpreter to
+--   run it with, instead of this process's own);
 --   `control`: a unix socket path for `takana ctl` (mode 0600, at most 107
 --   bytes; its directory is made 0700 when missing, and must be this
 --   user's own and writable by no one else, as the runtime directory), or
@@ -193,7 +197,7 @@ function M.new(opts, ...)
     services = {}, order = {}, watched = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
     reload_hook = opts.reload, on_exit = opts.on_exit, on_reload = opts.on_reload, options = given,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
-    log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false, notify_batch = 64,
+    log_lines = opts.log_lines or 200, logger_opt = opts.logger, uid = core.geteuid(), shutting = false, done = false, notify_batch = 64,
     started_at = now(),
   }, supervisor)
   local cg, err, errno, made = own_cgroup(opts.cgroup)

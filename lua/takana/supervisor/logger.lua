@@ -259,7 +259,10 @@ end
 
 -- Starts a logger in the supervisor's `_logger` cgroup (a new session, no
 -- death signal: it outlives the supervisor) and connects to it.
-function supervisor:_logger_start()
+-- The interpreter to run a logger with: `logger = {prog, args...}`, else
+-- this process's own when it is the standalone one; or nil, why not.
+function supervisor:_logger_interpreter()
+  if type(self.logger_opt) == "table" then return table.move(self.logger_opt, 1, #self.logger_opt, 1, {}) end
   local a = rawget(_G, "arg")
   if type(a) ~= "table" or a[-1] == nil then
     return nil, "this process is not the standalone Lua interpreter (no arg[-1]) that a logger would run in"
@@ -270,13 +273,19 @@ function supervisor:_logger_start()
     me:close()
   end
   if not exe or exe:find(" %(deleted%)$") then return nil, "this interpreter's path: " .. tostring(perr or exe) end
+  return { exe }
+end
+
+function supervisor:_logger_start()
+  local argv, why = self:_logger_interpreter()
+  if not argv then return nil, why end
   local cg, err = self:_logger_cgroup(true)
   if not cg then return nil, "cgroup " .. CGROUP .. ": " .. tostring(err) end
   local env = takana.environ()
   env.LUA_PATH, env.LUA_CPATH, env.TAKANA_LOGGER_RUNTIME = package.path, package.cpath, self.runtime
-  local ok, child, serr = pcall(takana.spawn, {
-    exe, "-e", "require 'takana.supervisor'._logger_main()",
-    cgroup = cg, setsid = true, stdin = "null", stdout = "null", stderr = "null", env = env })
+  argv[#argv + 1], argv[#argv + 2] = "-e", "require 'takana.supervisor'._logger_main()"
+  argv.cgroup, argv.setsid, argv.stdin, argv.stdout, argv.stderr, argv.env = cg, true, "null", "null", "null", env
+  local ok, child, serr = pcall(takana.spawn, argv)
   if not (ok and child) then return nil, "spawn: " .. tostring(ok and serr or child) end
   local deadline = now() + 5
   while true do
@@ -305,7 +314,7 @@ end
 -- that has failed (then the supervisor logs in-process, and says why).
 function supervisor:_logger()
   if self.logger_conn then return self.logger_conn end
-  if self.logger_error then return nil end
+  if self.logger_error or self.logger_opt == false then return nil end
   local sock = self:_logger_find()
   local err
   if not sock then sock, err = self:_logger_start() end
