@@ -207,7 +207,7 @@ return sup
     local asan = os.getenv("TAKANA_ASAN_PRELOAD") and H.lua_argv or nil
     sup = assert(takana.supervisor { cgroup = boxname .. "/sup", runtime = dir .. "/rt", log = logdir,
       log_size = 64 * 1048576, log_files = 2, logger = asan })
-    local lines = 200000 -- 20 MB in lines of 99 a's and a newline
+    local lines = 100000 -- 10 MB in lines of 99 a's and a newline
     local flood = sup:service { name = "flood", restart = "never",
       cmd = { "sh", "-c", ("head -c %d /dev/zero | tr '\\0' a | fold -w 99"):format(lines * 99) } }
     local sib = sup:service { name = "sib", restart = "always", cmd = { "sh", "-c", "echo up; exit 3" },
