@@ -171,6 +171,8 @@ bench: deps all bench/takana_bench.so bench/cgroup_floor bench/events_reader spe
 	$(LUA) bench/supervise.lua
 	$(LUA) bench/logflood.lua
 	$(LUA) bench/coldstart.lua
+	$(LUA) bench/command.lua
+	$(LUA) bench/examples.lua
 
 # The main job on this machine: what the host offers, then every process.
 RUN_ENV = LUA_PATH="./lua/?.lua;./lua/?/init.lua;;" LUA_CPATH="./?.so;;"
@@ -211,14 +213,29 @@ doc:
 docgen: all
 	$(RUN_ENV) $(LUA) tools/docgen.lua
 
+# What makes the installed command start fast (issue 26):
+# - the modules go in as bytecode (tools/precompile.lua: compiling them was
+#   most of a short command's time); PRECOMPILE=0 installs the sources;
+# - bin/takana's first line names the interpreter by its full path
+#   (luarocks passes its own as LUA), where `#!/usr/bin/env lua5.4` cost
+#   an exec of env, its locale set-up and a PATH search, 0.5 ms a command.
+PRECOMPILE ?= 1
+LUA_BIN := $(filter /%,$(shell command -v $(LUA) 2>/dev/null))
+LUA_STAGE := $(if $(filter 0,$(PRECOMPILE)),lua,$(OUT)/luac)
+
 install: all
-	install -d $(DESTDIR)$(INST_LIBDIR)/takana $(DESTDIR)$(INST_LUADIR)/takana
+	install -d $(DESTDIR)$(INST_LIBDIR)/takana $(DESTDIR)$(INST_LUADIR)/takana/supervisor $(DESTDIR)$(INST_BINDIR)
 	install -m 755 takana/core.so $(DESTDIR)$(INST_LIBDIR)/takana/core.so
-	install -m 644 lua/takana/*.lua $(DESTDIR)$(INST_LUADIR)/takana/
-	install -d $(DESTDIR)$(INST_LUADIR)/takana/supervisor
-	install -m 644 lua/takana/supervisor/*.lua $(DESTDIR)$(INST_LUADIR)/takana/supervisor/
-	install -d $(DESTDIR)$(INST_BINDIR)
-	install -m 755 bin/takana $(DESTDIR)$(INST_BINDIR)/takana
+ifneq ($(PRECOMPILE),0)
+	rm -rf $(OUT)/luac
+	$(LUA) tools/precompile.lua $(OUT)/luac lua/takana/*.lua lua/takana/supervisor/*.lua
+endif
+	install -m 644 $(LUA_STAGE)/takana/*.lua $(DESTDIR)$(INST_LUADIR)/takana/
+	install -m 644 $(LUA_STAGE)/takana/supervisor/*.lua $(DESTDIR)$(INST_LUADIR)/takana/supervisor/
+	install -d $(DESTDIR)$(INST_LUADIR)/takana/examples
+	install -m 644 examples/*.lua $(DESTDIR)$(INST_LUADIR)/takana/examples/
+	sed '$(if $(LUA_BIN),1s|^#!.*|#!$(LUA_BIN)|)' bin/takana > $(OUT)/takana.bin
+	install -m 755 $(OUT)/takana.bin $(DESTDIR)$(INST_BINDIR)/takana
 
 clean:
 	rm -rf $(OUT) takana bench/takana_bench.so bench/cgroup_floor bench/events_reader spec/fixture spec/envtool.so doc/api fuzz/out \

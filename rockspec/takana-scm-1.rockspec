@@ -37,7 +37,10 @@ build = {
       LIBBPF_INCDIR = "$(LIBBPF_INCDIR)",
       LIBBPF_LIBDIR = "$(LIBBPF_LIBDIR)",
    },
+   -- make install puts examples/*.lua beside the modules
+   -- (<tree>/share/lua/5.4/takana/examples), where `takana example NAME` runs them.
    install_variables = {
+      LUA = "$(LUA)",
       INST_LIBDIR = "$(LIBDIR)",
       INST_LUADIR = "$(LUADIR)",
       INST_BINDIR = "$(BINDIR)",
@@ -45,6 +48,8 @@ build = {
 }
 -- bin/takana finds its own tree (see the script): luarocks' wrapper would
 -- load luarocks.loader first, which costs more than a short command itself.
+-- `make install` names LUA on the script's first line and installs the
+-- modules precompiled by it (see the Makefile).
 deploy = {
    wrap_bin_scripts = false,
 }

@@ -135,6 +135,36 @@ describe("takana.spawn user, group, groups", function()
     assert.matches("\nGid:\t65534\t65534\t65534\t65534\n", st, 1, true)
   end)
 
+  it("with another user the child has its own memory, not vfork's, and its failures still come back #root", function()
+    if not H.is_root() then pending("needs root (setuid)") return end
+    -- Between its setuid and its exec, that user may SIGSTOP the child: a
+    -- vfork parent (CLONE_VM | CLONE_VFORK) would sleep as long.
+    if not io.open("/usr/bin/strace") then return pending("strace is not installed") end
+    local trace = os.tmpname()
+    finally(function() os.remove(trace) end)
+    local code = 'local t = require "takana" ' ..
+      'assert(t.spawn { "true", user = "nobody" }):wait(30) ' ..
+      'assert(t.spawn { "true" }):wait(30)'
+    local argv = { "strace", "-f", "-e", "trace=clone3", "-o", trace }
+    for _, a in ipairs(lua_argv(code)) do argv[#argv + 1] = a end
+    local _, exit = output(argv)
+    assert.same({ exited = true, code = 0 }, exit)
+    local flags = {}
+    for f in H.read(trace):gmatch("clone3%(%{flags=([%w_|]+)") do flags[#flags + 1] = f end
+    assert.same({ "CLONE_PIDFD|CLONE_CLEAR_SIGHAND", "CLONE_VM|CLONE_PIDFD|CLONE_VFORK|CLONE_CLEAR_SIGHAND" }, flags)
+    -- The exec's error, and a step's, reach the caller through a pipe.
+    assert.same({ nil, "spawn /nonexistent/takana: No such file or directory", E.ENOENT },
+      { takana.spawn { "/nonexistent/takana", user = "nobody" } })
+    assert.same({ nil, "spawn true: chdir /root: Permission denied", E.EACCES },
+      { takana.spawn { "true", user = "nobody", cwd = "/root" } })
+    local c = spawn_ok { "true", user = "nobody", exec_timeout = math.huge }
+    assert.is_nil(c.exec_unconfirmed)
+    assert.same({ exited = true, code = 0 }, c:wait(30))
+    raises({ "true", exec_timeout = -1 }, "option 'exec_timeout': seconds >= 0 expected")
+    raises({ "true", exec_timeout = 0 / 0 }, "option 'exec_timeout': seconds >= 0 expected")
+    raises({ "true", exec_timeout = "1" }, "option 'exec_timeout'")
+  end)
+
   it("a non-root caller asking for root gets EPERM from spawn itself", function()
     local want = "nil\tspawn true: setgroups: Operation not permitted\t" .. EPERM
     if not H.is_root() then

@@ -677,8 +677,50 @@ describe("takana.supervisor", function()
     other:shutdown()
     assert.is_true(run_until(other, function() return other.done end, 20))
     other:close()
+    sup:shutdown()
+    assert.is_true(run_until(sup, function() return sup.done end, 20))
     sup:close()
     assert.is_false(core.subreaper())
+  end)
+
+  it("a subreaper reaps a burst of orphans in batches, without walking the children still alive #root", function()
+    if why then return pending(why) end
+    new { subreaper = true }
+    -- 200 orphans that live on and 300 that exit together: each SIGCHLD
+    -- used to list all 500 children and open a pidfd for each.
+    local go = dir .. "/go"
+    assert(os.execute("mkfifo " .. go))
+    local me = core.getpid()
+    -- Earlier specs' children: a zombie among them would head waitid's
+    -- list (not the supervisor's to reap), so this spec reaps those first.
+    local before = {}
+    for _, pid in ipairs(core.task_children(me)) do
+      if (H.read("/proc/" .. pid .. "/stat") or ""):match("%) Z ") then
+        local fd = takana.pidfd(pid)
+        if fd then fd:wait(0) fd:close() end
+      else
+        before[pid] = true
+      end
+    end
+    local function new_children(list)
+      local n = 0
+      for _, pid in ipairs(list(me)) do if not before[pid] then n = n + 1 end end
+      return n
+    end
+    local herd = sup:service { name = "herd", restart = "never",
+      cmd = { "sh", "-c", "(i=0; while [ $i -lt 200 ]; do sleep 100 & i=$((i+1)); done;" ..
+        " i=0; while [ $i -lt 300 ]; do (read x < " .. go .. ") & i=$((i+1)); done); exec sleep 100" } }
+    assert.is_true(run_until(sup, function() return new_children(core.task_children) == 501 end, 60))
+    local walks, task_children = 0, core.task_children
+    core.task_children = function(...) walks = walks + 1 return task_children(...) end
+    finally(function() core.task_children = task_children end)
+    local w = assert(io.open(go, "w"))
+    w:write(("x\n"):rep(300))
+    w:close()
+    assert.is_true(run_until(sup, function() return new_children(task_children) == 201 end, 60))
+    assert.equal(0, walks)
+    assert.equal("running", herd.state)
+    assert.equal(201, procs(herd.cg))
   end)
 
   it("refuses a cgroup that is not its own: the root, or one holding this process #root", function()
@@ -862,6 +904,115 @@ return sup
     assert.is_true(total <= 3 * (1024 * 1024 + 200), "log files hold " .. total .. " bytes")
     assert.is_nil(io.open(logdir .. "/flood.log.3"))
     assert.matches("stdout a+$", sup:logs("flood", 1)[1])
+  end)
+
+  it("control connections are bounded: 16 a uid, idle ones closed, and out of descriptors the listener rests #root", function()
+    if why then return pending(why) end
+    local sock = dir .. "/ctl.sock"
+    new { control = sock }
+    -- An answer line, stepping the supervisor until it comes.
+    local function answer(c)
+      local got = ""
+      assert.is_true(run_until(sup, function()
+        got = got .. (c:read(4096) or "")
+        return got:find("\n") ~= nil
+      end, 10))
+      return S.json_decode(got)
+    end
+    local conns = {}
+    finally(function() for _, c in ipairs(conns) do c:close() end end)
+    for i = 1, 17 do conns[i] = assert(core.unix_connect(sock)) end
+    local refused = answer(conns[17])
+    assert.same({ ok = false, errno = "EUSERS", error = "too many connections: uid " .. H.uid() .. " has 16 open" }, refused)
+    assert.equal(1, sup.control_refused)
+    assert(conns[1]:write('{"cmd":"status"}\n'))
+    assert.is_true(answer(conns[1]).ok)
+    -- Idle for CONN_IDLE (60 s): closed, and the peer reads EOF.
+    for _, conn in pairs(sup.conns) do conn.last = conn.last - 61 end
+    sup:step(0)
+    assert.is_nil(next(sup.conns))
+    assert.equal("", conns[2]:read(4096))
+    -- Out of descriptors: accept fails, and the listener is left alone
+    -- for a while (it stays readable: watched, the loop would spin).
+    local late = assert(core.unix_connect(sock))
+    conns[#conns + 1] = late
+    assert(late:write('{"cmd":"status"}\n'))
+    local hog = {}
+    finally(function() for _, f in ipairs(hog) do f:close() end end)
+    while true do
+      local f = io.open("/dev/null")
+      if not f then break end
+      hog[#hog + 1] = f
+    end
+    sup:step(0)
+    assert.is_number(sup.accept_paused)
+    assert.equal(2, sup.control_refused)
+    for _, f in ipairs(hog) do f:close() end
+    hog = {}
+    assert.is_true(answer(late).ok)
+    assert.is_nil(sup.accept_paused)
+  end)
+
+  it("runs unprivileged in a cgroup subtree delegated to its user, and says what to delegate without one #root", function()
+    if why then return pending(why) end
+    -- What systemd's Delegate=yes gives: the directory and the files that
+    -- move processes and enable controllers, owned by the user; the
+    -- supervisor starts in a leaf of it.
+    local deleg = box .. "/deleg"
+    assert(os.execute("mkdir " .. deleg .. " " .. deleg .. "/self"))
+    for _, f in ipairs { "", "/cgroup.procs", "/cgroup.subtree_control", "/cgroup.threads", "/self", "/self/cgroup.procs" } do
+      assert(os.execute("chown 65534:65534 " .. deleg .. f))
+    end
+    local xdg = dir .. "/xdg"
+    assert(os.execute("mkdir -m 700 " .. xdg .. " && chown 65534 " .. xdg .. " && chmod 755 " .. dir))
+    local file = dir .. "/services.lua"
+    local function write(text)
+      local f = assert(io.open(file, "w"))
+      f:write(text)
+      f:close()
+    end
+    write(([[
+      local takana = require "takana"
+      local sup = assert(takana.supervisor { cgroup = %q })
+      sup:service { name = "a", cmd = { "sh", "-c", "id -u > %s/uid; exec sleep 100" } }
+      return sup
+    ]]):format(boxname .. "/deleg/sup", xdg))
+    assert(os.execute("chmod 644 " .. file))
+    local function supervise(cgroup)
+      local argv = { table.unpack(H.lua_argv) }
+      for _, a in ipairs { "bin/takana", "supervise", file } do argv[#argv + 1] = a end
+      argv.env = { LUA_PATH = ENV.LUA_PATH, LUA_CPATH = ENV.LUA_CPATH, XDG_RUNTIME_DIR = xdg, PATH = os.getenv("PATH") }
+      argv.user, argv.stderr, argv.cgroup = 65534, "pipe", cgroup
+      return track(assert(takana.spawn(argv)))
+    end
+    local p = supervise(boxname .. "/deleg/self")
+    local uid_file = xdg .. "/uid"
+    for _ = 1, 200 do
+      if H.read(uid_file) or not p:alive() then break end
+      takana.poll({}, 0.05)
+    end
+    if not p:alive() then
+      local err = p.stderr:read("a")
+      if err:match("module 'takana") then return pending("uid 65534 cannot load takana from this tree") end
+      error("supervise as 65534 ended: " .. err)
+    end
+    assert.equal("65534\n", H.read(uid_file))
+    local svc_cg = assert(takana.cgroup(boxname .. "/deleg/sup/a"))
+    assert.equal(1, #svc_cg:procs())
+    svc_cg:close()
+    p:signal("TERM")
+    assert.same({ exited = true, code = 0 }, p:wait(20))
+    -- A clean stop removes the cgroups it made.
+    assert.is_nil(io.open(deleg .. "/sup/cgroup.procs"))
+    -- Outside the subtree: refused in one line that names what to delegate.
+    write(("return require('takana').supervisor { cgroup = %q }"):format(boxname .. "/not-delegated"))
+    p = supervise(boxname .. "/deleg/self")
+    local code = p:wait(20).code
+    local err = p.stderr:read("a")
+    assert.equal(1, code)
+    assert.matches("^takana: supervise: [^\n]*mkdir not%-delegated: Permission denied; as uid 65534 a supervisor "
+      .. "needs a cgroup2 subtree delegated to this user [^\n]*this process is in /" .. boxname:gsub("%-", "%%-")
+      .. "/deleg/self%)\n$", err)
   end)
 
   it("control delegated: read to a user, everything to a group, nothing to others #root", function()

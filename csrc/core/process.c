@@ -157,6 +157,25 @@ done:
 	return 0;
 }
 
+/* The pid of a child of this process that has exited and is not yet
+ * reaped, left unreaped (WNOWAIT): 0 when there is none (or no child).
+ * One call finds one zombie however many children are alive, where
+ * walking /proc/self/task/<tid>/children costs a call per child. */
+int tk_child_exited(void)
+{
+	siginfo_t info;
+
+	for (;;) {
+		memset(&info, 0, sizeof info);
+		if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0)
+			return info.si_pid;
+		if (errno == ECHILD)
+			return 0;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
 /* ---- spawn ----------------------------------------------------------------- */
 
 const struct tk_rlimit_name tk_rlimit_names[] = {
@@ -190,6 +209,13 @@ struct child_ctx {
 	int *moved;                /* scratch: 3 + nextra_fds, allocated by the parent */
 	volatile int err;          /* written by the child before _exit */
 	const char *volatile step; /* what failed, for the message */
+	int report_fd;             /* fork mode: err and step go here; -1 under vfork */
+};
+
+/* What a child in its own memory (fork mode) writes before exiting 127. */
+struct child_report {
+	int err;
+	const char *step;          /* a literal: the same address in the parent */
 };
 
 /* In the child: runs on its own stack in the parent's memory. Only
@@ -248,6 +274,10 @@ static int child_fds(struct child_ctx *c)
 
 	if (n > 0 && o->extra_fds[n - 1].target >= base)
 		base = o->extra_fds[n - 1].target + 1;
+	/* The report pipe may have a target's number: above them all, it
+	 * survives the dup2s, and it closes itself at exec. */
+	if (c->report_fd >= 0 && (c->report_fd = fcntl(c->report_fd, F_DUPFD_CLOEXEC, base)) < 0)
+		return -1;
 	for (size_t i = 0; i < 3 + n; i++) {
 		int src = i < 3 ? o->fds[i] : o->extra_fds[i - 3].source;
 		c->moved[i] = -1;
@@ -259,9 +289,12 @@ static int child_fds(struct child_ctx *c)
 		if (c->moved[i] >= 0 && dup2(c->moved[i], target) < 0)
 			return -1;
 	}
-	/* Close the gaps between the targets (sorted, distinct), then the rest. */
-	for (size_t i = 0; i < n; i++) {
-		int t = o->extra_fds[i].target;
+	/* Close the gaps between the targets (sorted, distinct) and the
+	 * report pipe, then the rest. */
+	for (size_t i = 0; i <= n; i++) {
+		int t = i < n ? o->extra_fds[i].target : c->report_fd;
+		if (t < 0)
+			continue;
 		if (t > lo && syscall(SYS_close_range, lo, t - 1, 0) < 0 && errno != ENOSYS)
 			return -1;
 		lo = t + 1;
@@ -269,6 +302,23 @@ static int child_fds(struct child_ctx *c)
 	if (syscall(SYS_close_range, lo, ~0u, 0) < 0 && errno != ENOSYS)
 		return -1;
 	return 0;
+}
+
+/* In fork mode the parent cannot see c->err: the child writes it. SIGPIPE
+ * is blocked first, so a parent that stopped waiting (exec_wait_ms) makes
+ * this EPIPE, and the exit stays 127. */
+static void child_report(struct child_ctx *c)
+{
+	struct child_report rep = { c->err, c->step };
+	sigset_t pipe;
+
+	if (c->report_fd < 0)
+		return;
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	sigprocmask(SIG_BLOCK, &pipe, NULL);
+	if (write(c->report_fd, &rep, sizeof rep) < 0)
+		return;
 }
 
 /* Limits, then credentials: a hard limit can only be raised while still
@@ -360,9 +410,11 @@ static int child_main(void *arg)
 	sigprocmask(SIG_SETMASK, &c->child_mask, NULL);
 	c->step = NULL;
 	child_exec_path(c);
+	child_report(c);
 	_exit(127);
 fail:
 	c->err = errno;
+	child_report(c);
 	_exit(127);
 }
 
@@ -397,6 +449,10 @@ static long clone3_run(struct clone_args *args, int (*fn)(void *), void *arg)
 #define HAVE_CLONE3_RUN 1
 #endif
 
+/* Under vfork the child shares the parent's memory and the parent sleeps
+ * until it execs; in fork mode (report_fd set) it has a copy. */
+#define CHILD_CLONE_FLAGS(c) ((c)->report_fd >= 0 ? 0 : CLONE_VM | CLONE_VFORK)
+
 static int spawn_clone3(const struct tk_spawn_opts *o, struct child_ctx *c,
                         pid_t *pid, int *pidfd)
 {
@@ -409,7 +465,7 @@ static int spawn_clone3(const struct tk_spawn_opts *o, struct child_ctx *c,
 	if (stack == NULL)
 		return -ENOMEM;
 	memset(&args, 0, sizeof args);
-	args.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_CLEAR_SIGHAND;
+	args.flags = CHILD_CLONE_FLAGS(c) | CLONE_PIDFD | CLONE_CLEAR_SIGHAND;
 	args.pidfd = (uint64_t)(uintptr_t)pidfd;
 	args.exit_signal = SIGCHLD;
 	args.stack = (uint64_t)(uintptr_t)stack;
@@ -442,7 +498,7 @@ static int spawn_clone(struct child_ctx *c, pid_t *pid, int *pidfd)
 
 	if (stack == NULL)
 		return -ENOMEM;
-	r = clone(child_main, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+	r = clone(child_main, stack + CHILD_STACK, CHILD_CLONE_FLAGS(c) | CLONE_PIDFD | SIGCHLD,
 	          c, pidfd);
 	r = r < 0 ? -errno : r;
 	free(stack);
@@ -534,18 +590,55 @@ int tk_spawn_needs_child(const struct tk_spawn_opts *o)
 	       o->pdeathsig > 0 || o->no_new_privs || o->nextra_fds > 0 || o->private_keyring;
 }
 
+/* Fork mode: 0 once the child has exec'd (EOF: the pipe closed at exec),
+ * 1 with rep filled when it failed, -ETIMEDOUT past wait_ms, or -errno. */
+static int child_await_exec(int fd, int wait_ms, struct child_report *rep)
+{
+	int64_t deadline = tk_deadline_ms(wait_ms);
+
+	for (;;) {
+		int r = tk_wait_fd(fd, POLLIN, deadline);
+		ssize_t n;
+		if (r < 0)
+			return r;
+		if (r == 0)
+			return -ETIMEDOUT;
+		n = read(fd, rep, sizeof *rep);
+		if (n == (ssize_t)sizeof *rep)
+			return 1;
+		if (n == 0)
+			return 0;
+		if (n < 0 && errno != EINTR && errno != EAGAIN)
+			return -errno;
+	}
+}
+
 /* Runs child_main through clone3 (legacy: clone) and collects what it
- * reported. 0 with pid and pidfd in res, or -errno. */
+ * reported. 0 with pid and pidfd in res, or -errno.
+ *
+ * A child that changes its uid runs in fork mode, in its own copy of
+ * memory: from its setuid to its exec, the service's user may signal it,
+ * and a SIGSTOP there would hold a vfork parent asleep for as long (a
+ * supervisor's whole loop). Its exec is then awaited on a pipe for at most
+ * exec_wait_ms; past that the child is returned unconfirmed, and an exec
+ * that fails later shows only as its exit status, 127. */
 static int spawn_child(const struct tk_spawn_opts *o, struct tk_spawn_result *res, int legacy)
 {
 	struct child_ctx c;
+	struct child_report rep = { 0, NULL };
 	sigset_t all;
 	pid_t pid = -1;
-	int pidfd = -1, r;
+	int pidfd = -1, report[2] = { -1, -1 }, r;
 
 	memset(&c, 0, sizeof c);
 	c.o = o;
 	c.parent = getpid();
+	c.report_fd = -1;
+	if (o->set_uid && o->uid != geteuid()) {
+		if (pipe2(report, O_CLOEXEC) < 0)
+			return -errno;
+		c.report_fd = report[1];
+	}
 	c.moved = calloc(3 + o->nextra_fds, sizeof *c.moved);
 	if (c.moved == NULL)
 		return -ENOMEM;
@@ -557,15 +650,34 @@ static int spawn_child(const struct tk_spawn_opts *o, struct tk_spawn_result *re
 	r = legacy ? spawn_clone(&c, &pid, &pidfd) : spawn_clone3(o, &c, &pid, &pidfd);
 	sigprocmask(SIG_SETMASK, &c.mask, NULL);
 	free(c.moved);
-	if (r < 0)
+	if (report[1] >= 0)
+		close(report[1]);
+	if (r < 0) {
+		if (report[0] >= 0)
+			close(report[0]);
 		return r;
-	if (c.err != 0) {
-		/* The child wrote its errno and exited 127: reap it. */
+	}
+	if (report[0] >= 0) {
+		int w = child_await_exec(report[0], o->exec_wait_ms, &rep);
+		close(report[0]);
+		if (w == -ETIMEDOUT)
+			res->exec_unconfirmed = 1;
+		else if (w < 0)
+			rep.err = -w, rep.step = "exec report";
+		/* A failed child exits 127 at once, unless stopped: KILL wakes it. */
+		if (rep.err != 0)
+			tk_pidfd_signal(pidfd, SIGKILL);
+	} else {
+		rep.err = c.err;
+		rep.step = c.step;
+	}
+	if (rep.err != 0) {
+		/* The child reported its errno and exited 127: reap it. */
 		waitpid(pid, NULL, 0);
 		close(pidfd);
 		res->exec_failed = 1;
-		res->failed_step = c.step;
-		return -c.err;
+		res->failed_step = rep.step;
+		return -rep.err;
 	}
 	if (legacy && o->cgroup_fd >= 0 && (r = attach_after(o, pid, pidfd)) < 0)
 		return r;
@@ -584,6 +696,7 @@ int tk_spawn(const struct tk_spawn_opts *o, struct tk_spawn_result *res)
 	res->mechanism = "clone3";
 	res->exec_failed = 0;
 	res->failed_step = NULL;
+	res->exec_unconfirmed = 0;
 	if (!o->force_posix_spawn) {
 		r = spawn_child(o, res, 0);
 		if (r == 0 || res->exec_failed || (r != -ENOSYS && r != -E2BIG && r != -EPERM))

@@ -26,6 +26,7 @@ int tk_pidfd_of_sender(pid_t pid, const struct timespec *sent_realtime);
 /* Reaps a child through its pidfd. timeout_ms < 0 waits forever;
  * -ETIMEDOUT when it ran out, -ECHILD for a process that is not our child. */
 int tk_pidfd_wait(int pidfd, int64_t timeout_ms, struct tk_exit *out);
+int tk_child_exited(void);
 
 /* One resource limit to set in the child (setrlimit). */
 struct tk_spawn_rlimit {
@@ -81,6 +82,9 @@ struct tk_spawn_opts {
 	int private_keyring;
 	const struct tk_spawn_fd *extra_fds;  /* sorted by target, targets distinct */
 	size_t nextra_fds;
+	/* With set_uid, how long the parent waits for the exec (ms; < 0:
+	 * for ever). See spawn_child. */
+	int exec_wait_ms;
 };
 
 struct tk_spawn_result {
@@ -89,6 +93,7 @@ struct tk_spawn_result {
 	const char *mechanism;      /* "clone3", "clone" or "posix_spawn" */
 	int exec_failed;            /* the error came from the child, not the clone */
 	const char *failed_step;    /* "chdir", "setsid", ... or NULL for exec itself */
+	int exec_unconfirmed;       /* exec_wait_ms passed before the child reached exec */
 };
 
 /* 0 with pid and pidfd set, or -errno. Exec errors (ENOENT, EACCES, a bad

@@ -11,6 +11,7 @@
 #include "host.h"
 #include "mountinfo.h"
 #include "procinfo.h"
+#include "process.h"
 
 /* core.loadavg() -> {load1, load5, load15, running, tasks, last_pid}
  * (/proc/loadavg; tasks counts threads) | nil, msg, errno */
@@ -221,6 +222,23 @@ static int l_task_children(lua_State *L)
 	return 1;
 }
 
+/* core.child_exited() -> pid | false: a child of this process that has
+ * exited and is not yet reaped (left so), false when none | nil, msg, errno */
+static int l_child_exited(lua_State *L)
+{
+	int r;
+
+	tk_check_nargs(L, 0);
+	r = tk_child_exited();
+	if (r < 0)
+		return tk_push_error(L, "waitid", r);
+	if (r == 0)
+		lua_pushboolean(L, 0);
+	else
+		lua_pushinteger(L, r);
+	return 1;
+}
+
 void tk_host_open_lib(lua_State *L)
 {
 	static const luaL_Reg funcs[] = {
@@ -234,6 +252,7 @@ void tk_host_open_lib(lua_State *L)
 		{ "proc_hidepid", l_proc_hidepid },
 		{ "proc_cgroup", l_proc_cgroup },
 		{ "task_children", l_task_children },
+		{ "child_exited", l_child_exited },
 		{ NULL, NULL },
 	};
 	luaL_setfuncs(L, funcs, 0);

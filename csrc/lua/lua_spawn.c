@@ -687,6 +687,16 @@ static void scalar_options(lua_State *L, struct spawn_state *st)
 	}
 	lua_pop(L, 1);
 	st->o.no_new_privs = boolean_option(L, "no_new_privs");
+	st->o.exec_wait_ms = 1000;
+	if (lua_getfield(L, 1, "exec_timeout") != LUA_TNIL) {
+		lua_Number t = lua_tonumber(L, -1);
+		if (lua_type(L, -1) != LUA_TNUMBER)
+			option_type_error(L, "exec_timeout", "number of seconds", -1);
+		if (!(t >= 0))
+			spawn_error(L, "option 'exec_timeout': seconds >= 0 expected");
+		st->o.exec_wait_ms = t >= (lua_Number)INT32_MAX / 1000 ? -1 : (int)(t * 1000);
+	}
+	lua_pop(L, 1);
 	if (lua_getfield(L, 1, "keyring") != LUA_TNIL) {
 		const char *v = checked_string(L, -1, "keyring");
 		luaL_argcheck(L, strcmp(v, "private") == 0 || strcmp(v, "inherit") == 0, 1,
@@ -994,6 +1004,12 @@ static int spawn_options(lua_State *L, struct spawn_state *st, int io_idx)
  *   that spawned exits), `no_new_privs = true`, `keyring = "private"` (a new
  *   session keyring of its own, as systemd's KeyringMode=private; default
  *   "inherit"; skipped where the kernel or a seccomp filter has none).
+ * - `exec_timeout` (seconds, default 1; `math.huge`: for ever): with a
+ *   `user` other than the caller's, the child runs in its own copy of
+ *   memory (fork, not vfork), since from its setuid to its exec that user
+ *   may stop it; spawn waits this long for the exec. Past it the child is
+ *   returned with `.exec_unconfirmed = true`, and an exec that fails later
+ *   shows only as exit status 127.
  * - `fds = {[3] = f, ...}`: more descriptors (fd, file or `:fileno()`) at
  *   the numbers 3..65535; every other descriptor is closed in the child.
  * - `setsid`, `pgroup` (true: a new group; or a pgid), `cgroup` (a
@@ -1005,7 +1021,7 @@ static int spawn_options(lua_State *L, struct spawn_state *st, int io_idx)
  * @function spawn
  * @tparam table t `{prog, arg1, ..., env=, cwd=, cgroup=, stdin=, stdout=,
  *   stderr=, setsid=, pgroup=, cgroup_fallback=, user=, group=, groups=,
- *   umask=, rlimits=, pdeathsig=, no_new_privs=, keyring=, fds=}`
+ *   umask=, rlimits=, pdeathsig=, no_new_privs=, keyring=, exec_timeout=, fds=}`
  * @treturn[1] pidfd the child, with `.pid`, `.mechanism` ("clone3";
  *   "clone" or "posix_spawn" where clone3 is refused), and `.stdin` /
  *   `.stdout` / `.stderr` pipe objects for "pipe": their own owners, so
@@ -1037,6 +1053,10 @@ static int l_spawn(lua_State *L)
 		return tk_push_error(L, ctx, r);
 	}
 	tk_pidfd_fill(L, 4, res.pidfd, res.pid, res.mechanism);
+	if (res.exec_unconfirmed) {
+		lua_pushboolean(L, 1);
+		lua_setfield(L, 3, "exec_unconfirmed");
+	}
 	lua_pushvalue(L, 3);
 	lua_setiuservalue(L, 4, 1);
 	spawn_state_free(st);

@@ -225,7 +225,7 @@ M.process = core.process
 local spawn_options = {
   env = "any", cwd = "any", cgroup = "any", stdin = "any", stdout = "any", stderr = "any", setsid = "any",
   pgroup = "any", cgroup_fallback = "any", user = "any", group = "any", groups = "any", umask = "any",
-  rlimits = "any", pdeathsig = "any", no_new_privs = "any", keyring = "any", fds = "any",
+  rlimits = "any", pdeathsig = "any", no_new_privs = "any", keyring = "any", exec_timeout = "any", fds = "any",
 }
 -- The argv is the integer keys; core.spawn checks the values.
 local spawn_how = { required = true, positional = true }
@@ -447,7 +447,12 @@ end
 --- The Prometheus text format as a library (`takana.prometheus.new()`); see
 -- the takana.prometheus module. Loaded on first use, as `takana.cgroup`.
 -- @field prometheus
-local lazy_fields = { cgroup = "takana.cgroup", prometheus = "takana.prometheus" }
+
+--- The JSON codec of the CLI (`takana.json.encode(v)`: one line, pure
+-- ASCII; `takana.json.decode(s)`), for scripts that log JSON lines. Loaded
+-- on first use, as `takana.cgroup`.
+-- @field json
+local lazy_fields = { cgroup = "takana.cgroup", prometheus = "takana.prometheus", json = "takana.json" }
 setmetatable(M, { __index = function(t, k)
   local name = lazy_fields[k]
   if not name then return nil end

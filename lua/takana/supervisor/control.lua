@@ -3,10 +3,21 @@
 -- takana.ctl's.
 -- @module takana.supervisor
 local C = require "takana.supervisor.class"
-local M, supervisor = C.M, C.supervisor
+local M, supervisor, now = C.M, C.supervisor, C.now
 local signum = C.signum
 local E = C.E
 local EAGAIN, EBADMSG, ENOENT = E.EAGAIN, E.EBADMSG, E.ENOENT
+
+-- Connections: a user the control option admits could otherwise hold
+-- descriptors until the supervisor has none left to restart services.
+-- Each uid has CONN_PER_UID; together, the uids other than root and the
+-- supervisor's own have CONN_OTHERS, so those two always get in. A
+-- connection that neither sends a request nor takes its answers for
+-- CONN_IDLE seconds is closed.
+local CONN_PER_UID, CONN_OTHERS, CONN_IDLE = 16, 64, 60
+-- Out of descriptors (EMFILE), accept fails and the listener stays ready:
+-- it is left unwatched this long instead of spinning the loop.
+local ACCEPT_PAUSE = 0.5
 
 -- A control request refused: the message, and the errno's stable name
 -- ("ENOENT") for a client to compare (M.metrics returns its number).
@@ -39,26 +50,76 @@ function supervisor:_role(c, uid, gid)
   end
 end
 
+-- Why a peer with a role may not have another connection, or nil.
+function supervisor:_conn_limit(uid)
+  local mine, others = 0, 0
+  for _, conn in pairs(self.conns) do
+    if conn.uid == uid then mine = mine + 1 end
+    if conn.uid ~= 0 and conn.uid ~= self.uid then others = others + 1 end
+  end
+  if mine >= CONN_PER_UID then
+    return ("too many connections: uid %d has %d open"):format(uid, mine)
+  end
+  if uid ~= 0 and uid ~= self.uid and others >= CONN_OTHERS then
+    return ("too many connections: %d open from other users"):format(others)
+  end
+end
+
+local function refuse(c, message, errno)
+  c:write(M.json_encode(refusal(message, errno)) .. "\n")
+  c:close()
+end
+
 function supervisor:_accept()
-  while true do
+  -- A burst of peers waits for the next wake-up past this many.
+  for _ = 1, CONN_PER_UID do
     local c, pid, uid, gid = self.control:accept()
-    if not c then return end
-    -- Without delegation the socket is 0600; the peer's credentials are
-    -- checked as well, so a socket file moved or chmod'ed by mistake still
-    -- admits nobody else.
-    local role = self:_role(c, uid, gid)
-    if not role then
-      c:write(M.json_encode(refusal("permission denied: uid " .. uid, E.EACCES)) .. "\n")
-      c:close()
+    if not c then
+      local errno = uid -- (nil, message, errno)
+      if errno == E.EMFILE or errno == E.ENFILE or errno == E.ENOBUFS or errno == E.ENOMEM then
+        self:_unwatch(self.control)
+        self.accept_paused = now() + ACCEPT_PAUSE
+        self.control_refused = self.control_refused + 1
+      end
+      if errno ~= E.ECONNABORTED then return end
     else
-      local conn = { sock = c, inbuf = "", outbuf = "", pid = pid, uid = uid, role = role }
-      self.conns[c:fileno()] = conn
-      if not self:_watch(c, function() self:_conn_read(conn) end) then
-        self.conns[c:fileno()] = nil
-        c:close()
+      -- Without delegation the socket is 0600; the peer's credentials are
+      -- checked as well, so a socket file moved or chmod'ed by mistake
+      -- still admits nobody else.
+      local role = self:_role(c, uid, gid)
+      local full = role and self:_conn_limit(uid)
+      if not role or full then
+        self.control_refused = self.control_refused + 1
+        if full then refuse(c, full, E.EUSERS) else refuse(c, "permission denied: uid " .. uid, E.EACCES) end
+      else
+        local conn = { sock = c, inbuf = "", outbuf = "", pid = pid, uid = uid, role = role, last = now() }
+        self.conns[c:fileno()] = conn
+        if not self:_watch(c, function() self:_conn_read(conn) end) then
+          self.conns[c:fileno()] = nil
+          c:close()
+        end
       end
     end
   end
+end
+
+-- Control's deadlines, from _tick: the listener back after a pause, and
+-- idle connections closed. The earliest next one, for timeout().
+function supervisor:_conns_tick(t)
+  local at = self.accept_paused
+  if at and t >= at then
+    self.accept_paused, at = nil, nil
+    assert(self:_watch(self.control, function() self:_accept() end))
+  end
+  for _, conn in pairs(self.conns) do
+    local idle = conn.last + CONN_IDLE
+    if t >= idle then
+      self:_conn_close(conn)
+    elseif not at or idle < at then
+      at = idle
+    end
+  end
+  self.conns_deadline = at
 end
 
 function supervisor:_conn_close(conn)
@@ -70,6 +131,7 @@ end
 function supervisor:_conn_read(conn)
   local data, _, errno = conn.sock:read(65536)
   if data == nil and errno == EAGAIN then return end
+  conn.last = now()
   if not data or data == "" then
     conn.eof = true
     if conn.outbuf == "" then return self:_conn_close(conn) end
@@ -101,6 +163,7 @@ function supervisor:_flush(conn)
       return
     end
     conn.outbuf = conn.outbuf:sub(n + 1)
+    conn.last = now()
   end
   if conn.eof then self:_conn_close(conn) end
 end
@@ -135,8 +198,9 @@ function supervisor:_command(line, conn)
   end
   local name = req.name
   if cmd == "status" and name == nil then return { ok = true, services = self:status(), pid = self.pid } end
-  local svc = type(name) == "string" and self.services[name]
-  if not svc then return refusal("no service '" .. tostring(name) .. "'", ENOENT) end
+  if type(name) ~= "string" then return refusal("bad request: 'name' must be a string", E.EINVAL) end
+  local svc = self.services[name]
+  if not svc then return refusal("no service '" .. name .. "'", ENOENT) end
   if cmd == "status" then return { ok = true, services = { self:status_of(svc) } } end
   if cmd == "logs" then
     local n = math.tointeger(req.lines) or 50

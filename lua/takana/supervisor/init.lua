@@ -110,6 +110,16 @@ local function own_cgroup(spec)
         p:close()
       end
     end
+    if not cg and (errno == E.EACCES or errno == EPERM) and core.geteuid() ~= 0 then
+      -- One line that names what to delegate: unprivileged, a supervisor
+      -- runs in a cgroup2 subtree its user owns, as systemd's Delegate=yes.
+      local mine = takana.cgroup.self()
+      err = ("%s; as uid %d a supervisor needs a cgroup2 subtree delegated to this user (systemd: "
+        .. "`systemd-run --user -p Delegate=yes takana supervise FILE`, or Delegate=yes in its unit; or root chowns "
+        .. "a directory and its cgroup.procs, cgroup.subtree_control and cgroup.threads to the user), and cgroup = "
+        .. "a path inside it (this process is in %s)"):format(tostring(err), core.geteuid(), mine and "/" .. mine.relpath or "?")
+      if mine then mine:close() end
+    end
     if not cg then return nil, "supervisor: cgroup " .. spec .. ": " .. tostring(err), errno end
   end
   if cg.relpath == "" then
@@ -149,6 +159,9 @@ end
 --   (its directory 0711 when made) and each connection is judged by its
 --   peer's uid, gid and supplementary groups (`SO_PEERCRED`, `SO_PEERGROUPS`);
 --   this user and root may always do everything, anyone else is refused;
+--   each uid may hold 16 connections, the others than root and this user
+--   64 together, and one idle for 60 s is closed (`sup.control_refused`
+--   counts the refused);
 --   `adopt`: adopt services found running in their cgroups (default: stop
 --   them first); `reload`: `function(sup) -> [declarations [, options]]`
 --   called on SIGHUP and `takana ctl SOCKET reload` (see `sup:reload`);
@@ -197,8 +210,8 @@ function M.new(opts, ...)
     services = {}, order = {}, watched = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
     reload_hook = opts.reload, on_exit = opts.on_exit, on_reload = opts.on_reload, options = given,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
-    log_lines = opts.log_lines or 200, logger_opt = opts.logger, uid = core.geteuid(), shutting = false, done = false, notify_batch = 64,
-    started_at = now(),
+    log_lines = opts.log_lines or 200, logger_opt = opts.logger, uid = core.geteuid(), shutting = false, done = false,
+    notify_batch = 64, started_at = now(), control_refused = 0,
   }, supervisor)
   local cg, err, errno, made = own_cgroup(opts.cgroup)
   if not cg then return nil, err, errno end
@@ -327,7 +340,9 @@ local function active(svc)
 end
 
 function supervisor:_tick()
+  if self.reap_more then self:_reap() end
   local t = now()
+  if self.control then self:_conns_tick(t) end
   for _, name in ipairs(self.order) do
     local svc = self.services[name]
     if svc and svc.notify_paused and t >= svc.notify_paused then
@@ -412,6 +427,8 @@ function supervisor:timeout()
     if svc.want == "up" and (svc.state == "stopped") then best = 0 end
   end
   if self.pending_out then best = math.min(best or 0.05, 0.05) end
+  if self.reap_more then best = 0 end
+  if self.conns_deadline then best = math.min(best or math.huge, math.max(0, self.conns_deadline - t)) end
   -- At most a day: a longer deadline wakes early and waits again.
   return best and math.min(best, 86400)
 end

@@ -429,6 +429,9 @@ function supervisor:_spawn_spec(svc, cg)
   -- Nor its keys: a service run as another user would otherwise possess
   -- the supervisor's session keyring.
   spec.keyring = "private"
+  -- A service's user can stop its child between setuid and exec: the loop
+  -- waits that long at most, and a later exec failure is an exit of 127.
+  spec.exec_timeout = 0.25
   spec.stdin = "null"
   -- stdout and stderr: spawn's non-blocking pipe objects, read by _drain.
   spec.stdout, spec.stderr = "pipe", "pipe"
@@ -568,25 +571,59 @@ local function supervised(pid)
   return false
 end
 
+-- Zombies reaped by one call at most: more wait for the next step, which
+-- comes at once (self.reap_more), so other input is not starved.
+local REAP_BATCH = 256
+
 -- Reaps the zombies among this process's children that services orphaned
 -- (in the cgroup of any supervisor here, even one that is no subreaper,
 -- or a service's cgroup already removed), never a service's own child or
 -- another supervisor's main process. A main process of ours ends its run
 -- with its status, unless `runs` is false (a run is being finished).
+-- waitid(WNOWAIT) names one zombie a call, so the cost follows the
+-- zombies, not the live children: a service that leaves a thousand
+-- orphans alive no longer makes every SIGCHLD walk them all.
 function supervisor:_reap(runs)
-  local others, mains = {}, {}
+  local others, mains, childs = {}, {}, {}
   for sup in pairs(live) do
     for _, svc in pairs(sup.services) do
-      if svc.child then others[svc.child.pid] = true end
+      if svc.child then
+        others[svc.child.pid] = true
+        if sup == self then childs[svc.child.pid] = svc end
+      end
       if svc.mainfd then
         if sup == self then mains[svc.main_pid] = svc else others[svc.main_pid] = true end
       end
     end
   end
+  self.reap_more = nil
+  for _ = 1, REAP_BATCH do
+    local pid = core.child_exited()
+    if not pid then return end
+    local svc = mains[pid] or childs[pid]
+    if svc then
+      -- (a hook run by an earlier exit may have ended this run)
+      if runs ~= false and svc.mainfd and svc.main_pid == pid then
+        self:_main_exit(svc)
+      elseif runs ~= false and svc.child and svc.child.pid == pid then
+        self:_child_exit(svc)
+      end
+    elseif not others[pid] and (self.init or supervised(pid)) then
+      local fd = takana.pidfd(pid)
+      if fd then fd:wait(0) fd:close() end
+    end
+    -- A zombie that is not ours to reap here heads waitid's list (a child
+    -- this process started itself, another supervisor's): past it, only
+    -- a walk of every child finds the others.
+    if core.child_exited() == pid then return self:_reap_walk(runs, others, mains) end
+  end
+  self.reap_more = true
+end
+
+function supervisor:_reap_walk(runs, others, mains)
   for _, pid in ipairs(own_children()) do
     local svc = mains[pid]
     if svc then
-      -- (a hook run by an earlier _main_exit may have ended this run)
       if runs ~= false and svc.mainfd and svc.main_pid == pid and not svc.mainfd:alive() then
         self:_main_exit(svc)
       end
