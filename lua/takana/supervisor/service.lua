@@ -796,7 +796,9 @@ function supervisor:_schedule(svc, rec)
       return self:_fail(svc, "restart function returned " .. tostring(d) .. " (a delay in seconds or false expected)")
     end
   elseif svc.restart == "always" or (svc.restart == "on-failure" and failed) then
-    delay = math.min(b.max, b.initial * b.factor ^ svc.fails)
+    -- (initial 0 stays 0: 0 * factor ^ 1024 would be 0 * inf, NaN, a
+    -- deadline never reached)
+    delay = b.initial == 0 and 0 or math.min(b.max, b.initial * b.factor ^ svc.fails)
   end
   -- The watchdog's and the readiness timeout's reasons outlive the run
   -- they ended (dependents waiting on it show them).
