@@ -169,6 +169,7 @@ bench: deps all bench/takana_bench.so bench/cgroup_floor bench/events_reader spe
 	$(LUA) bench/events.lua
 	$(LUA) bench/psutil.lua
 	$(LUA) bench/supervise.lua
+	$(LUA) bench/logflood.lua
 	$(LUA) bench/coldstart.lua
 	$(LUA) bench/command.lua
 	$(LUA) bench/examples.lua

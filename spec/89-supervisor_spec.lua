@@ -475,6 +475,17 @@ describe("takana.supervisor", function()
     assert.equal(2, flaky.fails)
   end)
 
+  it("backoff initial = 0 restarts at once after a thousand failures too #root", function()
+    if why then return pending(why) end
+    new()
+    local svc = sup:service { name = "f", cmd = { "false" }, backoff = { initial = 0 }, start_limit = { burst = 0 } }
+    assert.is_true(run_until(sup, function() return svc.last_exit ~= nil end, 10))
+    svc.fails = 1100 -- (2 ^ 1100 is inf in a float: 0 * inf was NaN, a deadline never reached)
+    local restarts = svc.restarts
+    assert.is_true(run_until(sup, function() return svc.restarts >= restarts + 2 end, 10))
+    assert.equal(0, svc.next_delay)
+  end)
+
   it("a clean shutdown removes the cgroups, sockets and runtime directory it made, and nothing else #root", function()
     if why then return pending(why) end
     local lfs = require "lfs"
@@ -903,7 +914,7 @@ return sup
     end
     assert.is_true(total <= 3 * (1024 * 1024 + 200), "log files hold " .. total .. " bytes")
     assert.is_nil(io.open(logdir .. "/flood.log.3"))
-    assert.matches("stdout a+$", svc.lines[#svc.lines])
+    assert.matches("stdout a+$", sup:logs("flood", 1)[1])
   end)
 
   it("control connections are bounded: 16 a uid, idle ones closed, and out of descriptors the listener rests #root", function()

@@ -259,6 +259,76 @@ ssize_t tk_unix_send(int fd, const void *buf, size_t len)
 	return n < 0 ? -errno : n;
 }
 
+ssize_t tk_unix_send_fd(int fd, const void *buf, size_t len, int passfd)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { (void *)(uintptr_t)buf, len };
+	struct msghdr mh;
+	struct cmsghdr *c;
+	ssize_t n;
+
+	memset(&mh, 0, sizeof mh);
+	memset(&ctl, 0, sizeof ctl);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = ctl.b;
+	mh.msg_controllen = sizeof ctl.b;
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &passfd, sizeof(int));
+	do
+		n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n;
+}
+
+ssize_t tk_unix_recv_fds(int fd, void *buf, size_t cap, int *fds, size_t *nfds)
+{
+	union {
+		char b[CMSG_SPACE(TK_SCM_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct tk_unix_sender s;
+	struct iovec iov = { buf, cap };
+	struct msghdr mh;
+	ssize_t n;
+
+	*nfds = 0;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = ctl.b;
+	mh.msg_controllen = sizeof ctl.b;
+	do
+		n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	tk_unix_cmsg_parse(ctl.b, mh.msg_controllen, &s, fds, nfds);
+	/* (a stream socket carries no pidfd unless asked: none kept) */
+	if (s.pidfd >= 0)
+		close(s.pidfd);
+	return n;
+}
+
+int tk_unix_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid)
+{
+	struct ucred uc;
+	socklen_t len = sizeof uc;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0)
+		return -errno;
+	*pid = uc.pid;
+	*uid = uc.uid;
+	*gid = uc.gid;
+	return 0;
+}
+
 void tk_unix_close(int fd, struct tk_fd_drops *drops)
 {
 	/* A datagram socket's queue may still hold what senders passed,

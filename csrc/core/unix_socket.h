@@ -76,6 +76,21 @@ ssize_t tk_unix_recv(int fd, void *buf, size_t cap, struct tk_fd_drops *drops, i
  * on EINTR: bytes written (maybe fewer), or -errno. */
 ssize_t tk_unix_send(int fd, const void *buf, size_t len);
 
+/* send(2) of buf on a connected stream socket with descriptor passfd
+ * attached (SCM_RIGHTS), never blocking nor raising SIGPIPE: bytes written
+ * (the descriptor went with the first of them), or -errno. */
+ssize_t tk_unix_send_fd(int fd, const void *buf, size_t len, int passfd);
+
+/* recvmsg(2) on a stream socket, without blocking, into buf (cap bytes),
+ * the descriptors passed with those bytes (O_CLOEXEC, at most
+ * TK_SCM_FDS_MAX) into fds, *nfds their count, the caller's from here.
+ * Bytes read (0 at end of file), or -errno. */
+ssize_t tk_unix_recv_fds(int fd, void *buf, size_t cap, int *fds, size_t *nfds);
+
+/* The connected peer's SO_PEERCRED (who connected, or who listened for a
+ * socket that connected): 0, or -errno. */
+int tk_unix_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+
 /* Closes a socket. With drops (a datagram socket's), the last close, which
  * releases what its queue still holds, happens on a closing thread, or
  * defused here when none can be had; drops is not released. */

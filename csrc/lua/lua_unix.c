@@ -7,10 +7,12 @@
  * handed to a child stays blocking, since the child's programs expect it. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "binding.h"
 #include "epoll_set.h"
@@ -32,6 +34,7 @@ struct lunix {
 
 #define MAX_READ (1 << 20)
 #define EPOLL_BATCH 64
+#define RECV_FDS_MAX 16
 
 static struct lunix *ux_check(lua_State *L, int idx)
 {
@@ -418,6 +421,125 @@ static int ux_write(lua_State *L)
 	return 1;
 }
 
+/*** Writes data with a descriptor attached (SCM_RIGHTS): how a
+ * supervisor hands a service's output pipe to its logger. The receiver
+ * gets its own descriptor for the same open file; ours stays open.
+ * @function socket:send_fd
+ * @string data at least one byte (the descriptor travels with the first)
+ * @tparam handle obj a takana handle (a pipe, a socket...) whose descriptor is passed
+ * @treturn[1] int bytes written (maybe fewer than given)
+ * @treturn[2] nil, message, errno (EAGAIN: full; EPIPE: the peer left) */
+static int ux_send_fd(lua_State *L)
+{
+	struct lunix *u = ux_check(L, 1);
+	size_t len;
+	const char *s = luaL_checklstring(L, 2, &len);
+	struct tk_handle *h = tk_handle_test(L, 3);
+	ssize_t n;
+
+	tk_check_nargs(L, 3);
+	if (u->kind != UX_STREAM)
+		luaL_error(L, "send_fd: not a stream (this one is %s)", kind_names[u->kind]);
+	if (len == 0)
+		luaL_argerror(L, 2, "at least one byte expected");
+	if (h == NULL)
+		return luaL_typeerror(L, 3, "takana handle");
+	if (h->fd < 0)
+		return luaL_argerror(L, 3, "attempt to pass a closed handle");
+	n = tk_unix_send_fd(u->h.fd, s, len, h->fd);
+	if (n < 0)
+		return tk_push_error(L, "send_fd", (int)n);
+	lua_pushinteger(L, n);
+	return 1;
+}
+
+/*** Reads what is there, up to max bytes (default 64 KiB, at most 1 MiB),
+ * with the descriptors passed along (SCM_RIGHTS) as pipe read ends
+ * (non-blocking, close-on-exec; `pipe:read` reads them).
+ * @function socket:recv_fds
+ * @int[opt] max
+ * @treturn[1] string data, "" at end of file
+ * @treturn[1] {pipe,...} the descriptors received with it (maybe none)
+ * @treturn[2] nil, message, errno (EAGAIN: nothing yet) */
+static int ux_recv_fds(lua_State *L)
+{
+	struct lunix *u = ux_check(L, 1);
+	lua_Integer max = luaL_optinteger(L, 2, 65536);
+	int fds[TK_SCM_FDS_MAX];
+	struct tk_handle *slots[RECV_FDS_MAX];
+	size_t nfds = 0;
+	luaL_Buffer b;
+	ssize_t n;
+	char *p;
+
+	tk_check_nargs(L, 2);
+	if (u->kind != UX_STREAM)
+		luaL_error(L, "recv_fds: not a stream (this one is %s)", kind_names[u->kind]);
+	if (max < 1 || max > MAX_READ)
+		luaL_argerror(L, 2, "1..1048576 bytes expected");
+	lua_settop(L, 2);
+	/* Closed pipe objects first, one a descriptor a message may carry: a
+	 * memory error once descriptors arrived would leak them. (A stream
+	 * read stops after the first message that passed descriptors; more
+	 * than RECV_FDS_MAX in it are closed by the kernel, MSG_CTRUNC.) */
+	lua_createtable(L, RECV_FDS_MAX, 0); /* 3: the pipes */
+	for (int i = 0; i < RECV_FDS_MAX; i++) {
+		slots[i] = tk_pipe_new(L, 0);
+		lua_rawseti(L, 3, i + 1);
+	}
+	p = luaL_buffinitsize(L, &b, (size_t)max);
+	n = tk_unix_recv_fds(u->h.fd, p, (size_t)max, fds, &nfds);
+	if (n < 0)
+		return tk_push_error(L, "recv_fds", (int)n);
+	for (size_t i = 0; i < nfds; i++) {
+		/* Ours non-blocking, for an event loop (the flag is the open
+		 * file's: the sender's end was non-blocking already). */
+		int fl = fcntl(fds[i], F_GETFL);
+		if (fl >= 0)
+			(void)fcntl(fds[i], F_SETFL, fl | O_NONBLOCK);
+		if (i >= RECV_FDS_MAX) {
+			close(fds[i]);
+			continue;
+		}
+		slots[i]->fd = fds[i];
+	}
+	for (size_t i = nfds < RECV_FDS_MAX ? nfds : RECV_FDS_MAX; i < RECV_FDS_MAX; i++) {
+		lua_pushnil(L);
+		lua_rawseti(L, 3, (lua_Integer)i + 1);
+	}
+	luaL_pushresultsize(&b, (size_t)n); /* the buffer's slot sits above 3 */
+	if (nfds > 0)
+		tk_handle_opened(L, fds[nfds - 1]);
+	lua_pushvalue(L, 3);
+	return 2;
+}
+
+/*** The connected peer's credentials (SO_PEERCRED): of who connected, on
+ * an accepted socket; of who listened, on a connected one.
+ * @function socket:peer
+ * @treturn[1] int pid
+ * @treturn[1] int uid
+ * @treturn[1] int gid
+ * @treturn[2] nil, message, errno */
+static int ux_peer(lua_State *L)
+{
+	struct lunix *u = ux_check(L, 1);
+	pid_t pid = 0;
+	uid_t uid = (uid_t)-1;
+	gid_t gid = (gid_t)-1;
+	int r;
+
+	tk_check_nargs(L, 1);
+	ux_require(L, u, UX_STREAM, "peer");
+	r = tk_unix_peer_cred(u->h.fd, &pid, &uid, &gid);
+	if (r < 0)
+		return tk_push_error(L, "peer: SO_PEERCRED", r);
+	lua_pushinteger(L, pid);
+	lua_pushinteger(L, (lua_Integer)(int)uid);
+	lua_pushinteger(L, (lua_Integer)(int)gid);
+	return 3;
+}
+
 /*** What the descriptor is: "datagram socket", "stream socket"...
  * @function socket:kind */
 static int ux_kind(lua_State *L)
@@ -435,6 +557,9 @@ void tk_unix_open_lib(lua_State *L)
 		{ "peer_groups", ux_peer_groups },
 		{ "read", ux_read },
 		{ "write", ux_write },
+		{ "send_fd", ux_send_fd },
+		{ "recv_fds", ux_recv_fds },
+		{ "peer", ux_peer },
 		{ "add", ux_epoll_add },
 		{ "del", ux_epoll_del },
 		{ "wait", ux_epoll_wait },

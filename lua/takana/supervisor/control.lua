@@ -18,6 +18,16 @@ local CONN_PER_UID, CONN_OTHERS, CONN_IDLE = 16, 64, 60
 -- Out of descriptors (EMFILE), accept fails and the listener stays ready:
 -- it is left unwatched this long instead of spinning the loop.
 local ACCEPT_PAUSE = 0.5
+-- Requests answered a wake-up, per connection: the rest wait for the next
+-- step (self.pending_in), so one peer's pipeline never holds the loop.
+local REQUESTS_A_WAKE = 64
+-- A peer that sends requests and never reads the answers: past this many
+-- bytes unread, it is dropped.
+local OUT_MAX = 1048576
+-- _command's answer for a request answered later (logs from the logger).
+local PENDING = {}
+-- How long a logs request waits for the logger.
+local LOGGER_WAIT = 2
 
 -- A control request refused: the message, and the errno's stable name
 -- ("ENOENT") for a client to compare (M.metrics returns its number).
@@ -113,6 +123,12 @@ function supervisor:_conns_tick(t)
   end
   for _, conn in pairs(self.conns) do
     local idle = conn.last + CONN_IDLE
+    if conn.waiting and t >= conn.waiting_since + LOGGER_WAIT then
+      conn.waiting.abandoned, conn.waiting = true, nil
+      self:_conn_answer(conn, refusal(("logs: the logger did not answer within %d s"):format(LOGGER_WAIT), E.ETIMEDOUT))
+    elseif conn.waiting then
+      idle = math.min(idle, conn.waiting_since + LOGGER_WAIT)
+    end
     if t >= idle then
       self:_conn_close(conn)
     elseif not at or idle < at then
@@ -128,12 +144,6 @@ function supervisor:_conn_close(conn)
   conn.sock:close()
 end
 
--- Requests answered a wake-up, per connection: the rest wait for the next
--- step (self.pending_in), so one peer's pipeline never holds the loop.
-local REQUESTS_A_WAKE = 64
--- A peer that sends requests and never reads the answers: past this many
--- bytes unread, it is dropped.
-local OUT_MAX = 1048576
 
 function supervisor:_conn_read(conn)
   local data, _, errno = conn.sock:read(65536)
@@ -141,7 +151,9 @@ function supervisor:_conn_read(conn)
   conn.last = now()
   if not data or data == "" then
     conn.eof = true
-    if conn.outbuf == "" and not conn.inbuf:find("\n", 1, true) then return self:_conn_close(conn) end
+    if conn.outbuf == "" and not conn.waiting and not conn.inbuf:find("\n", 1, true) then
+      return self:_conn_close(conn)
+    end
   else
     conn.inbuf = conn.inbuf .. data
     if #conn.inbuf > 65536 and not conn.inbuf:find("\n", 1, true) then
@@ -159,16 +171,20 @@ function supervisor:_conn_serve(conn)
   local buf, pos, answers = conn.inbuf, 1, {}
   local size = #conn.outbuf
   for _ = 1, REQUESTS_A_WAKE do
+    if conn.waiting then break end
     if size > OUT_MAX then
       conn.outbuf, conn.eof, answers, buf, pos = "", true, {}, "", 1
       break
     end
     local nl = buf:find("\n", pos, true)
     if not nl then break end
-    local answer = M.json_encode(self:_command(buf:sub(pos, nl - 1), conn, OUT_MAX - size)) .. "\n"
-    answers[#answers + 1] = answer
-    size = size + #answer
+    local answer = self:_command(buf:sub(pos, nl - 1), conn, OUT_MAX - size)
     pos = nl + 1
+    if answer ~= PENDING then
+      answer = M.json_encode(answer) .. "\n"
+      answers[#answers + 1] = answer
+      size = size + #answer
+    end
   end
   conn.inbuf = buf:sub(pos)
   if conn.inbuf:find("\n", 1, true) then self.pending_in = true end
@@ -187,7 +203,7 @@ function supervisor:_flush(conn)
     conn.outbuf = conn.outbuf:sub(n + 1)
     conn.last = now()
   end
-  if conn.eof and not conn.inbuf:find("\n", 1, true) then self:_conn_close(conn) end
+  if conn.eof and not conn.waiting and not conn.inbuf:find("\n", 1, true) then self:_conn_close(conn) end
 end
 
 function supervisor:_flush_conns()
@@ -201,6 +217,27 @@ function supervisor:_flush_conns()
       self:_flush(conn)
     end
   end
+end
+
+-- The newest of lines that fit an answer in room bytes (JSON can make a
+-- byte six); `truncated` says older ones were left out.
+local function logs_answer(lines, room)
+  local first, budget, truncated = #lines + 1, (room or OUT_MAX) // 6, nil
+  while first > 1 do
+    budget = budget - #tostring(lines[first - 1]) - 8
+    if budget < 0 then truncated = true break end
+    first = first - 1
+  end
+  return { ok = true, lines = setmetatable(table.move(lines, first, #lines, 1, {}), M.array), truncated = truncated }
+end
+
+
+-- A late answer for conn, if it is still open; its next requests follow.
+function supervisor:_conn_answer(conn, answer)
+  if self.conns[conn.sock:fileno()] ~= conn then return end
+  conn.outbuf = conn.outbuf .. M.json_encode(answer) .. "\n"
+  self.pending_in = true
+  self:_flush(conn)
 end
 
 local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true,
@@ -231,17 +268,25 @@ function supervisor:_command(line, conn, room)
   if not svc then return refusal("no service '" .. name .. "'", ENOENT) end
   if cmd == "status" then return { ok = true, services = { self:status_of(svc) } } end
   if cmd == "logs" then
-    -- The newest lines, as many as asked while the answer fits the room
-    -- the connection has left (JSON can make a byte six); `truncated` says
-    -- that older ones were left out.
-    local n, ring = math.tointeger(req.lines) or 50, svc.lines
-    local first, budget, truncated = #ring + 1, (room or OUT_MAX) // 6, nil
-    while first > 1 and #ring - first + 1 < n do
-      budget = budget - #ring[first - 1] - 8
-      if budget < 0 then truncated = true break end
-      first = first - 1
-    end
-    return { ok = true, lines = setmetatable(table.move(ring, first, #ring, 1, {}), M.array), truncated = truncated }
+    -- From the ring at once, or from the logger when its answer comes:
+    -- the loop does not wait for it (a flooded logger could hold it), and
+    -- this connection's next requests wait, so answers keep their order.
+    local n = math.tointeger(req.lines) or 50
+    if not conn then return logs_answer(self:_tail(svc, n), room) end
+    local now_answer
+    local waiter = self:_tail(svc, n, function(lines)
+      local answer = logs_answer(lines or table.move(svc.lines, math.max(1, #svc.lines - n + 1), #svc.lines, 1, {}),
+        room)
+      if conn.waiting then
+        conn.waiting = nil
+        self:_conn_answer(conn, answer)
+      else
+        now_answer = answer
+      end
+    end)
+    if now_answer then return now_answer end
+    conn.waiting, conn.waiting_since = waiter, now()
+    return PENDING
   end
   if cmd == "signal" then
     local ok, sig = pcall(signum, "signal", 2, req.signal or "TERM")

@@ -37,7 +37,7 @@ M.array = json.array
 local sup_options = { cgroup = "string|userdata", log = "string|function|boolean", control = "string|table",
   adopt = "boolean", reload = "function", signals = "boolean", runtime = "string", subreaper = "boolean",
   log_size = "number", log_files = "number", log_lines = "number", on_exit = "function", init = "boolean",
-  main = "string", on_reload = "function" }
+  main = "string", on_reload = "function", logger = "boolean|table" }
 C.sup_options = sup_options
 
 --- Supervisor options `new` gives a supervisor whose caller left them
@@ -145,6 +145,10 @@ end
 --   files of `log_size` bytes, default 5 x 1 MiB), or `function(name,
 --   stream, line)`, or false (lines are only kept in memory);
 --   `log_lines`: lines kept in memory a service for `logs` (default 200);
+--   `logger`: lines bound for a log directory are read and written by a
+--   logger process that outlives the supervisor (default true; false: by
+--   the supervisor's own loop; `{prog, args...}`: the Lua interpreter to
+--   run it with, instead of this process's own);
 --   `control`: a unix socket path for `takana ctl` (mode 0600, at most 107
 --   bytes; its directory is made 0700 when missing, and must be this
 --   user's own and writable by no one else, as the runtime directory), or
@@ -206,8 +210,8 @@ function M.new(opts, ...)
     services = {}, order = {}, watched = {}, conns = {}, log = opts.log, adopt = opts.adopt == true,
     reload_hook = opts.reload, on_exit = opts.on_exit, on_reload = opts.on_reload, options = given,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
-    log_lines = opts.log_lines or 200, uid = core.geteuid(), shutting = false, done = false, notify_batch = 64,
-    started_at = now(), control_refused = 0,
+    log_lines = opts.log_lines or 200, logger_opt = opts.logger, uid = core.geteuid(), shutting = false, done = false,
+    notify_batch = 64, started_at = now(), control_refused = 0, logger_waiters = {},
   }, supervisor)
   local cg, err, errno, made = own_cgroup(opts.cgroup)
   if not cg then return nil, err, errno end
@@ -500,6 +504,7 @@ function supervisor:close()
       svc.cg, svc.cg_watched = nil, false
     end
   end
+  self:_logger_close(shut_down)
   for _, c in pairs(self.conns) do c.sock:close() end
   self.conns = {}
   if self.control then
@@ -541,7 +546,7 @@ end
 -- configuration; they are killed (their processes have nobody to watch).
 function supervisor:_sweep()
   for _, name in ipairs(self.cg:children() or {}) do
-    if not self.services[name] then
+    if not self.services[name] and name ~= C.LOGGER_CGROUP then
       local cg = takana.cgroup(self.cg.relpath .. "/" .. name)
       if cg then
         if populated(cg) then cg:kill { wait = 5 } end
@@ -667,6 +672,7 @@ require "takana.supervisor.service"
 require "takana.supervisor.notify"
 require "takana.supervisor.log"
 require "takana.supervisor.control"
+require "takana.supervisor.logger"
 require "takana.supervisor.reload"
 
 return M

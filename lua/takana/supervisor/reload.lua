@@ -29,7 +29,7 @@ local limit_defaults = {
 -- cgroup, sockets, signal handling, the hook itself): a changed one
 -- refuses the reload with the reason. The others (log, log_size,
 -- log_files, log_lines, on_exit, on_reload, main, adopt) apply live.
-local sup_restart_only = { "cgroup", "control", "runtime", "signals", "subreaper", "init", "reload" }
+local sup_restart_only = { "cgroup", "control", "runtime", "signals", "subreaper", "init", "reload", "logger" }
 
 local function array(t) return setmetatable(t or {}, M.array) end
 

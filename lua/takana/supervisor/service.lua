@@ -476,10 +476,11 @@ function supervisor:_started(svc, child, cg, t, ch)
   svc.main_exited = nil
   svc.log_halted = nil -- a rotation that failed is tried again this run
   svc.out, svc.err = child.stdout, child.stderr
+  self:_logger_give(svc) -- (the pipes it takes are closed here)
   -- (descriptors already open: only epoll's own ENOMEM could fail here)
   assert(self:_watch(child, function() self:_child_exit(svc) end))
-  assert(self:_watch(svc.out, function() self:_drain(svc, "out") end))
-  assert(self:_watch(svc.err, function() self:_drain(svc, "err") end))
+  if svc.out then assert(self:_watch(svc.out, function() self:_drain(svc, "out") end)) end
+  if svc.err then assert(self:_watch(svc.err, function() self:_drain(svc, "err") end)) end
   if ch.notify then
     svc.notify = ch.notify
     assert(self:_watch(ch.notify, function() self:_notify(svc) end))
@@ -527,7 +528,11 @@ function supervisor:_start(svc)
   self:_started(svc, child, cg, t, ch)
 end
 
-function supervisor._adopt(_, svc)
+function supervisor:_adopt(svc)
+  -- Its pipes are the logger's, when an earlier supervisor gave them.
+  local sink = svc.log
+  if sink == nil then sink = self.log end
+  svc.logger = type(sink) == "string" and self:_logger() ~= nil or nil
   svc.state = "running"
   svc.ready = true
   svc.adopted = true
@@ -791,7 +796,9 @@ function supervisor:_schedule(svc, rec)
       return self:_fail(svc, "restart function returned " .. tostring(d) .. " (a delay in seconds or false expected)")
     end
   elseif svc.restart == "always" or (svc.restart == "on-failure" and failed) then
-    delay = math.min(b.max, b.initial * b.factor ^ svc.fails)
+    -- (initial 0 stays 0: 0 * factor ^ 1024 would be 0 * inf, NaN, a
+    -- deadline never reached)
+    delay = b.initial == 0 and 0 or math.min(b.max, b.initial * b.factor ^ svc.fails)
   end
   -- The watchdog's and the readiness timeout's reasons outlive the run
   -- they ended (dependents waiting on it show them).
