@@ -1032,8 +1032,8 @@ return sup
     end
     local p = supervise(boxname .. "/deleg/self")
     local uid_file = xdg .. "/uid"
-    for _ = 1, 200 do
-      if H.read(uid_file) or not p:alive() then break end
+    for _ = 1, 1200 do
+      if (H.read(uid_file) or ""):find("\n") or not p:alive() then break end
       takana.poll({}, 0.05)
     end
     if not p:alive() then
