@@ -240,6 +240,59 @@ return sup
     assert.is_nil(takana.cgroup(boxname .. "/sup"))
   end)
 
+  it("ctl logs waits for the logger without the loop: a stalled logger's answer is refused after 2 s, and dropped #root", function()
+    if why then return pending(why) end
+    local asan = os.getenv("TAKANA_ASAN_PRELOAD") and H.lua_argv or nil
+    local sock = dir .. "/ctl.sock"
+    sup = assert(takana.supervisor { cgroup = boxname .. "/sup", runtime = dir .. "/rt", log = dir .. "/log",
+      control = sock, logger = asan })
+    local a = sup:service { name = "a", cmd = { "sh", "-c", "echo one; exec sleep 100" } }
+    for _ = 1, 400 do
+      assert(sup:step(0.05) ~= nil)
+      if a.logger and #(sup:logs("a") or {}) == 1 then break end
+    end
+    assert.is_true(a.logger)
+    -- The logger stopped (as a flooded one would be slow): a logs request
+    -- waits, the loop goes on (status answers meanwhile on another
+    -- connection), and after 2 s the request is refused.
+    local logger = procs(boxname .. "/sup/_logger")[1]
+    local lfd = assert(takana.pidfd(logger))
+    finally(function() lfd:signal("CONT") lfd:close() end)
+    assert(lfd:signal("STOP"))
+    local c1, c2 = assert(core.unix_connect(sock)), assert(core.unix_connect(sock))
+    finally(function() c1:close() c2:close() end)
+    assert(c1:write('{"cmd":"logs","name":"a"}\n{"cmd":"status","name":"a"}\n'))
+    assert(c2:write('{"cmd":"status","name":"a"}\n'))
+    local got = { [c1] = "", [c2] = "" }
+    local function lines(c) return select(2, got[c]:gsub("\n", "")) end
+    for _ = 1, 200 do
+      assert(sup:step(0.05) ~= nil)
+      for c in pairs(got) do
+        if #core.poll_fds({ c:fileno() }, 0) > 0 then got[c] = got[c] .. (c:read(65536) or "") end
+      end
+      if lines(c1) == 2 then break end
+    end
+    assert.equal(1, lines(c2))
+    assert.is_true(S.json_decode(got[c2]:match("^[^\n]*")).ok)
+    local first, second = got[c1]:match("^([^\n]*)\n([^\n]*)\n$")
+    assert.same({ ok = false, errno = "ETIMEDOUT", error = "logs: the logger did not answer within 2 s" },
+      S.json_decode(first))
+    assert.equal("running", S.json_decode(second).services[1].state)
+    -- Resumed, its late answer goes nowhere: the next logs gets its own.
+    assert(lfd:signal("CONT"))
+    assert(c1:write('{"cmd":"logs","name":"a"}\n'))
+    got[c1] = ""
+    for _ = 1, 200 do
+      assert(sup:step(0.05) ~= nil)
+      if #core.poll_fds({ c1:fileno() }, 0) > 0 then got[c1] = got[c1] .. (c1:read(65536) or "") end
+      if lines(c1) == 1 then break end
+    end
+    local answer = S.json_decode(got[c1]:match("^[^\n]*"))
+    assert.is_true(answer.ok)
+    assert.equal(1, #answer.lines)
+    assert.matches("Z stdout one$", answer.lines[1])
+  end)
+
   it("without a logger (not the standalone interpreter) lines are read in-process, and the reason is kept #root", function()
     if why then return pending(why) end
     local saved = _G.arg

@@ -122,7 +122,7 @@ function supervisor:_conns_tick(t)
     assert(self:_watch(self.control, function() self:_accept() end))
   end
   for _, conn in pairs(self.conns) do
-    local idle = conn.last + CONN_IDLE
+    local idle = conn.waiting and math.huge or conn.last + CONN_IDLE
     if conn.waiting and t >= conn.waiting_since + LOGGER_WAIT then
       conn.waiting.abandoned, conn.waiting = true, nil
       self:_conn_answer(conn, refusal(("logs: the logger did not answer within %d s"):format(LOGGER_WAIT), E.ETIMEDOUT))
@@ -139,9 +139,25 @@ function supervisor:_conns_tick(t)
 end
 
 function supervisor:_conn_close(conn)
+  if conn.waiting then conn.waiting.abandoned, conn.waiting = true, nil end
   self:_unwatch(conn.sock)
   self.conns[conn.sock:fileno()] = nil
   conn.sock:close()
+  conn.closed = true
+end
+
+-- A connection is not read while a request of its waits for the logger or
+-- while it holds more unanswered than a full read: its input stays in the
+-- socket (the peer's writes block), not in our memory; it is not polled
+-- either, or its readable socket (an EOF too) would spin the loop.
+function supervisor:_conn_hold(conn)
+  local hold = conn.waiting ~= nil or #conn.inbuf > 65536
+  if hold and not conn.held then
+    self:_unwatch(conn.sock)
+  elseif conn.held and not hold then
+    assert(self:_watch(conn.sock, function() self:_conn_read(conn) end))
+  end
+  conn.held = hold
 end
 
 
@@ -187,9 +203,10 @@ function supervisor:_conn_serve(conn)
     end
   end
   conn.inbuf = buf:sub(pos)
-  if conn.inbuf:find("\n", 1, true) then self.pending_in = true end
+  if not conn.waiting and conn.inbuf:find("\n", 1, true) then self.pending_in = true end
   conn.outbuf = conn.outbuf .. table.concat(answers)
   self:_flush(conn)
+  if not conn.closed then self:_conn_hold(conn) end
 end
 
 function supervisor:_flush(conn)
@@ -234,10 +251,11 @@ end
 
 -- A late answer for conn, if it is still open; its next requests follow.
 function supervisor:_conn_answer(conn, answer)
-  if self.conns[conn.sock:fileno()] ~= conn then return end
+  if conn.closed then return end
   conn.outbuf = conn.outbuf .. M.json_encode(answer) .. "\n"
   self.pending_in = true
   self:_flush(conn)
+  if not conn.closed then self:_conn_hold(conn) end
 end
 
 local commands = { status = true, start = true, stop = true, restart = true, signal = true, logs = true,

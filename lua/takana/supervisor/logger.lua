@@ -84,8 +84,13 @@ local function handle(self, conn, msg)
     local which = msg.stream
     local old = svc[which]
     if old then
-      -- An earlier run's pipe: what it still holds comes first.
-      while svc[which] == old and self:_drain(svc, which) do end
+      -- An earlier run's pipe: what it still holds comes first, up to what
+      -- a pipe can hold (1 MiB: four drains). Not until it is empty: a
+      -- process of the service's user that kept its write end (pidfd_getfd)
+      -- could keep it full, and every other service unread.
+      for _ = 1, 4 do
+        if svc[which] ~= old or not self:_drain(svc, which) then break end
+      end
       if svc[which] == old then
         self:_drain_end(svc, which)
       end
@@ -346,11 +351,9 @@ function supervisor:_logger_read()
         local svc = self.services[msg.name]
         if svc then svc.log_error = msg.error or nil end
       elseif ok and type(msg) == "table" and msg.lines then
-        -- The logger answers in order: the oldest waiter's, else _tail's.
+        -- The logger answers in order: the oldest waiter's.
         local waiter = table.remove(self.logger_waiters, 1)
-        if not waiter then
-          self.logger_reply = msg
-        elseif not waiter.abandoned then
+        if waiter and not waiter.abandoned then
           waiter.done(type(msg.lines) == "table" and msg.lines or {})
         end
       end
@@ -401,38 +404,31 @@ end
 -- `abandoned` set true drops the answer). Without the logger, done runs
 -- at once and nil is returned.
 function supervisor:_tail(svc, n, done)
-  local ring = svc.lines
-  if done and svc.logger and self.logger_conn then
-    local ok, err = send_all(self.logger_conn, json.encode { op = "tail", name = svc.name, n = n } .. "\n")
-    if ok then
-      local waiter = { done = done }
-      self.logger_waiters[#self.logger_waiters + 1] = waiter
-      return waiter
-    end
-    self:_logger_lost(err)
-  end
-  if done then
-    done(table.move(ring, math.max(1, #ring - n + 1), #ring, 1, {}))
-    return nil
-  end
   if svc.logger and self.logger_conn then
-    local conn = self.logger_conn
-    local ok, err = send_all(conn, json.encode { op = "tail", name = svc.name, n = n } .. "\n")
+    local ok, err = send_all(self.logger_conn, json.encode { op = "tail", name = svc.name, n = n } .. "\n")
     if not ok then
       self:_logger_lost(err)
     else
-      self.logger_reply = nil
+      local waiter = { done = done }
+      self.logger_waiters[#self.logger_waiters + 1] = waiter
+      if done then return waiter end
+      -- A library caller's own sup:logs waits here (never the control
+      -- socket's): 2 s at most, then its answer is dropped when it comes.
+      local got
+      waiter.done = function(lines) got = lines or false end
       local deadline = now() + 2
-      while self.logger_conn and not self.logger_reply and now() < deadline do
+      while got == nil and self.logger_conn and now() < deadline do
         self:_logger_read()
-        if not self.logger_reply then core.poll_fds({ conn:fileno() }, 0.05) end
+        if got == nil and self.logger_conn then core.poll_fds({ self.logger_conn:fileno() }, 0.05) end
       end
-      local reply = self.logger_reply
-      self.logger_reply = nil
-      if reply and type(reply.lines) == "table" then return reply.lines end
+      if got then return got end
+      waiter.abandoned = true
     end
   end
-  return table.move(ring, math.max(1, #ring - n + 1), #ring, 1, {})
+  local ring = svc.lines
+  local lines = table.move(ring, math.max(1, #ring - n + 1), #ring, 1, {})
+  if done then done(lines) end
+  return not done and lines or nil
 end
 
 --- The last lines of a service's output (what `takana ctl SOCKET logs`
