@@ -24,6 +24,9 @@ local REQUESTS_A_WAKE = 64
 -- A peer that sends requests and never reads the answers: past this many
 -- bytes unread, it is dropped.
 local OUT_MAX = 1048576
+-- Answer bytes built a step, all connections together (one answer may
+-- pass it: then the next waits).
+local ANSWERS_A_STEP = 1048576
 -- _command's answer for a request answered later (logs from the logger).
 local PENDING = {}
 -- How long a logs request waits for the logger.
@@ -146,12 +149,13 @@ function supervisor:_conn_close(conn)
   conn.closed = true
 end
 
--- A connection is not read while a request of its waits for the logger or
--- while it holds more unanswered than a full read: its input stays in the
--- socket (the peer's writes block), not in our memory; it is not polled
--- either, or its readable socket (an EOF too) would spin the loop.
+-- A connection is not read while a request of its waits for the logger,
+-- while it holds more unanswered than a full read (its input stays in the
+-- socket, the peer's writes block, not in our memory) or once its peer
+-- has shut its side; it is not polled either, or its readable socket
+-- would spin the loop.
 function supervisor:_conn_hold(conn)
-  local hold = conn.waiting ~= nil or #conn.inbuf > 65536
+  local hold = conn.waiting ~= nil or conn.eof == true or #conn.inbuf > 65536
   if hold and not conn.held then
     self:_unwatch(conn.sock)
   elseif conn.held and not hold then
@@ -164,13 +168,15 @@ end
 function supervisor:_conn_read(conn)
   local data, _, errno = conn.sock:read(65536)
   if data == nil and errno == EAGAIN then return end
-  conn.last = now()
   if not data or data == "" then
+    -- (not a sign of life: a half-closed peer's socket is readable for
+    -- ever, so it is held from now on and only written to)
     conn.eof = true
     if conn.outbuf == "" and not conn.waiting and not conn.inbuf:find("\n", 1, true) then
       return self:_conn_close(conn)
     end
   else
+    conn.last = now()
     conn.inbuf = conn.inbuf .. data
     if #conn.inbuf > 65536 and not conn.inbuf:find("\n", 1, true) then
       conn.outbuf = conn.outbuf .. M.json_encode(refusal("request longer than 64 KiB", E.EMSGSIZE)) .. "\n"
@@ -188,6 +194,13 @@ function supervisor:_conn_serve(conn)
   local size = #conn.outbuf
   for _ = 1, REQUESTS_A_WAKE do
     if conn.waiting then break end
+    -- All connections' answers share ANSWERS_A_STEP: past it, the rest
+    -- wait for the next step (sixteen peers asking for 1 MiB of logs each
+    -- held one step for a second).
+    if self.answer_budget <= 0 then
+      self.pending_in = true
+      break
+    end
     if size > OUT_MAX then
       conn.outbuf, conn.eof, answers, buf, pos = "", true, {}, "", 1
       break
@@ -200,6 +213,7 @@ function supervisor:_conn_serve(conn)
       answer = M.json_encode(answer) .. "\n"
       answers[#answers + 1] = answer
       size = size + #answer
+      self.answer_budget = self.answer_budget - #answer
     end
   end
   conn.inbuf = buf:sub(pos)
@@ -221,6 +235,11 @@ function supervisor:_flush(conn)
     conn.last = now()
   end
   if conn.eof and not conn.waiting and not conn.inbuf:find("\n", 1, true) then self:_conn_close(conn) end
+end
+
+-- At each step's start (step), the answers' budget is whole again.
+function supervisor:_conns_budget()
+  self.answer_budget = ANSWERS_A_STEP
 end
 
 function supervisor:_flush_conns()
