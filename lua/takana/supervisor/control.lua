@@ -24,13 +24,24 @@ local REQUESTS_A_WAKE = 64
 -- A peer that sends requests and never reads the answers: past this many
 -- bytes unread, it is dropped.
 local OUT_MAX = 1048576
--- Answer bytes built a step, all connections together (one answer may
--- pass it: then the next waits).
+-- Bytes of logs answers built a step, all connections together (one may
+-- pass it; the next waits for the next step, served first then): sixteen
+-- peers asking for 1 MiB of logs each held a step for a second. Other
+-- answers are small, and never wait behind logs.
 local ANSWERS_A_STEP = 1048576
+-- _command's answer for a request put off to the next step.
+local LATER = {}
 -- _command's answer for a request answered later (logs from the logger).
 local PENDING = {}
 -- How long a logs request waits for the logger.
 local LOGGER_WAIT = 2
+
+-- A peer's string in a refusal: its first 64 bytes (an echo of 64 KiB of
+-- control bytes was a 390 KiB answer).
+local function quoted(v)
+  v = tostring(v)
+  return #v > 64 and v:sub(1, 64) .. "..." or v
+end
 
 -- A control request refused: the message, and the errno's stable name
 -- ("ENOENT") for a client to compare (M.metrics returns its number).
@@ -194,13 +205,6 @@ function supervisor:_conn_serve(conn)
   local size = #conn.outbuf
   for _ = 1, REQUESTS_A_WAKE do
     if conn.waiting then break end
-    -- All connections' answers share ANSWERS_A_STEP: past it, the rest
-    -- wait for the next step (sixteen peers asking for 1 MiB of logs each
-    -- held one step for a second).
-    if self.answer_budget <= 0 then
-      self.pending_in = true
-      break
-    end
     if size > OUT_MAX then
       conn.outbuf, conn.eof, answers, buf, pos = "", true, {}, "", 1
       break
@@ -208,16 +212,25 @@ function supervisor:_conn_serve(conn)
     local nl = buf:find("\n", pos, true)
     if not nl then break end
     local answer = self:_command(buf:sub(pos, nl - 1), conn, OUT_MAX - size)
+    if answer == LATER then
+      -- Next step, before anyone else's (in the order they were put off).
+      if not conn.deferred then
+        conn.deferred = true
+        self.deferred[#self.deferred + 1] = conn
+      end
+      break
+    end
     pos = nl + 1
     if answer ~= PENDING then
+      local large = answer.lines ~= nil
       answer = M.json_encode(answer) .. "\n"
       answers[#answers + 1] = answer
       size = size + #answer
-      self.answer_budget = self.answer_budget - #answer
+      if large then self.answer_budget = self.answer_budget - #answer end
     end
   end
   conn.inbuf = buf:sub(pos)
-  if not conn.waiting and conn.inbuf:find("\n", 1, true) then self.pending_in = true end
+  if not conn.waiting and (conn.deferred or conn.inbuf:find("\n", 1, true)) then self.pending_in = true end
   conn.outbuf = conn.outbuf .. table.concat(answers)
   self:_flush(conn)
   if not conn.closed then self:_conn_hold(conn) end
@@ -237,9 +250,16 @@ function supervisor:_flush(conn)
   if conn.eof and not conn.waiting and not conn.inbuf:find("\n", 1, true) then self:_conn_close(conn) end
 end
 
--- At each step's start (step), the answers' budget is whole again.
+-- At each step's start (step), the logs answers' budget is whole again,
+-- and the connections put off for it are served first, in order.
 function supervisor:_conns_budget()
   self.answer_budget = ANSWERS_A_STEP
+  local queue = self.deferred
+  self.deferred = {}
+  for _, conn in ipairs(queue) do
+    conn.deferred = nil
+    if not conn.closed then self:_conn_serve(conn) end
+  end
 end
 
 function supervisor:_flush_conns()
@@ -287,7 +307,7 @@ function supervisor:_command(line, conn, room)
   if type(req) ~= "table" then return refusal("bad request: " .. tostring(err or "an object expected"), EBADMSG) end
   local cmd = req.cmd
   if not commands[cmd] then
-    return refusal("unknown command '" .. tostring(cmd) .. "' (status, start, stop, restart, signal, logs, reload)",
+    return refusal("unknown command '" .. quoted(cmd) .. "' (status, start, stop, restart, signal, logs, reload)",
       E.EINVAL)
   end
   if conn and conn.role == "read" and not read_only[cmd] then
@@ -302,7 +322,7 @@ function supervisor:_command(line, conn, room)
   if cmd == "status" and name == nil then return { ok = true, services = self:status(), pid = self.pid } end
   if type(name) ~= "string" then return refusal("bad request: 'name' must be a string", E.EINVAL) end
   local svc = self.services[name]
-  if not svc then return refusal("no service '" .. name .. "'", ENOENT) end
+  if not svc then return refusal("no service '" .. quoted(name) .. "'", ENOENT) end
   if cmd == "status" then return { ok = true, services = { self:status_of(svc) } } end
   if cmd == "logs" then
     -- From the ring at once, or from the logger when its answer comes:
@@ -310,6 +330,7 @@ function supervisor:_command(line, conn, room)
     -- this connection's next requests wait, so answers keep their order.
     local n = math.tointeger(req.lines) or 50
     if not conn then return logs_answer(self:_tail(svc, n), room) end
+    if self.answer_budget <= 0 then return LATER end
     local now_answer
     local waiter = self:_tail(svc, n, function(lines)
       local answer = logs_answer(lines or table.move(svc.lines, math.max(1, #svc.lines - n + 1), #svc.lines, 1, {}),
