@@ -181,13 +181,19 @@ describe("examples/runaway.lua #root", function()
     local killer = start("runaway", { "--cgroup", box.name, "--share", "0.2", "--grace", "1", "--timeout", "1",
       "--interval", "0.5", "--json" })
     local st, pt = stubborn:wait(20), plain:wait(20)
+    -- The KILL lands before its line is written: read to that line before stopping the killer.
+    local lines, line = {}, nil
+    repeat
+      line = killer.stdout:read_line(10)
+      lines[#lines + 1] = line
+    until not line or line:find('"action":"kill"', 1, true)
     local rec, out, err = stop(killer, "TERM")
     assert.equal(15, rec.signal, err)
     assert.equal(9, st and st.signal)
     assert.equal(15, pt and pt.signal)
     assert.is_true(idle:alive())
     local did = {}
-    for _, r in ipairs(records(out)) do
+    for _, r in ipairs(records(table.concat(lines, "\n") .. "\n" .. out)) do
       assert.is_not_equal(idle.pid, r.pid)
       did[r.pid] = (did[r.pid] and did[r.pid] .. " " or "") .. r.action
       assert.equal("sh", r.comm)
