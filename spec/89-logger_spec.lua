@@ -293,6 +293,58 @@ return sup
     assert.matches("Z stdout one$", answer.lines[1])
   end)
 
+  it("a tail answer the supervisor does not take for 2 s costs that connection, never the logger; "
+    .. "the supervisor finds it again #root", function()
+    if why then return pending(why) end
+    local asan = os.getenv("TAKANA_ASAN_PRELOAD") and H.lua_argv or nil
+    local sock = dir .. "/ctl.sock"
+    sup = assert(takana.supervisor { cgroup = boxname .. "/sup", runtime = dir .. "/rt", log = dir .. "/log",
+      control = sock, logger = asan })
+    -- 64 KiB tail answers, eight of them: more than the socket holds
+    local chatty = sup:service { name = "chatty", restart = "never",
+      cmd = { "sh", "-c", "yes $(printf %01000d 0) | head -n 300; exec sleep 100" } }
+    local victim = sup:service { name = "victim", restart = "never",
+      cmd = { "sh", "-c", "while :; do echo tick; sleep 0.1; done" } }
+    for _ = 1, 400 do
+      assert(sup:step(0.05) ~= nil)
+      if chatty.logger and victim.logger and #(sup:logs("chatty") or {}) >= 60 then break end
+    end
+    assert.is_true(chatty.logger and victim.logger)
+    local logger_child = sup.logger_child
+    local logger = logger_child.pid
+    local conns = {}
+    finally(function() for _, c in ipairs(conns) do c:close() end end)
+    for i = 1, 8 do
+      conns[i] = assert(core.unix_connect(sock))
+      assert(conns[i]:write('{"cmd":"logs","name":"chatty","lines":200}\n'))
+    end
+    for _ = 1, 100 do
+      assert(sup:step(0.05) ~= nil)
+      if #sup.logger_waiters >= 5 then break end
+    end
+    assert.is_true(#sup.logger_waiters >= 5)
+    H.sleep(3)   -- the loop stalled: the logger gives up on its answers
+    for _ = 1, 100 do
+      assert(sup:step(0.05) ~= nil)
+      if sup.logger_error then break end
+    end
+    assert.matches("^logger lost ", sup.logger_error)
+    -- the logger lives on, with every pipe: the victim is not SIGPIPEd
+    assert.is_true(logger_child:alive())
+    assert.equal("running", victim.state)
+    -- a second on, the next start finds the same logger again
+    H.sleep(1.1)
+    local later = sup:service { name = "later", restart = "never", cmd = { "sh", "-c", "echo later; exec sleep 100" } }
+    for _ = 1, 200 do
+      assert(sup:step(0.05) ~= nil)
+      if later.logger then break end
+    end
+    assert.is_true(later.logger)
+    assert.is_nil(sup.logger_error)
+    assert.same({ logger }, procs(boxname .. "/sup/_logger"))
+    assert.equal("running", victim.state)
+  end)
+
   it("without a logger (not the standalone interpreter) lines are read in-process, and the reason is kept #root", function()
     if why then return pending(why) end
     local saved = _G.arg

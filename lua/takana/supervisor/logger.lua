@@ -59,7 +59,8 @@ function supervisor:_logger_report(svc, conn)
   svc.sent_error = svc.log_error
   local line = json.encode { op = "error", name = svc.name, error = svc.log_error or false } .. "\n"
   for c in pairs(conn and { [conn] = true } or self.conns) do
-    if not send_all(c.sock, line) then self:_logger_drop(c) end
+    -- (a connection dropped meanwhile has a closed socket)
+    if self.conns[c] and not send_all(c.sock, line) then self:_logger_drop(c) end
   end
 end
 
@@ -132,6 +133,7 @@ end
 
 function supervisor:_logger_input(conn)
   for _ = 1, 16 do
+    if not self.conns[conn] then return end   -- dropped by a send that failed
     local data, fds, errno = conn.sock:recv_fds()
     if not data then
       if errno ~= EAGAIN then self:_logger_drop(conn) end
@@ -207,7 +209,10 @@ function C.M._logger_main()
     if ready then
       for i = 1, n do
         local fn = self.watched[ready[i]]
-        if fn then fn() end
+        -- The logger holds every service's output: an error in one
+        -- handler is reported, never the end of the process.
+        local ok, err = pcall(fn or function() end)
+        if not ok then io.stderr:write("takana logger: ", tostring(err), "\n") end
       end
     end
     local t = now()
@@ -319,16 +324,18 @@ end
 -- that has failed (then the supervisor logs in-process, and says why).
 function supervisor:_logger()
   if self.logger_conn then return self.logger_conn end
-  if self.logger_error or self.logger_opt == false then return nil end
+  if self.logger_opt == false then return nil end
+  if self.logger_error and not (self.logger_retry and now() >= self.logger_retry) then return nil end
   local sock = self:_logger_find()
   local err
   if not sock then sock, err = self:_logger_start() end
+  self.logger_retry = nil
   if not sock then
     self.logger_error = "no logger process (" .. tostring(err) .. "): services' output is read in-process"
     io.stderr:write("takana supervisor: ", self.logger_error, "\n")
     return nil
   end
-  self.logger_conn, self.logger_buf = sock, ""
+  self.logger_conn, self.logger_buf, self.logger_error = sock, "", nil
   assert(self:_watch(sock, function() self:_logger_read() end))
   return sock
 end
@@ -361,7 +368,9 @@ function supervisor:_logger_read()
   end
 end
 
--- The logger has gone (a send failed): later pipes are read in-process.
+-- The connection to the logger has gone (a send failed, or the logger
+-- dropped us): pipes are read in-process until the next start of a
+-- service, a second on, finds the logger again (or starts one).
 function supervisor:_logger_lost(err)
   local waiters = self.logger_waiters
   self.logger_waiters = {}
@@ -372,6 +381,7 @@ function supervisor:_logger_lost(err)
   self.logger_conn:close()
   self.logger_conn = nil
   self.logger_error = "logger lost (" .. tostring(err) .. "): services' output is read in-process"
+  self.logger_retry = now() + 1
   io.stderr:write("takana supervisor: ", self.logger_error, "\n")
 end
 
