@@ -563,11 +563,12 @@ describe("takana.supervisor", function()
       "import os, socket, time\n" ..
       "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n" ..
       "s.sendto(b'" .. long:gsub("\n", "\\n") .. "', os.environ['NOTIFY_SOCKET'])\n" ..
+      "s.sendto(b'STATUS=' + b'y' * 300, os.environ['NOTIFY_SOCKET'])\n" ..
       "s.sendto(b'READY=1', os.environ['NOTIFY_SOCKET'])\n" ..
       "time.sleep(100)\n" } }
     assert.is_true(run_until(sup, function() return svc.ready end, 10))
     assert.is_nil(svc.watchdog_s)
-    assert.is_nil(svc.status_text)
+    assert.equal(("y"):rep(256), svc.status_text)   -- a line for ctl status: its first 256 bytes
     assert.equal(1, svc.notify_rejected)
   end)
 
@@ -982,6 +983,8 @@ return sup
     for i = 1, 300 do reqs[i] = ('{"cmd":"status","name":"%s"}'):format(i % 2 == 0 and "a" or "nope") end
     reqs[#reqs + 1] = '{"cmd":"logs","name":"a","lines":5000}'
     reqs[#reqs + 1] = '{"cmd":"logs","name":{}}'
+    reqs[#reqs + 1] = ('{"cmd":"status","name":"%s"}'):format(("x"):rep(5000))   -- refused unread
+    reqs[#reqs + 1] = '{"cmd":"status","name":"a"}'
     assert(c:write(table.concat(reqs, "\n") .. "\n"))
     local got, answers = "", {}
     assert.is_true(run_until(sup, function()
@@ -1000,6 +1003,8 @@ return sup
     assert.is_true(#logs.lines > 100 and #logs.lines < 3000)
     assert.matches("stdout 0+2999$", logs.lines[#logs.lines])
     assert.same({ ok = false, errno = "EINVAL", error = "bad request: 'name' must be a string" }, answers[302])
+    assert.same({ ok = false, errno = "EMSGSIZE", error = "request longer than 4 KiB" }, answers[303])
+    assert.equal("a", answers[304].services[1].name)
   end)
 
   it("runs unprivileged in a cgroup subtree delegated to its user, and says what to delegate without one #root", function()

@@ -22,6 +22,32 @@ M.array = {}
 local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
   ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
 
+local ascii_escapes = {}
+for c = 0, 127 do
+  local ch = string.char(c)
+  ascii_escapes[ch] = escapes[ch] or ((c < 32 or c == 127) and ("\\u%04x"):format(c)) or nil
+end
+local function cp_escape(cp)
+  if cp <= 0xffff then return ("\\u%04x"):format(cp) end
+  cp = cp - 0x10000
+  return ("\\u%04x\\u%04x"):format(0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff))
+end
+
+-- A run of non-ASCII bytes (a lead byte and its continuation bytes) as
+-- \u escapes: the character it is, or each it decodes to and U+FFFD for
+-- each byte that starts none.
+local function non_ascii_escape(run)
+  if #run == 1 then return "\\ufffd" end   -- a lone byte is never UTF-8
+  if #run <= 4 and utf8.len(run) == 1 then return cp_escape(utf8.codepoint(run)) end
+  local out, i = {}, 1
+  while i <= #run do
+    local ok, cp = pcall(utf8.codepoint, run, i)
+    out[#out + 1] = cp_escape(ok and cp or 0xfffd)
+    i = i + (ok and #utf8.char(cp) or 1)
+  end
+  return table.concat(out)
+end
+
 -- A JSON string of pure ASCII: control characters and every non-ASCII
 -- character escaped as a \u escape ("\u00e9"; a surrogate pair past
 -- U+FFFF), so what a service
@@ -29,27 +55,8 @@ local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f"
 -- one in UTF-8 mode); a byte that is not valid UTF-8 becomes U+FFFD.
 local function json_string(v)
   if not v:find('[%c"\\\128-\255]') then return v end
-  local out, i, n = {}, 1, #v
-  while i <= n do
-    local c = v:byte(i)
-    if c < 0x80 then
-      local ch = string.char(c)
-      out[#out + 1] = escapes[ch] or ((c < 32 or c == 127) and ("\\u%04x"):format(c)) or ch
-      i = i + 1
-    else
-      local ok, cp = pcall(utf8.codepoint, v, i)
-      if not ok then cp = 0xfffd end
-      if cp > 0xffff then
-        cp = cp - 0x10000
-        out[#out + 1] = ("\\u%04x\\u%04x"):format(0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff))
-        cp = cp + 0x10000
-      else
-        out[#out + 1] = ("\\u%04x"):format(cp)
-      end
-      i = i + (ok and #utf8.char(cp) or 1)
-    end
-  end
-  return table.concat(out)
+  -- gsub, not a Lua iteration a byte (1 µs each: a 4 KiB status took 3 ms)
+  return (v:gsub('[%c"\\]', ascii_escapes):gsub("[\128-\255][\128-\191]*", non_ascii_escape))
 end
 
 local function encode(v, out)

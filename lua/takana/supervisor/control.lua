@@ -24,11 +24,14 @@ local REQUESTS_A_WAKE = 64
 -- A peer that sends requests and never reads the answers: past this many
 -- bytes unread, it is dropped.
 local OUT_MAX = 1048576
--- Bytes of logs answers built a step, all connections together (one may
--- pass it; the next waits for the next step, served first then): sixteen
--- peers asking for 1 MiB of logs each held a step for a second. Other
--- answers are small, and never wait behind logs.
-local ANSWERS_A_STEP = 1048576
+-- Bytes of answers built and of requests read a step, all connections
+-- together (one answer may pass it; the next request waits for the next
+-- step, served first then): sixteen peers asking for 1 MiB of logs each
+-- held a step for a second, 64 KiB requests of escapes took 30 ms each
+-- to decode, a status of 4 KiB of control bytes 3 ms to encode.
+local ANSWERS_A_STEP, REQUESTS_A_STEP = 262144, 65536
+-- A request is a short JSON object; a longer line is refused unread.
+local REQUEST_MAX = 4096
 -- _command's answer for a request put off to the next step.
 local LATER = {}
 -- _command's answer for a request answered later (logs from the logger).
@@ -211,7 +214,15 @@ function supervisor:_conn_serve(conn)
     end
     local nl = buf:find("\n", pos, true)
     if not nl then break end
-    local answer = self:_command(buf:sub(pos, nl - 1), conn, OUT_MAX - size)
+    local answer
+    if self.answer_budget <= 0 or self.request_budget <= 0 then
+      answer = LATER
+    elseif nl - pos > REQUEST_MAX then
+      answer = refusal("request longer than 4 KiB", E.EMSGSIZE)
+    else
+      self.request_budget = self.request_budget - (nl - pos)
+      answer = self:_command(buf:sub(pos, nl - 1), conn, OUT_MAX - size)
+    end
     if answer == LATER then
       -- Next step, before anyone else's (in the order they were put off).
       if not conn.deferred then
@@ -222,11 +233,10 @@ function supervisor:_conn_serve(conn)
     end
     pos = nl + 1
     if answer ~= PENDING then
-      local large = answer.lines ~= nil
       answer = M.json_encode(answer) .. "\n"
       answers[#answers + 1] = answer
       size = size + #answer
-      if large then self.answer_budget = self.answer_budget - #answer end
+      self.answer_budget = self.answer_budget - #answer
     end
   end
   conn.inbuf = buf:sub(pos)
@@ -250,10 +260,10 @@ function supervisor:_flush(conn)
   if conn.eof and not conn.waiting and not conn.inbuf:find("\n", 1, true) then self:_conn_close(conn) end
 end
 
--- At each step's start (step), the logs answers' budget is whole again,
--- and the connections put off for it are served first, in order.
+-- At each step's start (step), the budgets are whole again, and the
+-- connections put off for them are served first, in order.
 function supervisor:_conns_budget()
-  self.answer_budget = ANSWERS_A_STEP
+  self.answer_budget, self.request_budget = ANSWERS_A_STEP, REQUESTS_A_STEP
   local queue = self.deferred
   self.deferred = {}
   for _, conn in ipairs(queue) do
@@ -291,7 +301,9 @@ end
 -- A late answer for conn, if it is still open; its next requests follow.
 function supervisor:_conn_answer(conn, answer)
   if conn.closed then return end
-  conn.outbuf = conn.outbuf .. M.json_encode(answer) .. "\n"
+  answer = M.json_encode(answer) .. "\n"
+  self.answer_budget = self.answer_budget - #answer
+  conn.outbuf = conn.outbuf .. answer
   self.pending_in = true
   self:_flush(conn)
   if not conn.closed then self:_conn_hold(conn) end
@@ -330,7 +342,6 @@ function supervisor:_command(line, conn, room)
     -- this connection's next requests wait, so answers keep their order.
     local n = math.tointeger(req.lines) or 50
     if not conn then return logs_answer(self:_tail(svc, n), room) end
-    if self.answer_budget <= 0 then return LATER end
     local now_answer
     local waiter = self:_tail(svc, n, function(lines)
       local answer = logs_answer(lines or table.move(svc.lines, math.max(1, #svc.lines - n + 1), #svc.lines, 1, {}),

@@ -152,9 +152,14 @@ function supervisor:_drain(svc, which)
   local key = which .. "_partial"
   -- At most 4 reads a wake-up: a flood never keeps the loop from the
   -- control socket (the pipe stays readable, so the loop comes back).
+  -- A function sink is called a line: 16 KiB a wake-up (a pipe of empty
+  -- lines was a million calls a second).
+  local sink = svc.log
+  if sink == nil then sink = self.log end
+  local size = type(sink) == "function" and 4096 or 65536
   local more = true
   for _ = 1, 4 do
-    local data = p:read(65536) -- what is there now; "" nothing yet; nil at EOF (or error)
+    local data = p:read(size) -- what is there now; "" nothing yet; nil at EOF (or error)
     if data == "" then more = false break end
     if data == nil then
       if svc[key] and svc[key] ~= "" then self:_log_line(svc, stream, svc[key]) end
