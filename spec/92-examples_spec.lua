@@ -180,7 +180,8 @@ describe("examples/runaway.lua #root", function()
       "--interval", "0.5", "--json" })
     local st, pt = stubborn:wait(20), plain:wait(20)
     -- The KILL lands before its line is written: read to that line before stopping the killer.
-    local lines, line = {}, nil
+    local lines = {}
+    local line
     repeat
       line = killer.stdout:read_line(10)
       lines[#lines + 1] = line
