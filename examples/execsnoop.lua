@@ -1,36 +1,23 @@
 -- execsnoop: a line for every exec on this host, as libbpf-tools' execsnoop prints them.
---
--- usage: execsnoop.lua [--json] [--backend auto|bpf|connector]
---   --json       one JSON object a line (time, pid, ppid, uid, cgroup, argv, argv_from, ...)
---   --backend B  bpf (root): argv and cgroup read at the exec itself; connector: read
---                from /proc when the event arrives. Default auto: bpf, else connector.
--- Each line: TIME PID PPID UID CGROUP ARGV. An argument with a blank, a quote or a
--- control character is quoted. "?" (absent in JSON) is what the connector found gone.
--- "[argv from /proc later]" marks an argv read after the exec; "[argv lost]" one that
--- was not the exec's own (the process exited or exec'd again first), so none is shown.
--- Lost events are printed, never skipped.
--- SIGINT or SIGTERM prints the totals on stderr and exits 0.
+local USAGE = [[
+usage: execsnoop.lua [--json] [--backend auto|bpf|connector]
+  --json        one JSON object a line (time, pid, ppid, uid, cgroup, argv, argv_from, ...)
+  --backend B   bpf (root): argv and cgroup read at the exec itself; connector: read
+                from /proc when the event arrives; auto: bpf, else connector
+                (default auto)
+  --help        this text
+Each line: TIME PID PPID UID CGROUP ARGV. An argument with a blank, a quote or a
+control character is quoted. "?" (absent in JSON) is what the connector found gone.
+"[argv from /proc later]" marks an argv read after the exec; "[argv lost]" one that
+was not the exec's own (the process exited or exec'd again first), so none is shown.
+Lost events are printed, never skipped.
+SIGINT or SIGTERM prints the totals on stderr and exits 0.
+]]
 local takana = require "takana"
 local json = takana.json
 
-local function usage(msg)
-  io.stderr:write("execsnoop: ", msg, "\nusage: execsnoop.lua [--json] [--backend auto|bpf|connector] [--help]\n")
-  os.exit(2)
-end
-local opts, i = { backend = "auto" }, 1
-while arg[i] do
-  local a = arg[i]
-  if a == "--help" then
-    for line in io.lines(arg[0]) do
-      if not line:match("^%-%-") then os.exit(0) end
-      print((line:gsub("^%-%- ?", "")))
-    end
-  elseif a == "--json" then opts.json = true
-  elseif a == "--backend" and arg[i + 1] then opts.backend, i = arg[i + 1], i + 1
-  else usage("bad option " .. a) end
-  i = i + 1
-end
-if not ({ auto = true, bpf = true, connector = true })[opts.backend] then usage("bad backend " .. opts.backend) end
+local opts, usage_error = takana.options(USAGE)
+if not ({ auto = true, bpf = true, connector = true })[opts.backend] then usage_error("bad backend " .. opts.backend) end
 
 local ev, err = takana.events { "exec", backend = opts.backend }
 if not ev then

@@ -1,55 +1,36 @@
--- exporter: Prometheus metrics per process group, named as prometheus-process-exporter
--- names them (namedprocess_namegroup_*{groupname}), and per cgroup; served over HTTP
--- or written for node_exporter's textfile collector.
---
--- usage: exporter.lua [--listen [ADDR:]PORT | --textfile DIR | --once] [options]
---   --listen [ADDR:]PORT  serve GET /metrics over HTTP/1.0 (default 127.0.0.1:9256; needs lua-luv)
---   --textfile DIR        write DIR/takana-exporter.prom every --interval seconds instead
---   --once                print the metrics on stdout once and exit
---   --group-by KEY        name the processes no --match took by comm (default) or by cgroup
---   --match NAME=PATTERN  the group NAME: processes whose command line (arguments joined by
---                         blanks) matches the Lua PATTERN; repeatable, the first match wins
---   --cgroup PATH         also each cgroup of PATH's subtree: CPU, memory, pids, pressure
---   --interval S          seconds between textfile writes (default 15)
---   --json                log JSON lines
--- Kernel threads are left out. Each scrape or write that fails is logged with its cause
--- (and answered 500); the exporter keeps running.
+-- exporter: Prometheus metrics per process group, as prometheus-process-exporter names them, and per cgroup.
+local USAGE = [[
+usage: exporter.lua [--listen [ADDR:]PORT | --textfile DIR | --once] [options]
+  --listen [ADDR:]PORT  serve GET /metrics over HTTP/1.0 (what it does without --textfile
+                        or --once, on 127.0.0.1:9256; needs lua-luv)
+  --textfile DIR        write DIR/takana-exporter.prom every --interval seconds instead
+  --once                print the metrics on stdout once and exit
+  --group-by KEY        name the processes no --match took by comm (default comm) or by cgroup
+  --match NAME=PATTERN  the group NAME: processes whose command line (arguments joined by
+                        blanks) matches the Lua PATTERN; repeatable, the first match wins
+  --cgroup PATH         also each cgroup of PATH's subtree: CPU, memory, pids, pressure;
+                        repeatable
+  --interval S          seconds between textfile writes (default 15)
+  --json                log JSON lines
+  --help                this text
+The groups are named as prometheus-process-exporter names them
+(namedprocess_namegroup_*{groupname}); the cgroups' metrics are takana_cgroup_*.
+Kernel threads are left out. Each scrape or write that fails is logged with its cause
+(and answered 500); the exporter keeps running.
+]]
 local takana = require "takana"
 
-local function usage(msg)
-  io.stderr:write("exporter: ", msg, "\nusage: exporter.lua [--listen [ADDR:]PORT | --textfile DIR | --once]",
-    " [--group-by comm|cgroup] [--match NAME=PATTERN]... [--cgroup PATH]... [--interval S] [--json] [--help]\n")
-  os.exit(2)
-end
-local SPEC = { listen = "s", textfile = "s", once = "flag", ["group-by"] = "s", match = "list", cgroup = "list",
-  interval = "s", json = "flag", help = "flag" }
-local opts, i = { ["group-by"] = "comm", match = {}, cgroup = {}, interval = "15" }, 1
-while arg[i] do
-  local name = arg[i]:match("^%-%-([%w-]+)$")
-  local kind = SPEC[name]
-  if kind == "flag" then opts[name] = true
-  elseif kind and arg[i + 1] then
-    i = i + 1
-    if kind == "list" then table.insert(opts[name], arg[i]) else opts[name] = arg[i] end
-  else usage("bad option " .. arg[i] .. (kind and " (it needs a value)" or "")) end
-  i = i + 1
-end
-if opts.help then
-  for line in io.lines(arg[0]) do
-    if not line:match("^%-%-") then os.exit(0) end
-    print((line:gsub("^%-%- ?", "")))
-  end
-end
+local opts, usage_error = takana.options(USAGE)
 local groups = {}
 for n, m in ipairs(opts.match) do
   groups[n] = { m:match("^([^=]+)=(.+)$") }
-  if not groups[n][2] or not pcall(string.find, "", groups[n][2]) then usage("bad --match " .. m) end
+  if not groups[n][2] or not pcall(string.find, "", groups[n][2]) then usage_error("bad --match " .. m) end
 end
-local interval, by_cgroup = tonumber(opts.interval), opts["group-by"] == "cgroup"
-if not (interval and interval > 0) then usage("--interval needs seconds above 0") end
-if not by_cgroup and opts["group-by"] ~= "comm" then usage("--group-by is comm or cgroup") end
+local interval, by_cgroup = opts.interval, opts.group_by == "cgroup"
+if interval == 0 then usage_error("--interval needs seconds above 0") end
+if not by_cgroup and opts.group_by ~= "comm" then usage_error("--group-by is comm or cgroup") end
 local host, port = (opts.listen or "9256"):match("^(.-):?(%d+)$")
-if not port or (opts.textfile and opts.listen) then usage("--listen needs [ADDR:]PORT, and not with --textfile") end
+if not port or (opts.textfile and opts.listen) then usage_error("--listen needs [ADDR:]PORT, and not with --textfile") end
 
 local function log(msg)
   io.stderr:write(opts.json and takana.json.encode { time = takana.realtime(), msg = msg } or "exporter: " .. msg, "\n")

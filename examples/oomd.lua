@@ -3,14 +3,14 @@
 -- policy of Meta's oomd and systemd-oomd. Run it as
 -- `takana example oomd [OPTIONS] CGROUP...` or `lua5.4 oomd.lua ...`.
 local USAGE = [[
-usage: takana example oomd [OPTIONS] CGROUP...
-  CGROUP         a cgroup2 path ("workload", "/system.slice"); one PSI trigger each
-  --kind K       some (default: some tasks stalled on memory) or full (all did)
+usage: oomd.lua [OPTIONS] CGROUP...
+  CGROUP...      a cgroup2 path ("workload", "/system.slice"); one PSI trigger each
+  --kind K       some: some tasks stalled on memory (default some), or full: all did
   --stall PCT    fire when tasks stalled PCT % of the window (default 10)
   --window S     the trigger's window, 0.5 to 10 s (default 2; without
                  CAP_SYS_RESOURCE the kernel takes only multiples of 2)
-  --pick WHAT    size (default: the largest RSS) or growth (the fastest RSS
-                 growth, sampled every window)
+  --pick WHAT    size: the largest RSS (default size), or growth: the fastest
+                 RSS growth, sampled every window
   --holdoff S    after a kill, ignore that cgroup's trigger for S s (default
                  10): the stall a kill ends still fires it, and avg10 lags
   --dry-run      name the victim, kill nothing
@@ -23,46 +23,12 @@ mistake.
 local takana = require "takana"
 local json = require "takana.json"
 
-local function usage_error(msg)
-  io.stderr:write("oomd: ", msg, " (see --help)\n")
-  os.exit(2)
-end
-
-local function parse(argv)
-  local o = { kind = "some", stall = 10, window = 2, pick = "size", holdoff = 10, cgroups = {} }
-  local numeric = { stall = { 0, 100, "above %g, at most %g" }, window = { 0.5, 10, "from %g to %g" },
-    holdoff = { 0, 86400, "from %g to %g" } }
-  local i = 1
-  while i <= #argv do
-    local name, value = argv[i]:match("^%-%-([%w-]+)=?(.*)$")
-    if not name then
-      o.cgroups[#o.cgroups + 1] = argv[i]
-    elseif name == "help" or name == "dry-run" or name == "json" then
-      o[name] = true
-    elseif o[name] == nil then
-      usage_error("unknown option --" .. name)
-    else
-      if value == "" then i, value = i + 1, argv[i + 1] end
-      if value == nil then usage_error("--" .. name .. " needs a value") end
-      local range = numeric[name]
-      if range then
-        value = tonumber(value)
-        if not value or value < range[1] or value == range[1] and name == "stall" or value > range[2] then
-          usage_error(("--%s: a number " .. range[3]):format(name, range[1], range[2]))
-        end
-      end
-      o[name] = value
-    end
-    i = i + 1
-  end
-  if not (o.kind == "some" or o.kind == "full") then usage_error("--kind: some or full") end
-  if not (o.pick == "size" or o.pick == "growth") then usage_error("--pick: size or growth") end
-  if #o.cgroups == 0 and not o.help then usage_error("no CGROUP given") end
-  return o
-end
-
-local opts = parse({ ... })
-if opts.help then io.write(USAGE) os.exit(0) end
+local opts, usage_error = takana.options(USAGE)
+if not (opts.kind == "some" or opts.kind == "full") then usage_error("--kind: some or full") end
+if not (opts.pick == "size" or opts.pick == "growth") then usage_error("--pick: size or growth") end
+if opts.stall == 0 or opts.stall > 100 then usage_error("--stall: a number above 0, at most 100") end
+if opts.window < 0.5 or opts.window > 10 then usage_error("--window: a number from 0.5 to 10") end
+if opts.holdoff > 86400 then usage_error("--holdoff: a number from 0 to 86400") end
 
 -- One line an event: `time event key=value...` or a JSON object; kv is
 -- table.pack(key, value, ...), its nil values left out.
@@ -85,7 +51,7 @@ local function pct(x) return math.floor(x * 10000 + 0.5) / 100 end
 
 local sigs = assert(takana.signals { "TERM", "INT" })
 local watched, objects = {}, { sigs }
-for _, path in ipairs(opts.cgroups) do
+for _, path in ipairs(opts) do
   local cg, err = takana.cgroup(path)
   local trig
   if cg then
@@ -99,7 +65,7 @@ for _, path in ipairs(opts.cgroups) do
   watched[trig] = { cg = cg, calm = 0 }
   objects[#objects + 1] = trig
   say("start", P("cgroup", cg.path, "trigger", ("memory %s %g %% of %g s"):format(opts.kind, opts.stall, opts.window),
-    "pick", opts.pick, "dry_run", opts["dry-run"] == true))
+    "pick", opts.pick, "dry_run", opts.dry_run))
   -- On a hybrid host the memory controller is cgroup v1's: PSI still counts
   -- this cgroup's tasks' stalls, but its memory.current/high are not there.
   local why = cg:why("memory")
@@ -162,7 +128,7 @@ local function act(w)
     "growth_bytes_s", opts.pick == "growth" and math.floor(best) or nil, "cmdline", argv and table.concat(argv, " "),
     table.unpack(where, 1, where.n))
   w.calm = takana.now() + opts.holdoff
-  if opts["dry-run"] then
+  if opts.dry_run then
     proc:close()
     return say("would-kill", f)
   end

@@ -123,15 +123,16 @@ describe("examples/oomd.lua", function()
       { { "--stall", "101", "x" }, "--stall: a number above 0, at most 100" },
       { { "--window", "0.4", "x" }, "--window: a number from 0.5 to 10" },
       { { "--window", "11", "x" }, "--window: a number from 0.5 to 10" },
-      { { "--window", "two", "x" }, "--window: a number from 0.5 to 10" },
-      { { "--holdoff", "-0.5", "x" }, "--holdoff: a number from 0 to 86400" },
+      { { "--window", "two", "x" }, "--window needs a number >= 0, not two" },
+      { { "--holdoff", "-0.5", "x" }, "--holdoff needs a number >= 0, not -0.5" },
+      { { "--holdoff", "86401", "x" }, "--holdoff: a number from 0 to 86400" },
       { { "x", "--window" }, "--window needs a value" },
-      { { "--bogus", "x" }, "unknown option --bogus" },
+      { { "--bogus", "x" }, "bad option --bogus" },
     }
     for _, m in ipairs(mistakes) do
       code, out = example("oomd", table.unpack(m[1]))
       assert.equal(2, code, table.concat(m[1], " ") .. ": " .. out)
-      assert.equal("oomd: " .. m[2] .. " (see --help)\n", out)
+      assert.equal("oomd: " .. m[2] .. "\nusage: oomd.lua [OPTIONS] CGROUP...\n", out)
     end
   end)
 

@@ -603,6 +603,56 @@ local function probe_fresh()
   return r, keep
 end
 
+--- Reads a script's command line as its help text describes it (in the
+-- manner of Penlight's lapp): the text is the specification. Its rules:
+--
+-- * the first line starting `usage:` is printed after each mistake; its
+--   next word, without directory and `.lua`, names the script
+--   (`usage: runaway.lua ...` gives `runaway`). A text without one raises;
+-- * a line whose first word is `--name` declares an option; a word one
+--   blank after it is its metavar (a value is taken), two blanks or more
+--   start the description, and lines indented deeper continue it. No
+--   metavar: a flag, `false` unless given;
+-- * a metavar `N` takes a whole number, `F`, `S` or `PCT` a number
+--   (`tonumber`), each finite and >= 0; any other metavar a string;
+-- * `(default X)` in the description gives the value when the option is
+--   absent (X ends at a blank, `;`, `,` or `)`); a metavar ending `...` or
+--   "repeatable" in the description collects each value in a list
+--   (`{}` when absent);
+-- * an indented line whose first word is an uppercase `NAME`, then two
+--   blanks or the end of the line, declares an operand; `NAME...` one or
+--   more, `[NAME]` an optional one. The operands are the array part of
+--   the result, in order; an operand the text does not declare is a
+--   mistake.
+--
+-- The command line: `--name value` or `--name=value`, options and operands
+-- in any order, `--` ends the options. A value is the next argument
+-- whatever it looks like (`--cgroup --json` names a cgroup "--json").
+-- Keys are the names with `-` as `_` (`--dry-run` is `opts.dry_run`).
+-- `--help` (anywhere before `--`) writes the text on stdout and exits 0.
+-- A mistake (an unknown option, a missing value or operand, a value that
+-- is not the number the metavar says) writes `NAME: message` and the usage
+-- line on stderr and exits 2, as the returned function does for the
+-- script's own checks.
+--
+--     local opts, usage_error = takana.options [[
+--     usage: runaway.lua --uid N [options]
+--       --uid N        watch the processes of this user
+--       --share F      the share of one CPU that is too much (default 0.5)
+--       --dry-run      log what would be signalled, signal nothing
+--     ]]
+--     if opts.share > 1 then usage_error("--share is at most 1") end
+-- @string text the `--help` text
+-- @tparam[opt] {string,...} argv the arguments (default: the global `arg`)
+-- @treturn table opts
+-- @treturn function usage_error(message): writes `NAME: message` and the
+--   usage line on stderr, exits 2
+function M.options(text, argv, ...)
+  -- (Its summary line names no option: LDoc drops a function whose first
+  -- line holds two dashes.)
+  return require("takana.options")(text, argv, ...)
+end
+
 --- Subscribes to signals through a signalfd: they are blocked in the calling
 -- thread and arrive as data instead of running their default action.
 -- `t = {"TERM", "INT", "HUP", "CHLD", 10, ...}`: names (with or without
