@@ -52,6 +52,41 @@ describe("takana.supervisor arguments", function()
     assert.has_error(function() takana.supervisor { cgroup = "a\0b" } end)
   end)
 
+  it("control's step budgets: a peer with a backlog is never ahead of another for ever", function()
+    -- The control loop's own functions over sockets that take every byte:
+    -- busy keeps 70 KB of 4 KB requests waiting, one asks once.
+    local sv = setmetatable({ conns = {}, deferred = {}, deferred_behind = {}, services = {}, answer_budget = 0,
+      request_budget = 0, watched = {}, uid = 0 }, S.Supervisor)
+    sv._watch = function() return true end
+    sv._unwatch = function() end
+    local function conn(id)
+      local c = { sock = { write = function(_, s) return #s end, fileno = function() return id end,
+        close = function() end }, inbuf = "", outbuf = "", uid = 0, role = "all", last = 0 }
+      sv.conns[id] = c
+      return c
+    end
+    local busy, one = conn(1), conn(2)
+    local served, command = {}, sv._command
+    sv._command = function(s, line, c, room)
+      served[c] = (served[c] or 0) + 1
+      return command(s, line, c, room)
+    end
+    local big = '{"cmd":"status","name":"nope","pad":"' .. ("x"):rep(4000) .. '"}\n'
+    for step = 1, 10 do
+      while #busy.inbuf < 70000 do busy.inbuf = busy.inbuf .. big end
+      if step == 1 then one.inbuf = '{"cmd":"status","name":"nope"}\n' end
+      sv:_conns_budget()
+      if step == 1 then
+        sv:_conn_serve(busy)
+        sv:_conn_serve(one)
+      end
+      sv:_flush_conns()
+    end
+    assert.equal(1, served[one])
+    assert.equal("", one.inbuf)
+    assert.is_true(served[busy] >= 100)   -- 16 or 17 a step
+  end)
+
   it("JSON round-trips the control protocol's values, hostile strings included", function()
     local v = { cmd = "status", name = "a\0b\"\\\n\1", n = 2 ^ 53, i = -7, list = { 1, "x", true },
       nested = { deep = { ok = false } } }

@@ -205,7 +205,7 @@ end
 -- seconds), then sends what it can.
 function supervisor:_conn_serve(conn)
   local buf, pos, answers = conn.inbuf, 1, {}
-  local size = #conn.outbuf
+  local size, served = #conn.outbuf, 0
   for _ = 1, REQUESTS_A_WAKE do
     if conn.waiting then break end
     if size > OUT_MAX then
@@ -224,14 +224,18 @@ function supervisor:_conn_serve(conn)
       answer = self:_command(buf:sub(pos, nl - 1), conn, OUT_MAX - size)
     end
     if answer == LATER then
-      -- Next step, before anyone else's (in the order they were put off).
+      -- Next step, before anyone else's, in the order they were put off;
+      -- but one that was answered something now goes behind those that
+      -- were not: a peer with a backlog is never first for ever. (Waiting
+      -- on us is no idleness.)
       if not conn.deferred then
-        conn.deferred = true
-        self.deferred[#self.deferred + 1] = conn
+        conn.deferred, conn.last = true, now()
+        local queue = served > 0 and self.deferred_behind or self.deferred
+        queue[#queue + 1] = conn
       end
       break
     end
-    pos = nl + 1
+    pos, served = nl + 1, served + 1
     if answer ~= PENDING then
       answer = M.json_encode(answer) .. "\n"
       answers[#answers + 1] = answer
@@ -261,11 +265,13 @@ function supervisor:_flush(conn)
 end
 
 -- At each step's start (step), the budgets are whole again, and the
--- connections put off for them are served first, in order.
+-- connections put off for them are served first: those answered nothing
+-- the last time, then the others.
 function supervisor:_conns_budget()
   self.answer_budget, self.request_budget = ANSWERS_A_STEP, REQUESTS_A_STEP
   local queue = self.deferred
-  self.deferred = {}
+  table.move(self.deferred_behind, 1, #self.deferred_behind, #queue + 1, queue)
+  self.deferred, self.deferred_behind = {}, {}
   for _, conn in ipairs(queue) do
     conn.deferred = nil
     if not conn.closed then self:_conn_serve(conn) end

@@ -211,7 +211,7 @@ function M.new(opts, ...)
     reload_hook = opts.reload, on_exit = opts.on_exit, on_reload = opts.on_reload, options = given,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
     log_lines = opts.log_lines or 200, logger_opt = opts.logger, uid = core.geteuid(), shutting = false, done = false,
-    notify_batch = 64, started_at = now(), control_refused = 0, logger_waiters = {}, deferred = {},
+    notify_batch = 64, started_at = now(), control_refused = 0, logger_waiters = {}, deferred = {}, deferred_behind = {},
     answer_budget = 0, request_budget = 0,
   }, supervisor)
   local cg, err, errno, made = own_cgroup(opts.cgroup)
