@@ -125,10 +125,23 @@ local function handle(self, conn, msg)
 end
 
 function supervisor:_logger_drop(conn)
+  if not self.conns[conn] then return end
+  self.conns[conn] = nil
+  -- Pipes the supervisor sent before it stalled are taken still: it closed
+  -- its copies, and their services would die of SIGPIPE.
+  for _ = 1, 64 do
+    local data, fds = conn.sock:recv_fds()
+    if not data or data == "" then break end
+    table.move(fds, 1, #fds, #conn.fds + 1, conn.fds)
+    conn.buf = conn.buf .. data
+  end
+  for line in conn.buf:gmatch("([^\n]*)\n") do
+    local ok, msg = pcall(json.decode, line)
+    if ok and type(msg) == "table" and msg.op == "pipe" then handle(self, conn, msg) end
+  end
   self:_unwatch(conn.sock)
   conn.sock:close()
   for _, p in ipairs(conn.fds) do p:close() end
-  self.conns[conn] = nil
 end
 
 function supervisor:_logger_input(conn)
@@ -197,10 +210,9 @@ function C.M._logger_main()
         self.conns[conn] = true
         had_conn = true
         assert(self:_watch(sock, function() self:_logger_input(conn) end))
-        -- (a supervisor that adopts us learns what is wrong already)
-        for _, svc in pairs(self.services) do
-          if svc.log_error then self:_logger_report(svc, conn) end
-        end
+        -- (a supervisor that adopts us learns what is wrong, and what is
+        -- no longer)
+        for _, svc in pairs(self.services) do self:_logger_report(svc, conn) end
       end
     end
   end))
@@ -301,6 +313,8 @@ function supervisor:_logger_start()
   while true do
     local sock = self:_logger_find(child.pid)
     if sock then
+      local old = self.logger_child   -- a logger started before, gone
+      if old and old:wait(0) then old:close() end
       self.logger_child = child
       return sock
     end
