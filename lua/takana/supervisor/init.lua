@@ -19,6 +19,8 @@ local nargs, check_options, required, OCTAL_0600, OCTAL_0700 = C.nargs, C.check_
 local OCTAL_0711, SUN_PATH_MAX, RUNTIME_PATH_MAX, live, populated = C.OCTAL_0711, C.SUN_PATH_MAX, C.RUNTIME_PATH_MAX, C.live, C.populated
 local OCTAL_0666 = C.OCTAL_0666
 local ENOENT, EPERM, EDEADLK = C.E.ENOENT, C.E.EPERM, C.E.EDEADLK
+-- Seconds a service's start may take before the rest wait for the next step.
+local SLOW_START = 0.1
 
 -- ---- JSON ----
 -- The control protocol's codec (one object a line) is takana.json's, kept
@@ -390,8 +392,8 @@ function supervisor:_tick()
     return
   end
   -- Starts: in declaration order, each once its dependencies are ready.
-  local progress = true
-  while progress do
+  local progress, held = true, false
+  while progress and not held do
     progress = false
     for _, name in ipairs(self.order) do
       local svc = self.services[name]
@@ -399,8 +401,16 @@ function supervisor:_tick()
         local why = self:_deps_wait(svc)
         if not why then
           svc.restart_now = nil
+          local t0 = now()
           self:_start(svc)
           if svc.state == "running" then progress = true end
+          -- A start that waited (for an exec a child of another user was
+          -- stopped before, up to its exec_timeout): the rest start next
+          -- step, after the loop's sockets, not N waits in one step.
+          if now() - t0 > SLOW_START then
+            held = true
+            break
+          end
         else
           svc.state = "waiting"
           svc.reason = why
