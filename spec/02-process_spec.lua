@@ -238,6 +238,39 @@ describe("takana.spawn", function()
     p:wait()
   end)
 
+  it("the posix_spawn fallback keeps stdio sources that sit at fd 100 and up apart", function()
+    -- A long-lived process gets there: the 6.12 guest's suite gave the
+    -- child /dev/null for stdout when its pipe's end was fd 100. A fresh
+    -- lua places them exactly: its files fill every fd up to 140, then
+    -- spawn's /dev/null and pipe get the three freed at low..low+2.
+    local script = [[
+      local core = require "takana.core"
+      local dir = assert(require("luv").fs_mkdtemp("/tmp/takana-fds-XXXXXX"))
+      local held, out = {}, {}
+      for low = 96, 101 do
+        for i = 3, 140 do held[i] = held[i] or assert(io.open(dir .. "/" .. i, "w")) end
+        for fd = low, low + 2 do
+          local i = tonumber(require("luv").fs_readlink("/proc/self/fd/" .. fd):match("/(%d+)$"))
+          held[i]:close()
+          held[i] = nil
+        end
+        local p = assert(core.spawn { "sh", "-c", "cat; echo done", stdin = "null", stdout = "pipe",
+                                      _fallback = true })
+        out[#out + 1] = p.stdout:fileno() .. " " .. p.stdout:read("a")
+        p:wait()
+        p.stdout:close()
+      end
+      os.execute("rm -rf " .. dir)
+      io.write(table.concat(out))
+    ]]
+    local argv = table.move(H.lua_argv, 1, #H.lua_argv, 1, {})
+    table.move({ "-e", script }, 1, 2, #argv + 1, argv)
+    argv.stdout = "pipe"
+    local p = spawn_ok(argv)
+    assert.equal("97 done\n98 done\n99 done\n100 done\n101 done\n102 done\n", p.stdout:read_all(60))
+    assert.same({ exited = true, code = 0 }, p:wait())
+  end)
+
   it("raises on bad arguments", function()
     local bad = {
       {}, { 1 }, { "" }, { "true\0x" }, { "true", "a\0b" }, { "true", cwd = 5 },

@@ -247,10 +247,7 @@ return sup
     sup = assert(takana.supervisor { cgroup = boxname .. "/sup", runtime = dir .. "/rt", log = dir .. "/log",
       control = sock, logger = asan })
     local a = sup:service { name = "a", cmd = { "sh", "-c", "echo one; exec sleep 100" } }
-    for _ = 1, 400 do
-      assert(sup:step(0.05) ~= nil)
-      if a.logger and #(sup:logs("a") or {}) == 1 then break end
-    end
+    H.step_until(sup, function() return a.logger and #(sup:logs("a") or {}) == 1 end)
     assert.is_true(a.logger)
     -- The logger stopped (as a flooded one would be slow): a logs request
     -- waits, the loop goes on (status answers meanwhile on another
@@ -305,10 +302,7 @@ return sup
       cmd = { "sh", "-c", "yes $(printf %01000d 0) | head -n 300; exec sleep 100" } }
     local victim = sup:service { name = "victim", restart = "never",
       cmd = { "sh", "-c", "while :; do echo tick; sleep 0.1; done" } }
-    for _ = 1, 400 do
-      assert(sup:step(0.05) ~= nil)
-      if chatty.logger and victim.logger and #(sup:logs("chatty") or {}) >= 60 then break end
-    end
+    H.step_until(sup, function() return chatty.logger and victim.logger and #(sup:logs("chatty") or {}) >= 60 end)
     assert.is_true(chatty.logger and victim.logger)
     local logger_child = sup.logger_child
     local logger = logger_child.pid
@@ -318,16 +312,10 @@ return sup
       conns[i] = assert(core.unix_connect(sock))
       assert(conns[i]:write('{"cmd":"logs","name":"chatty","lines":200}\n'))
     end
-    for _ = 1, 100 do
-      assert(sup:step(0.05) ~= nil)
-      if #sup.logger_waiters >= 5 then break end
-    end
+    H.step_until(sup, function() return #sup.logger_waiters >= 5 end)
     assert.is_true(#sup.logger_waiters >= 5)
     H.sleep(3)   -- the loop stalled: the logger gives up on its answers
-    for _ = 1, 100 do
-      assert(sup:step(0.05) ~= nil)
-      if sup.logger_error then break end
-    end
+    H.step_until(sup, function() return sup.logger_error end)
     assert.matches("^logger lost ", sup.logger_error)
     -- the logger lives on, with every pipe: the victim is not SIGPIPEd
     assert.is_true(logger_child:alive())
@@ -335,10 +323,7 @@ return sup
     -- a second on, the next start finds the same logger again
     H.sleep(1.1)
     local later = sup:service { name = "later", restart = "never", cmd = { "sh", "-c", "echo later; exec sleep 100" } }
-    for _ = 1, 200 do
-      assert(sup:step(0.05) ~= nil)
-      if later.logger then break end
-    end
+    H.step_until(sup, function() return later.logger end)
     assert.is_true(later.logger)
     assert.is_nil(sup.logger_error)
     assert.same({ logger }, procs(boxname .. "/sup/_logger"))
@@ -352,10 +337,7 @@ return sup
     local ok, err = pcall(function()
       sup = assert(takana.supervisor { cgroup = boxname .. "/sup", runtime = dir .. "/rt", log = dir .. "/log" })
       local svc = sup:service { name = "hi", restart = "never", cmd = { "echo", "hello" } }
-      for _ = 1, 200 do
-        assert(sup:step(0.05) ~= nil)
-        if svc.state == "stopped" then break end
-      end
+      H.step_until(sup, function() return svc.state == "stopped" end)
       assert.matches("no logger process %(this process is not the standalone Lua interpreter", sup.logger_error)
       assert.is_nil(svc.logger)
       assert.matches("Z stdout hello$", sup:logs("hi", 1)[1])
@@ -367,10 +349,7 @@ return sup
       sup = assert(takana.supervisor { cgroup = boxname .. "/sup2", runtime = dir .. "/rt2", log = dir .. "/log",
         logger = false })
       svc = sup:service { name = "hi", restart = "never", cmd = { "echo", "again" } }
-      for _ = 1, 200 do
-        assert(sup:step(0.05) ~= nil)
-        if svc.last_exit then break end
-      end
+      H.step_until(sup, function() return svc.last_exit end)
       assert.is_nil(sup.logger_error)
       assert.is_nil(svc.logger)
       assert.matches("Z stdout again$", sup:logs("hi", 1)[1])

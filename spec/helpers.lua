@@ -98,6 +98,20 @@ function H.poll_until(objects, done, tries)
   return done()
 end
 
+-- Steps a supervisor until done() says so or `seconds` (default 60) pass;
+-- returns done()'s last answer. A bound in time, not in steps: a step
+-- returns early on any event, and a TCG guest is ten times slower.
+function H.step_until(sup, done, seconds)
+  local uv = require "luv"
+  local deadline = uv.hrtime() + (seconds or 60) * 1e9
+  repeat
+    assert(sup:step(0.05) ~= nil)
+    local r = done()
+    if r then return r end
+  until uv.hrtime() > deadline
+  return done()
+end
+
 -- A fixture prints "ready" just before it blocks, so for a moment after
 -- H.fixture returns it may still be running: wait (bounded) until /proc
 -- shows the wanted state letter. Returns the last state seen.

@@ -199,7 +199,6 @@ const struct tk_rlimit_name tk_rlimit_names[] = {
 };
 
 #define CHILD_STACK ((size_t)64 * 1024)
-#define SPAWN_HIGH_FD 100
 
 struct child_ctx {
 	const struct tk_spawn_opts *o;
@@ -534,21 +533,26 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 	posix_spawnattr_t attr;
 	short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
 	sigset_t all, none;
-	int err;
+	int err, base = 3;
 
 	posix_spawn_file_actions_init(&fa);
 	posix_spawnattr_init(&attr);
 	err = 0;
 	if (o->cwd != NULL)
 		err = posix_spawn_file_actions_addchdir_np(&fa, o->cwd);
-	/* Through high fds first, as in child_main, so sources that are
-	 * themselves 0..2 survive; closefrom(3) drops the copies. */
+	/* Through copies above every source first, as in child_fds, so
+	 * sources that are themselves 0..2 survive and no copy lands on a
+	 * source not copied yet (a fixed base of 100 did, in a process with
+	 * 100 fds open); closefrom(3) drops the copies. */
+	for (int i = 0; i < 3; i++)
+		if (o->fds[i] >= base)
+			base = o->fds[i] + 1;
 	for (int i = 0; i < 3 && err == 0; i++)
 		if (o->fds[i] >= 0)
-			err = posix_spawn_file_actions_adddup2(&fa, o->fds[i], SPAWN_HIGH_FD + i);
+			err = posix_spawn_file_actions_adddup2(&fa, o->fds[i], base + i);
 	for (int i = 0; i < 3 && err == 0; i++)
 		if (o->fds[i] >= 0)
-			err = posix_spawn_file_actions_adddup2(&fa, SPAWN_HIGH_FD + i, i);
+			err = posix_spawn_file_actions_adddup2(&fa, base + i, i);
 	if (err == 0)
 		err = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 	sigfillset(&all);
