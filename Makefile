@@ -190,14 +190,19 @@ fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DTK_NO_BPF \
 		-Icsrc/core -Ibpf -o $@ $< $(FUZZ_SRC)
 
+# Two at a time (each harness is one busy thread): FUZZ_SECONDS each, half
+# the wall time of one after another on CI's two cores.
+FUZZ_JOBS ?= 2
 fuzz: deps $(patsubst %,fuzz/fuzz_%,$(FUZZ_NAMES))
-	@for f in $(FUZZ_NAMES); do \
-		mkdir -p fuzz/out/$$f; \
+	@for f in $(FUZZ_NAMES); do mkdir -p fuzz/out/$$f; echo $$f; done | \
+		xargs -P $(FUZZ_JOBS) -I{} sh -c './fuzz/fuzz_{} -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			fuzz/out/{} fuzz/corpus/{} 2>fuzz/out/{}.log || { echo "fuzz {}: failed"; tail -40 fuzz/out/{}.log; exit 1; }'; \
+	st=$$?; \
+	for f in $(FUZZ_NAMES); do \
 		echo "fuzz $$f: $(FUZZ_SECONDS) s"; \
-		./fuzz/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 fuzz/out/$$f fuzz/corpus/$$f \
-			2>fuzz/out/$$f.log || { tail -40 fuzz/out/$$f.log; exit 1; }; \
 		grep -E "stat::number_of_executed_units|stat::peak_rss" fuzz/out/$$f.log; \
-	done
+	done; \
+	exit $$st
 
 # luacheck, cppcheck, clang-tidy and luarocks lint; any finding fails.
 lint: deps all

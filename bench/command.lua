@@ -38,7 +38,7 @@ if not tree then
   tree = tmp .. "/tree"
   -- Built in a copy, as spec/90-luarocks does: in place would rewrite the
   -- core.so this process has loaded.
-  sh(("tar cf - Makefile csrc lua bpf rockspec bin tools | tar xf - -C %s && cd %s && " ..
+  sh(("tar cf - Makefile csrc lua bpf rockspec bin tools examples | tar xf - -C %s && cd %s && " ..
     "luarocks --lua-version=5.4 make --tree %s rockspec/takana-scm-1.rockspec >/dev/null"):format(tmp, tmp, tree))
 end
 local cmd = tree .. "/bin/takana"
