@@ -5,14 +5,20 @@
  *   bpf:       takana's own events object (the libbpf skeleton), on_fork
  *              alone attached, its ring's fd in an epoll set;
  *   connector: a NETLINK_CONNECTOR socket listening to proc events, in an
- *              epoll set.
+ *              epoll set;
+ *   connector-ids: the same, reading what takana's connector fork events
+ *              carry and the socket does not: the child's uid and gid (an
+ *              fstatat of /proc/<pid>) and its loginuid, before the stamp.
  *
  * It then starts `spec/fixture --trickle N` (a child every 20 ms), blocks in
  * epoll_wait, and for each fork whose parent is that generator prints the
- * latency from the kernel's stamp to the reader: "lat <ns>". It ends after
- * N forks, or 2 s without one.
+ * latency from the kernel's stamp to the reader, and from the stamp to the
+ * return from the epoll_wait that brought it: "lat <ns> <wake ns>". The
+ * wakeup is the kernel's (and the scheduler's placement of the two
+ * processes); what follows it is the reader's. It ends after N forks, or
+ * 2 s without one.
  *
- * usage: bench/events_reader bpf|connector N */
+ * usage: bench/events_reader bpf|connector|connector-ids N */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -40,7 +46,9 @@
 
 static pid_t gen;
 static long want, got;
-static uint64_t *lats;
+static uint64_t *lats, *wakes;
+/* When the last epoll_wait returned, in each backend's clock. */
+static uint64_t woke_boot, woke_mono;
 
 static uint64_t clock_ns(clockid_t c)
 {
@@ -50,10 +58,12 @@ static uint64_t clock_ns(clockid_t c)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void record(uint64_t lat)
+static void record(uint64_t lat, uint64_t wake)
 {
-	if (got < want)
+	if (got < want) {
+		wakes[got] = wake;
 		lats[got++] = lat;
+	}
 }
 
 static pid_t start_generator(long n)
@@ -82,7 +92,7 @@ static int on_sample(void *ctx, void *data, size_t size)
 
 	(void)ctx;
 	if (size >= offsetof(struct tk_event, time_ns) + sizeof e->time_ns && e->type == TK_EV_FORK && gen != 0 && e->ppid == (uint32_t)gen)
-		record(now - e->time_ns);
+		record(now - e->time_ns, woke_boot > e->time_ns ? woke_boot - e->time_ns : 0);
 	return 0;
 }
 
@@ -110,6 +120,7 @@ static int run_bpf(int ep)
 		struct epoll_event out;
 		int n = epoll_wait(ep, &out, 1, 2000);
 
+		woke_boot = clock_ns(CLOCK_BOOTTIME);
 		if (n == 0)
 			break;
 		if (n > 0)
@@ -125,8 +136,29 @@ static int run_bpf(int ep)
 }
 #endif
 
-static int run_connector(int ep)
+/* What takana's connector reads of a fork's child (events.c who_from_proc). */
+static void ids_read(int proc_fd, uint32_t pid)
 {
+	char path[40], buf[32];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof path, "%u", pid);
+	if (fstatat(proc_fd, path, &st, 0) < 0)
+		return;
+	snprintf(path, sizeof path, "%u/loginuid", pid);
+	fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (read(fd, buf, sizeof buf) < 0)
+			buf[0] = '\0';
+		close(fd);
+	}
+}
+
+static int run_connector(int ep, int ids)
+{
+	int proc_fd = ids ? open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+
 	struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC, .nl_pid = 0 };
 	char req[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(enum proc_cn_mcast_op))]
 		__attribute__((aligned(8)));
@@ -157,6 +189,7 @@ static int run_connector(int ep)
 		int n = epoll_wait(ep, &out, 1, 2000);
 		ssize_t len;
 
+		woke_mono = clock_ns(CLOCK_MONOTONIC);
 		if (n == 0)
 			break;
 		while ((len = recv(fd, buf, sizeof buf, 0)) > 0) {
@@ -169,8 +202,14 @@ static int run_connector(int ep)
 
 				if (pe->what == PROC_EVENT_FORK && pe->event_data.fork.child_pid ==
 				    pe->event_data.fork.child_tgid && gen != 0 &&
-				    pe->event_data.fork.parent_tgid == gen)
-					record(now - pe->timestamp_ns);
+				    pe->event_data.fork.parent_tgid == gen) {
+					if (proc_fd >= 0) {
+						ids_read(proc_fd, pe->event_data.fork.child_tgid);
+						now = clock_ns(CLOCK_MONOTONIC);
+					}
+					record(now - pe->timestamp_ns, woke_mono > pe->timestamp_ns ?
+					       woke_mono - pe->timestamp_ns : 0);
+				}
 			}
 		}
 	}
@@ -181,16 +220,18 @@ int main(int argc, char **argv)
 {
 	int ep, err;
 
-	if (argc != 3 || (strcmp(argv[1], "bpf") != 0 && strcmp(argv[1], "connector") != 0)) {
-		fprintf(stderr, "usage: %s bpf|connector N\n", argv[0]);
+	if (argc != 3 || (strcmp(argv[1], "bpf") != 0 && strcmp(argv[1], "connector") != 0 &&
+	                  strcmp(argv[1], "connector-ids") != 0)) {
+		fprintf(stderr, "usage: %s bpf|connector|connector-ids N\n", argv[0]);
 		return 2;
 	}
 	want = atol(argv[2]);
 	lats = calloc((size_t)(want > 0 ? want : 1), sizeof *lats);
+	wakes = calloc((size_t)(want > 0 ? want : 1), sizeof *wakes);
 	ep = epoll_create1(EPOLL_CLOEXEC);
-	if (lats == NULL || ep < 0)
+	if (lats == NULL || wakes == NULL || ep < 0)
 		return 1;
-	err = strcmp(argv[1], "bpf") == 0 ? run_bpf(ep) : run_connector(ep);
+	err = strcmp(argv[1], "bpf") == 0 ? run_bpf(ep) : run_connector(ep, strcmp(argv[1], "connector-ids") == 0);
 	if (err < 0) {
 		printf("unavailable %s\n", strerror(-err));
 		return 1;
@@ -198,6 +239,6 @@ int main(int argc, char **argv)
 	if (gen > 0)
 		waitpid(gen, NULL, 0);
 	for (long i = 0; i < got; i++)
-		printf("lat %llu\n", (unsigned long long)lats[i]);
+		printf("lat %llu %llu\n", (unsigned long long)lats[i], (unsigned long long)wakes[i]);
 	return 0;
 }
