@@ -290,6 +290,39 @@ return sup
     assert.matches("Z stdout one$", answer.lines[1])
   end)
 
+  it("an error in a logger handler reaches its supervisors, which print it; the same one once a minute", function()
+    -- The logger's stderr is /dev/null. Both ends' own functions, over a
+    -- real socket: the logger's report, the supervisor's read.
+    local d = tmpdir()
+    finally(function() os.execute("rm -rf " .. d) end)
+    local sdir = assert(core.dir_open(d, { private = true }))
+    local ls = assert(sdir:bind("s", "listen", { mode = 384 }))
+    local c = assert(core.unix_connect(d .. "/s", 1))
+    local a = assert(ls:accept())
+    finally(function() a:close() c:close() ls:close() sdir:close() end)
+    local lg = setmetatable({ conns = {} }, S.Supervisor)
+    lg.conns[{ sock = a, buf = "", fds = {} }] = true
+    local boom = "logger.lua:1: attempt to index a nil value (field 'x')"
+    lg:_logger_fault(boom)
+    lg:_logger_fault(boom)
+    lg:_logger_fault(("y"):rep(5000))
+    local sv = setmetatable({ logger_conn = c, logger_buf = "", logger_waiters = {}, services = {} }, S.Supervisor)
+    local written, stderr = {}, io.stderr
+    io.stderr = { write = function(_, ...) written[#written + 1] = table.concat { ... } end } -- luacheck: ignore 122
+    local ok, err = pcall(function()
+      for _ = 1, 50 do
+        core.poll_fds({ c:fileno() }, 0.1)
+        sv:_logger_read()
+        if #written == 2 then break end
+      end
+    end)
+    io.stderr = stderr -- luacheck: ignore 122
+    assert(ok, err)
+    assert.same({ "takana supervisor: the logger reports: " .. boom .. "\n",
+      "takana supervisor: the logger reports: " .. ("y"):rep(1000) .. "\n" }, written)
+    assert.equal(("y"):rep(1000), sv.logger_fault)
+  end)
+
   it("a tail answer the supervisor does not take for 2 s costs that connection, never the logger; "
     .. "the supervisor finds it again #root", function()
     if why then return pending(why) end

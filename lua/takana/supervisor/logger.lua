@@ -64,6 +64,19 @@ function supervisor:_logger_report(svc, conn)
   end
 end
 
+-- An error in one of the logger's handlers: its stderr is /dev/null, so
+-- connected supervisors are told (they print it); the same error at most
+-- once a minute, so one that recurs at every wakeup cannot flood them.
+function supervisor:_logger_fault(err)
+  local t = now()
+  if err == self.fault_sent and t < (self.fault_at or 0) + 60 then return end
+  self.fault_sent, self.fault_at = err, t
+  local line = json.encode { op = "fault", error = err:sub(1, 1000) } .. "\n"
+  for c in pairs(self.conns) do
+    if self.conns[c] and not send_all(c.sock, line) then self:_logger_drop(c) end
+  end
+end
+
 local function handle(self, conn, msg)
   if type(msg) ~= "table" then return end
   if msg.op == "pipe" then
@@ -224,7 +237,7 @@ function C.M._logger_main()
         -- The logger holds every service's output: an error in one
         -- handler is reported, never the end of the process.
         local ok, err = pcall(fn or function() end)
-        if not ok then io.stderr:write("takana logger: ", tostring(err), "\n") end
+        if not ok then self:_logger_fault(tostring(err)) end
       end
     end
     local t = now()
@@ -371,6 +384,9 @@ function supervisor:_logger_read()
       if ok and type(msg) == "table" and msg.op == "error" then
         local svc = self.services[msg.name]
         if svc then svc.log_error = msg.error or nil end
+      elseif ok and type(msg) == "table" and msg.op == "fault" then
+        self.logger_fault = tostring(msg.error)
+        io.stderr:write("takana supervisor: the logger reports: ", self.logger_fault, "\n")
       elseif ok and type(msg) == "table" and msg.lines then
         -- The logger answers in order: the oldest waiter's.
         local waiter = table.remove(self.logger_waiters, 1)
