@@ -1040,6 +1040,24 @@ return sup
     assert.same({ ok = false, errno = "EINVAL", error = "bad request: 'name' must be a string" }, answers[302])
     assert.same({ ok = false, errno = "EMSGSIZE", error = "request longer than 4 KiB" }, answers[303])
     assert.equal("a", answers[304].services[1].name)
+    -- A line past 64 KiB is refused once; the rest of it, however long,
+    -- is no request of its own.
+    local long = '{"cmd":"status","name":"' .. ("x"):rep(200000) .. '"}\n{"cmd":"status","name":"a"}\n'
+    answers, got = {}, ""
+    for at = 1, #long, 32768 do
+      assert(c:write(long:sub(at, at + 32767)))
+      for _ = 1, 3 do sup:step(0) end
+    end
+    assert.is_true(run_until(sup, function()
+      if #core.poll_fds({ c:fileno() }, 0) > 0 then got = got .. (c:read(1048576) or "") end
+      return select(2, got:gsub("\n", "")) >= 2
+    end, 30))
+    for _ = 1, 10 do sup:step(0.01) end
+    if #core.poll_fds({ c:fileno() }, 0) > 0 then got = got .. (c:read(1048576) or "") end
+    for line in got:gmatch("([^\n]*)\n") do answers[#answers + 1] = S.json_decode(line) end
+    assert.equal(2, #answers)
+    assert.same({ ok = false, errno = "EMSGSIZE", error = "request longer than 64 KiB" }, answers[1])
+    assert.equal("a", answers[2].services[1].name)
   end)
 
   it("runs unprivileged in a cgroup subtree delegated to its user, and says what to delegate without one #root", function()

@@ -191,10 +191,16 @@ function supervisor:_conn_read(conn)
     end
   else
     conn.last = now()
+    if conn.skipping then
+      -- The rest of a refused line is not a request: up to its newline.
+      local nl = data:find("\n", 1, true)
+      if nl then conn.skipping = nil end
+      data = nl and data:sub(nl + 1) or ""
+    end
     conn.inbuf = conn.inbuf .. data
     if #conn.inbuf > 65536 and not conn.inbuf:find("\n", 1, true) then
       conn.outbuf = conn.outbuf .. M.json_encode(refusal("request longer than 64 KiB", E.EMSGSIZE)) .. "\n"
-      conn.inbuf = ""
+      conn.inbuf, conn.skipping = "", true
     end
   end
   self:_conn_serve(conn)
