@@ -137,16 +137,24 @@ local function handle(self, conn, msg)
   end
 end
 
+-- One receive from a supervisor into conn's buffer and descriptors:
+-- recv_fds's data ("" at its end), or nil and the errno.
+local function receive(conn)
+  local data, fds, errno = conn.sock:recv_fds()
+  if not data then return nil, errno end
+  table.move(fds, 1, #fds, #conn.fds + 1, conn.fds)
+  conn.buf = conn.buf .. data
+  return data
+end
+
 function supervisor:_logger_drop(conn)
   if not self.conns[conn] then return end
   self.conns[conn] = nil
   -- Pipes the supervisor sent before it stalled are taken still: it closed
   -- its copies, and their services would die of SIGPIPE.
   for _ = 1, 64 do
-    local data, fds = conn.sock:recv_fds()
+    local data = receive(conn)
     if not data or data == "" then break end
-    table.move(fds, 1, #fds, #conn.fds + 1, conn.fds)
-    conn.buf = conn.buf .. data
   end
   for line in conn.buf:gmatch("([^\n]*)\n") do
     local ok, msg = pcall(json.decode, line)
@@ -160,14 +168,12 @@ end
 function supervisor:_logger_input(conn)
   for _ = 1, 16 do
     if not self.conns[conn] then return end   -- dropped by a send that failed
-    local data, fds, errno = conn.sock:recv_fds()
+    local data, errno = receive(conn)
     if not data then
       if errno ~= EAGAIN then self:_logger_drop(conn) end
       return
     end
     if data == "" then return self:_logger_drop(conn) end
-    for _, p in ipairs(fds) do conn.fds[#conn.fds + 1] = p end
-    conn.buf = conn.buf .. data
     while self.conns[conn] do
       local nl = conn.buf:find("\n", 1, true)
       if not nl then break end
