@@ -290,7 +290,7 @@ return sup
     assert.matches("Z stdout one$", answer.lines[1])
   end)
 
-  it("an error in a logger handler reaches its supervisors, which print it; the same one once a minute", function()
+  it("an error in a logger handler reaches its supervisors, which print it; five a minute at most", function()
     -- The logger's stderr is /dev/null. Both ends' own functions, over a
     -- real socket: the logger's report, the supervisor's read.
     local d = tmpdir()
@@ -302,10 +302,10 @@ return sup
     finally(function() a:close() c:close() ls:close() sdir:close() end)
     local lg = setmetatable({ conns = {} }, S.Supervisor)
     lg.conns[{ sock = a, buf = "", fds = {} }] = true
-    local boom = "logger.lua:1: attempt to index a nil value (field 'x')"
-    lg:_logger_fault(boom)
-    lg:_logger_fault(boom)
-    lg:_logger_fault(("y"):rep(5000))
+    -- seven in a minute, two of them not sent; then a minute on
+    for i = 1, 7 do lg:_logger_fault("logger.lua:1: attempt to index a nil value (field '" .. i .. "')") end
+    lg.fault_window = 0
+    lg:_logger_fault("late")
     local sv = setmetatable({ logger_conn = c, logger_buf = "", logger_waiters = {}, services = {} }, S.Supervisor)
     local written, stderr = {}, io.stderr
     io.stderr = { write = function(_, ...) written[#written + 1] = table.concat { ... } end } -- luacheck: ignore 122
@@ -313,14 +313,19 @@ return sup
       for _ = 1, 50 do
         core.poll_fds({ c:fileno() }, 0.1)
         sv:_logger_read()
-        if #written == 2 then break end
+        if #written == 6 then break end
       end
     end)
     io.stderr = stderr -- luacheck: ignore 122
     assert(ok, err)
-    assert.same({ "takana supervisor: the logger reports: " .. boom .. "\n",
-      "takana supervisor: the logger reports: " .. ("y"):rep(1000) .. "\n" }, written)
-    assert.equal(("y"):rep(1000), sv.logger_fault)
+    local want = {}
+    for i = 1, 5 do
+      want[i] = "takana supervisor: the logger reports: logger.lua:1: attempt to index a nil value (field '"
+        .. i .. "')\n"
+    end
+    want[6] = "takana supervisor: the logger reports: late (and 2 before it, not sent: too many a minute)\n"
+    assert.same(want, written)
+    assert.equal("late", sv.logger_fault)
   end)
 
   it("a tail answer the supervisor does not take for 2 s costs that connection, never the logger; "

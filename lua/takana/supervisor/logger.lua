@@ -65,13 +65,22 @@ function supervisor:_logger_report(svc, conn)
 end
 
 -- An error in one of the logger's handlers: its stderr is /dev/null, so
--- connected supervisors are told (they print it); the same error at most
--- once a minute, so one that recurs at every wakeup cannot flood them.
+-- connected supervisors are told (they print it). At most FAULTS_A_MINUTE
+-- a minute, whatever their text: a handler that fails at every wakeup
+-- cannot flood them, nor stall this loop in sends; the next report says
+-- how many were not sent.
+local FAULTS_A_MINUTE = 5
+
 function supervisor:_logger_fault(err)
   local t = now()
-  if err == self.fault_sent and t < (self.fault_at or 0) + 60 then return end
-  self.fault_sent, self.fault_at = err, t
-  local line = json.encode { op = "fault", error = err:sub(1, 1000) } .. "\n"
+  if t >= (self.fault_window or 0) then self.fault_window, self.faults_sent = t + 60, 0 end
+  if self.faults_sent >= FAULTS_A_MINUTE then
+    self.faults_unsent = (self.faults_unsent or 0) + 1
+    return
+  end
+  self.faults_sent = self.faults_sent + 1
+  local line = json.encode { op = "fault", error = err, unsent = self.faults_unsent } .. "\n"
+  self.faults_unsent = nil
   for c in pairs(self.conns) do
     if self.conns[c] and not send_all(c.sock, line) then self:_logger_drop(c) end
   end
@@ -243,7 +252,7 @@ function C.M._logger_main()
         -- The logger holds every service's output: an error in one
         -- handler is reported, never the end of the process.
         local ok, err = pcall(fn or function() end)
-        if not ok then self:_logger_fault(tostring(err)) end
+        if not ok then pcall(self._logger_fault, self, tostring(err)) end
       end
     end
     local t = now()
@@ -392,7 +401,9 @@ function supervisor:_logger_read()
         if svc then svc.log_error = msg.error or nil end
       elseif ok and type(msg) == "table" and msg.op == "fault" then
         self.logger_fault = tostring(msg.error)
-        io.stderr:write("takana supervisor: the logger reports: ", self.logger_fault, "\n")
+        local unsent = math.tointeger(msg.unsent)
+        io.stderr:write("takana supervisor: the logger reports: ", self.logger_fault,
+          unsent and (" (and %d before it, not sent: too many a minute)"):format(unsent) or "", "\n")
       elseif ok and type(msg) == "table" and msg.lines then
         -- The logger answers in order: the oldest waiter's.
         local waiter = table.remove(self.logger_waiters, 1)
