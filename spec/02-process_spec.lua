@@ -238,11 +238,12 @@ describe("takana.spawn", function()
     p:wait()
   end)
 
-  it("the posix_spawn fallback keeps stdio sources that sit at fd 100 and up apart", function()
+  it("the posix_spawn fallback keeps stdio sources apart at fd 100 and up, and at the descriptor limit", function()
     -- A long-lived process gets there: the 6.12 guest's suite gave the
     -- child /dev/null for stdout when its pipe's end was fd 100. A fresh
     -- lua places them exactly: its files fill every fd up to 140, then
-    -- spawn's /dev/null and pipe get the three freed at low..low+2.
+    -- spawn's /dev/null and pipe get the three freed at low..low+2. Then
+    -- every fd up to its limit of 200 but the last four (the pidfd too).
     local script = [[
       local core = require "takana.core"
       local dir = assert(require("luv").fs_mkdtemp("/tmp/takana-fds-XXXXXX"))
@@ -260,14 +261,28 @@ describe("takana.spawn", function()
         p:wait()
         p.stdout:close()
       end
+      local top = {}
+      for i = 141, 300 do
+        held[i] = io.open(dir .. "/" .. i, "w")
+        top[#top + 1] = held[i] and i
+      end
+      for _ = 1, 4 do
+        local i = table.remove(top)
+        held[i]:close()
+        held[i] = nil
+      end
+      local p = assert(core.spawn { "sh", "-c", "echo done", stdin = "null", stdout = "pipe", _fallback = true })
+      out[#out + 1] = "at the limit " .. p.stdout:read("a")
+      p:wait()
       os.execute("rm -rf " .. dir)
       io.write(table.concat(out))
     ]]
     local argv = table.move(H.lua_argv, 1, #H.lua_argv, 1, {})
     table.move({ "-e", script }, 1, 2, #argv + 1, argv)
-    argv.stdout = "pipe"
+    argv.stdout, argv.rlimits = "pipe", { nofile = 200 }
     local p = spawn_ok(argv)
-    assert.equal("97 done\n98 done\n99 done\n100 done\n101 done\n102 done\n", p.stdout:read_all(60))
+    assert.equal("97 done\n98 done\n99 done\n100 done\n101 done\n102 done\nat the limit done\n",
+      p.stdout:read_all(60))
     assert.same({ exited = true, code = 0 }, p:wait())
   end)
 

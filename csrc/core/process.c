@@ -533,26 +533,33 @@ static int spawn_posix(const struct tk_spawn_opts *o, pid_t *pid, int *pidfd)
 	posix_spawnattr_t attr;
 	short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
 	sigset_t all, none;
-	int err, base = 3;
+	int err, copy[3], slot = 3;
 
 	posix_spawn_file_actions_init(&fa);
 	posix_spawnattr_init(&attr);
 	err = 0;
 	if (o->cwd != NULL)
 		err = posix_spawn_file_actions_addchdir_np(&fa, o->cwd);
-	/* Through copies above every source first, as in child_fds, so
-	 * sources that are themselves 0..2 survive and no copy lands on a
-	 * source not copied yet (a fixed base of 100 did, in a process with
-	 * 100 fds open); closefrom(3) drops the copies. */
-	for (int i = 0; i < 3; i++)
-		if (o->fds[i] >= base)
-			base = o->fds[i] + 1;
+	/* Through copies first, so sources that are themselves 0..2
+	 * survive: each on the lowest number from 3 that is no source (a
+	 * copy on a source not copied yet lost it: fixed copies at 100..102
+	 * did, in a process with 100 fds open; copies above every source
+	 * failed, EBADF, past RLIMIT_NOFILE). At most 3..8; closefrom(3)
+	 * drops them. */
+	for (int i = 0; i < 3; i++) {
+		copy[i] = -1;
+		if (o->fds[i] < 0)
+			continue;
+		while (slot == o->fds[0] || slot == o->fds[1] || slot == o->fds[2])
+			slot++;
+		copy[i] = slot++;
+	}
 	for (int i = 0; i < 3 && err == 0; i++)
-		if (o->fds[i] >= 0)
-			err = posix_spawn_file_actions_adddup2(&fa, o->fds[i], base + i);
+		if (copy[i] >= 0)
+			err = posix_spawn_file_actions_adddup2(&fa, o->fds[i], copy[i]);
 	for (int i = 0; i < 3 && err == 0; i++)
-		if (o->fds[i] >= 0)
-			err = posix_spawn_file_actions_adddup2(&fa, base + i, i);
+		if (copy[i] >= 0)
+			err = posix_spawn_file_actions_adddup2(&fa, copy[i], i);
 	if (err == 0)
 		err = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 	sigfillset(&all);
