@@ -280,7 +280,8 @@ describe("BPF tiers from two threads at once", function()
     -- Complete: every snapshot holds init, this process and each of a
     -- herd that lives through the spec (whatever else the host runs).
     local herd = H.fixture { "--herd", 20 }
-    finally(function() herd:kill() end)
+    -- (busted keeps the last finally a test gives: this one does it all)
+    finally(function() herd:kill() os.execute("rm -rf " .. H.shell_quote(dir)) end)
     local must = { 1, H.pid, herd.pid, table.unpack(herd.extra) }
     local function worker(out_path, backend, pids)
       package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path

@@ -257,7 +257,8 @@ return sup
     finally(function() lfd:signal("CONT") lfd:close() end)
     assert(lfd:signal("STOP"))
     local c1, c2 = assert(core.unix_connect(sock)), assert(core.unix_connect(sock))
-    finally(function() c1:close() c2:close() end)
+    -- (busted keeps the last finally a test gives: this one does it all)
+    finally(function() lfd:signal("CONT") lfd:close() c1:close() c2:close() end)
     assert(c1:write('{"cmd":"logs","name":"a"}\n{"cmd":"status","name":"a"}\n'))
     assert(c2:write('{"cmd":"status","name":"a"}\n'))
     local got = { [c1] = "", [c2] = "" }
@@ -299,7 +300,8 @@ return sup
     local ls = assert(sdir:bind("s", "listen", { mode = 384 }))
     local c = assert(core.unix_connect(d .. "/s", 1))
     local a = assert(ls:accept())
-    finally(function() a:close() c:close() ls:close() sdir:close() end)
+    -- (busted keeps the last finally a test gives: this one does it all)
+    finally(function() a:close() c:close() ls:close() sdir:close() os.execute("rm -rf " .. d) end)
     local lg = setmetatable({ conns = {} }, S.Supervisor)
     lg.conns[{ sock = a, buf = "", fds = {} }] = true
     -- seven in a minute, two of them not sent; then a minute on

@@ -765,7 +765,8 @@ describe("takana.supervisor", function()
     -- not yet at its open would otherwise wait for a writer for good. Each
     -- reader takes one newline, however late it comes.
     local w = assert(io.open(go, "r+"))
-    finally(function() w:close() end)
+    -- (busted keeps the last finally a test gives: this one does it all)
+    finally(function() w:close() core.task_children = task_children end)
     w:write(("x\n"):rep(300))
     w:flush()
     assert.is_true(run_until(sup, function() return new_children(task_children) == 201 end, 60))
@@ -989,7 +990,11 @@ return sup
     conns[#conns + 1] = late
     assert(late:write('{"cmd":"status"}\n'))
     local hog = {}
-    finally(function() for _, f in ipairs(hog) do f:close() end end)
+    -- (busted keeps the last finally a test gives: this one does it all)
+    finally(function()
+      for _, f in ipairs(hog) do f:close() end
+      for _, c in ipairs(conns) do c:close() end
+    end)
     while true do
       local f = io.open("/dev/null")
       if not f then break end
