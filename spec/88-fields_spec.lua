@@ -295,6 +295,17 @@ describe("no silent nils", function()
         assert.falsy(ok)
         assert.matches("snapshot:cgroup: field 'cgroup_id' is not in this snapshot's selection (pid, start_ns)",
           err, 1, true)
+        -- children read ppid; a record names its comm only when it has one
+        ok, err = pcall(bare.children, bare, 1)
+        assert.falsy(ok)
+        assert.matches("snapshot:children: field 'ppid' is not in this snapshot's selection (pid, start_ns)",
+          err, 1, true)
+        local function view_text(s)
+          for v in s:each() do if v.pid == H.pid then return tostring(v) end end
+        end
+        assert.equal("takana.Record (pid " .. H.pid .. ")", view_text(bare))
+        local named = assert(takana.snapshot { backend = name, fields = { "pid", "comm" } })
+        assert.equal("takana.Record (pid " .. H.pid .. ", " .. named:get(H.pid).comm .. ")", view_text(named))
       end)
   end
 end)

@@ -30,6 +30,7 @@ end
 describe("unix sockets pass descriptors", function()
   it("send_fd/recv_fds hand a pipe's read end over; peer names the listener", function()
     local d = tmpdir()
+    finally(function() os.execute("rm -rf " .. d) end)
     local dir = assert(core.dir_open(d, { private = true }))
     local ls = assert(dir:bind("s", "listen", { mode = 384 }))
     local c = assert(core.unix_connect(d .. "/s", 1))

