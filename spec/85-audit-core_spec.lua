@@ -147,6 +147,32 @@ describe("audit item 2: use-after-free from plain Lua", function()
     end
   end)
 
+  it("a view's tostring survives a finalizer that frees its snapshot as the comm is pushed", function()
+    -- The comm's push can run a collection step; the pid was read after it.
+    local hook = { debug.gethook() }
+    debug.sethook()
+    finally(function() debug.sethook(table.unpack(hook)) collectgarbage("incremental") end)
+    collectgarbage("incremental")
+    local ended = 0
+    for _ = 1, 50 do
+      local s = assert(takana.snapshot { backend = "proc", fields = { "pid", "comm" } })
+      local v = s:each()()
+      local text = getmetatable(v).__tostring
+      do
+        local victim = s
+        setmetatable({}, { __gc = function() getmetatable(victim).__gc(victim) end })
+      end
+      for _ = 1, 100000 do
+        local t = {} -- luacheck: ignore 241
+        for k = 1, 2048 do t[k] = k end -- growth with no collection check of its own
+        local str = text(v)
+        if str == "takana.Record (snapshot collected)" then ended = ended + 1 break end
+        assert.matches("^takana%.Record %(pid %d+, ", str)
+      end
+    end
+    assert.is_true(ended > 0, "no finalizer ran inside a tostring")
+  end)
+
   it("a view keeps its snapshot alive", function()
     local function view()
       local snap = assert(takana.snapshot { backend = "proc" })

@@ -906,7 +906,7 @@ __attribute__((constructor)) static void tiers_fork_register(void)
 }
 
 /* A snapshot backend's run for either tier: records in pid order, with the
- * fields asked for and TK_F_ALWAYS, the others zero. The tier loads on
+ * fields asked for and TK_F_ALWAYS, the others unwritten. The tier loads on
  * first use, once per process. */
 static int bpf_run(const struct tk_snap_backend *b, const struct tk_snap_req *req,
                    struct tk_recbuf *out, char *why, size_t why_len)

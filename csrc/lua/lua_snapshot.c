@@ -312,11 +312,16 @@ static int record_tostring(lua_State *L)
 		lua_pushliteral(L, "takana.Record (snapshot collected)");
 	else if (r->next == 0 || r->idx >= s->rb.len)
 		lua_pushliteral(L, "takana.Record (unset)");
-	else if (s->fields & TK_F(COMM))
-		lua_pushfstring(L, "takana.Record (pid %d, %s)", (int)s->rb.recs[r->idx].pid,
-		                lua_pushlstring(L, s->rb.recs[r->idx].comm, s->rb.recs[r->idx].comm_len));
-	else
+	else if (s->fields & TK_F(COMM)) {
+		/* The pid is read first: pushing the comm may run a finalizer
+		 * that frees the snapshot's records. */
+		int pid = (int)s->rb.recs[r->idx].pid;
+
+		lua_pushlstring(L, s->rb.recs[r->idx].comm, s->rb.recs[r->idx].comm_len);
+		lua_pushfstring(L, "takana.Record (pid %d, %s)", pid, lua_tostring(L, -1));
+	} else {
 		lua_pushfstring(L, "takana.Record (pid %d)", (int)s->rb.recs[r->idx].pid);
+	}
 	return 1;
 }
 
