@@ -144,7 +144,7 @@ test-valgrind: deps
 	sh .ci/valgrind $(BUSTED) $(BUSTED_FLAGS)
 
 # The suite inside Debian's 6.1 and 6.12 kernels under qemu, on pure cgroup2
-# with a soft descriptor limit of 1,024 (root on both, uid 65534 on 6.1).
+# with a soft descriptor limit of 1,024 (root on both, uid 65534 split between them).
 test-kernels: deps
 	sh .ci/kernels
 
