@@ -1913,7 +1913,12 @@ static int bpf_fill(struct tk_events *ev, size_t max)
 		return -EXDEV;      /* the parent's ring: open a stream here */
 	if (ev->bpf.wake_fd >= 0 && read(ev->bpf.wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
 		return -errno;
-	pthread_mutex_lock(&shared_lock);
+	/* A solo object is this stream's alone, and a stream is read by one
+	 * thread at a time: nothing to guard, and the lock's cold cache lines
+	 * stay out of the path from a wakeup to the event. A fork() meanwhile
+	 * leaves the child a ring it refuses to read (forked). */
+	if (!ev->bpf.solo)
+		pthread_mutex_lock(&shared_lock);
 	err = inbox_take(ev);
 	if (err == 0 && queue_has_room(ev)) {
 		/* Which other streams got events: their eventfds are woken. */
@@ -1937,7 +1942,8 @@ static int bpf_fill(struct tk_events *ev, size_t max)
 	}
 	if (err == 0)
 		err = bpf_lost_check(ev);
-	pthread_mutex_unlock(&shared_lock);
+	if (!ev->bpf.solo)
+		pthread_mutex_unlock(&shared_lock);
 	return err;
 }
 

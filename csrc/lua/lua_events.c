@@ -235,7 +235,8 @@ static int l_events_open(lua_State *L)
 /* upvalue 1: the stream */
 static int events_iter(lua_State *L)
 {
-	struct levents *e = luaL_checkudata(L, lua_upvalueindex(1), TK_EVENTS_MT);
+	/* The stream itself, made an upvalue by events_read alone. */
+	struct levents *e = lua_touserdata(L, lua_upvalueindex(1));
 	const struct tk_event *ev;
 	struct tk_event copy;
 
@@ -352,9 +353,15 @@ static int events_tostring(lua_State *L)
 /* upvalue 1: methods */
 static int events_index(lua_State *L)
 {
-	struct levents *e = luaL_checkudata(L, 1, TK_EVENTS_MT);
-	const char *key = lua_tostring(L, 2);
+	struct levents *e;
+	const char *key;
 
+	/* Methods first: ev:read() comes here at every wakeup. */
+	lua_pushvalue(L, 2);
+	if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
+		return 1;
+	e = luaL_checkudata(L, 1, TK_EVENTS_MT);
+	key = lua_tostring(L, 2);
 	if (key != NULL && strcmp(key, "backend") == 0) {
 		lua_pushstring(L, e->ev.ops->name);
 		return 1;
@@ -375,8 +382,7 @@ static int events_index(lua_State *L)
 		}
 		return 1;
 	}
-	lua_pushvalue(L, 2);
-	lua_rawget(L, lua_upvalueindex(1));
+	lua_pushnil(L);
 	return 1;
 }
 
