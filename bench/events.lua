@@ -162,6 +162,45 @@ local function bare_trickle(backend, ids)
   return lat, nil, wake
 end
 
+-- One trickle read by the Lua floor (takana_bench's floor_*): the wait and
+-- the kernel's buffer in C, then per fork one table of a fork event's
+-- fields built in Lua, as any Lua API handing out a fresh event must. What
+-- takana's latency adds over this is takana's own; what this adds over
+-- bare C is Lua's (its return from the wait, the table, on cold caches).
+local function floor_trickle(backend)
+  local ev, why
+  if backend == "bpf" then
+    -- A solo stream's fd is its ring: read by the floor, not the stream.
+    ev, why = takana.events { "fork", backend = "bpf" }
+    if not ev then return nil, why end
+  end
+  cb.floor_open(backend, ev and ev:fileno())
+  local child = start { "--trickle", tostring(TRICKLE) }
+  local gen = child.pid
+  local lat, wake, quiet_since = {}, {}, nil
+  while true do
+    local n = cb.floor_wait(50, gen)
+    for _ = 1, n do
+      local e = { type = "fork", time_ns = 0, realtime_ns = 0, pid = 0, tid = 0, ppid = gen, comm = "fixture",
+        uid = 0, gid = 0, loginuid = 0, cgroup_id = 0, observed = false }
+      if e.type == "fork" and e.ppid == gen then
+        lat[#lat + 1], wake[#wake + 1] = cb.floor_took()
+      end
+    end
+    if n == 0 and not child:alive() then
+      quiet_since = quiet_since or cb.now_ns()
+      if cb.now_ns() - quiet_since > 300e6 then break end
+    else
+      quiet_since = nil
+    end
+  end
+  cb.floor_close()
+  child:wait()
+  child:close()
+  if ev then ev:close() end
+  return lat, nil, wake
+end
+
 local function line(name, lat)
   return ("  %-24s %4d/%d events  median %9.1f us  p99 %9.1f us  max %9.1f us"):format(
     name, #lat, TRICKLE, percentile(lat, 0.5) / 1e3, percentile(lat, 0.99) / 1e3, percentile(lat, 1.0) / 1e3)
@@ -195,9 +234,12 @@ local function latency_rounds()
     for _, b in ipairs { "bpf", "connector" } do
       local whos = r % 2 == 1 and { "takana", "bare C" } or { "bare C", "takana" }
       whos[3] = b == "bpf" and "shared" or "bare C+ids"
+      whos[4] = "Lua floor"
       for _, who in ipairs(whos) do
         local lat, why, wake
-        if who:match("^bare C") then
+        if who == "Lua floor" then
+          lat, why, wake = floor_trickle(b)
+        elseif who:match("^bare C") then
           lat, why, wake = bare_trickle(b, who == "bare C+ids")
         else
           lat, why, wake = takana_trickle(b, nil, who == "shared")
@@ -220,8 +262,8 @@ local function latency_rounds()
   end
   print()
   print(("  %-22s %12s %12s %16s"):format("median, us", "total", "the wakeup", "after the wakeup"))
-  for _, key in ipairs { "bpf/bare C", "bpf/takana", "bpf/shared", "connector/bare C", "connector/bare C+ids",
-      "connector/takana" } do
+  for _, key in ipairs { "bpf/bare C", "bpf/Lua floor", "bpf/takana", "bpf/shared", "connector/bare C",
+      "connector/bare C+ids", "connector/Lua floor", "connector/takana" } do
     if all[key] then
       print(("  %-22s %12.1f %12.1f %16.1f"):format(key, percentile(all[key], 0.5) / 1e3,
         percentile(wakes[key], 0.5) / 1e3, percentile(after[key], 0.5) / 1e3))
@@ -240,6 +282,10 @@ local function latency_rounds()
   ratio("conn. ids", "connector/bare C+ids", "connector/takana",
     "(bare C doing the same /proc reads of the child's ids)")
   ratio("bpf shared", "bpf/bare C", "bpf/shared", "(a stream sharing its ring: epoll set + eventfd hop)")
+  ratio("bpf floor", "bpf/bare C", "bpf/Lua floor", "(C's wait and read, one fresh table per event in Lua)")
+  ratio("conn floor", "connector/bare C", "connector/Lua floor", "(the same over the connector, no ids)")
+  ratio("bpf/floor", "bpf/Lua floor", "bpf/takana", "(takana over the Lua floor)")
+  ratio("conn/floor", "connector/Lua floor", "connector/takana", "(takana over the Lua floor, ids included)")
   print()
 end
 

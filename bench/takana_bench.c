@@ -4,8 +4,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/cn_proc.h>
+#include <linux/connector.h>
+#include <linux/netlink.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +24,7 @@
 #include "clock.h"
 #include "proc_scan.h"
 #include "proc_stat.h"
+#include "takana_event.h"
 #include "util.h"
 
 static uint64_t now_ns(void)
@@ -498,6 +504,164 @@ static int l_exec_storm_wait(lua_State *L)
 	return 1;
 }
 
+/* bench/events.lua's Lua floor: the least a Lua reader of fork events pays
+ * between a wakeup and the event in Lua. The wait and the kernel's buffer
+ * are C's (floor_wait: epoll_wait, then the ring or the socket read, the
+ * generator's forks kept as stamps); the Lua loop then builds one table of
+ * a fork event's fields per stamp and calls floor_took, which takes the
+ * latency then. What takana adds over this is its own. */
+static struct {
+	int ep, sock;
+	clockid_t clock;              /* the backend's stamps' */
+	uint32_t gen;
+	uint64_t woke;
+	uint64_t stamp[64];
+	int nstamps, next;
+#ifndef TK_NO_BPF
+	struct ring_buffer *ring;
+#endif
+} floor_r = { .ep = -1, .sock = -1 };
+
+static uint64_t floor_clock(void)
+{
+	struct timespec ts;
+
+	clock_gettime(floor_r.clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void floor_stamp(uint64_t t)
+{
+	if (floor_r.nstamps < (int)(sizeof floor_r.stamp / sizeof floor_r.stamp[0]))
+		floor_r.stamp[floor_r.nstamps++] = t;
+}
+
+#ifndef TK_NO_BPF
+static int floor_sample(void *ctx, void *data, size_t size)
+{
+	const struct tk_event *e = data;
+
+	(void)ctx;
+	if (size >= TK_EV_BASE_SIZE && e->type == TK_EV_FORK && e->ppid == floor_r.gen)
+		floor_stamp(e->time_ns);
+	return 0;
+}
+#endif
+
+static void floor_close(void)
+{
+#ifndef TK_NO_BPF
+	ring_buffer__free(floor_r.ring);
+	floor_r.ring = NULL;
+#endif
+	if (floor_r.sock >= 0)
+		close(floor_r.sock);
+	if (floor_r.ep >= 0)
+		close(floor_r.ep);
+	floor_r.sock = floor_r.ep = -1;
+}
+
+/* floor_open("bpf", ring_fd) (a solo bpf stream's fileno, the ring's own,
+ * left unread by its stream) or floor_open("connector"): a proc connector
+ * socket of its own. */
+static int l_floor_open(lua_State *L)
+{
+	const char *kind = luaL_checkstring(L, 1);
+	struct epoll_event ev = { .events = EPOLLIN };
+	int fd;
+
+	floor_close();
+	floor_r.nstamps = floor_r.next = 0;
+	floor_r.ep = epoll_create1(EPOLL_CLOEXEC);
+	if (strcmp(kind, "bpf") == 0) {
+#ifndef TK_NO_BPF
+		fd = (int)luaL_checkinteger(L, 2);
+		floor_r.clock = CLOCK_BOOTTIME;
+		floor_r.ring = ring_buffer__new(fd, floor_sample, NULL, NULL);
+		if (floor_r.ring == NULL)
+			return luaL_error(L, "floor_open: not a ring: %s", strerror(errno));
+#else
+		return luaL_error(L, "floor_open: built without BPF");
+#endif
+	} else {
+		struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC };
+		char req[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(enum proc_cn_mcast_op))]
+			__attribute__((aligned(8))) = { 0 };
+		struct nlmsghdr *nl = (struct nlmsghdr *)req;
+		struct cn_msg *cn = NLMSG_DATA(nl);
+		enum proc_cn_mcast_op op = PROC_CN_MCAST_LISTEN;
+
+		nl->nlmsg_len = NLMSG_LENGTH(sizeof *cn + sizeof op);
+		nl->nlmsg_type = NLMSG_DONE;
+		nl->nlmsg_pid = (uint32_t)getpid();
+		cn->id.idx = CN_IDX_PROC;
+		cn->id.val = CN_VAL_PROC;
+		cn->len = sizeof op;
+		memcpy(cn->data, &op, sizeof op);
+		floor_r.clock = CLOCK_MONOTONIC;
+		fd = floor_r.sock = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_CONNECTOR);
+		if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || send(fd, req, nl->nlmsg_len, 0) < 0)
+			return luaL_error(L, "floor_open: connector: %s", strerror(errno));
+	}
+	if (floor_r.ep < 0 || epoll_ctl(floor_r.ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+		return luaL_error(L, "floor_open: epoll: %s", strerror(errno));
+	return 0;
+}
+
+/* floor_wait(ms, gen) -> how many forks of gen are ready, each to be taken. */
+static int l_floor_wait(lua_State *L)
+{
+	struct epoll_event out;
+	int n;
+
+	floor_r.gen = (uint32_t)luaL_checkinteger(L, 2);
+	n = epoll_wait(floor_r.ep, &out, 1, (int)luaL_checkinteger(L, 1));
+
+	floor_r.woke = floor_clock();
+	floor_r.nstamps = floor_r.next = 0;
+#ifndef TK_NO_BPF
+	if (n > 0 && floor_r.ring != NULL)
+		ring_buffer__consume(floor_r.ring);
+#endif
+	if (n > 0 && floor_r.sock >= 0) {
+		char buf[8192] __attribute__((aligned(8)));
+		ssize_t len;
+
+		while ((len = recv(floor_r.sock, buf, sizeof buf, 0)) > 0)
+			for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)len);
+			     h = NLMSG_NEXT(h, len)) {
+				const struct proc_event *pe = (const void *)((const struct cn_msg *)NLMSG_DATA(h))->data;
+
+				if (pe->what == PROC_EVENT_FORK &&
+				    pe->event_data.fork.child_pid == pe->event_data.fork.child_tgid &&
+				    (uint32_t)pe->event_data.fork.parent_tgid == floor_r.gen)
+					floor_stamp(pe->timestamp_ns);
+			}
+	}
+	lua_pushinteger(L, floor_r.nstamps);
+	return 1;
+}
+
+/* floor_took() -> latency ns, wakeup ns of the next stamp floor_wait kept. */
+static int l_floor_took(lua_State *L)
+{
+	uint64_t now = floor_clock(), t;
+
+	if (floor_r.next >= floor_r.nstamps)
+		return luaL_error(L, "floor_took: no stamp left");
+	t = floor_r.stamp[floor_r.next++];
+	lua_pushinteger(L, (lua_Integer)(now - t));
+	lua_pushinteger(L, (lua_Integer)(floor_r.woke > t ? floor_r.woke - t : 0));
+	return 2;
+}
+
+static int l_floor_close(lua_State *L)
+{
+	(void)L;
+	floor_close();
+	return 0;
+}
+
 static int l_boottime_ns(lua_State *L)
 {
 	lua_pushinteger(L, (lua_Integer)tk_boottime_ns());
@@ -529,6 +693,10 @@ int luaopen_takana_bench(lua_State *L)
 		{ "exec_storm_workers", l_exec_storm_workers },
 		{ "exec_storm_alive", l_exec_storm_alive },
 		{ "exec_storm_wait", l_exec_storm_wait },
+		{ "floor_open", l_floor_open },
+		{ "floor_wait", l_floor_wait },
+		{ "floor_took", l_floor_took },
+		{ "floor_close", l_floor_close },
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, funcs);
