@@ -65,6 +65,8 @@ for _, backend in ipairs { "bpf", "connector" } do
       local ev, why = open(backend)
       if not ev then return pending(why) end
       assert.equal(backend, ev.backend)
+      assert.is_function(ev.read)
+      assert.is_nil(ev.no_such_field)
       local t0 = H.boottime_ns()
       local pids, maxrss = start_tree()
       local P, c_true, c_exit3, c_killed, c_renamed = table.unpack(pids)
