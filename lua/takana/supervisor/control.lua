@@ -38,6 +38,13 @@ local LATER = {}
 local PENDING = {}
 -- How long a logs request waits for the logger.
 local LOGGER_WAIT = 2
+-- The CPU that peers other than root and the supervisor's own user may
+-- make it spend on their requests, in CPU seconds a second: UID_CPU_SHARE
+-- each uid, OTHERS_CPU_SHARE all of them together, after a burst of
+-- CPU_BURST. A peer past its share is neither read nor answered until the
+-- share has come back (a read-only user pipelining status requests held
+-- the supervisor at 70% of a CPU).
+local UID_CPU_SHARE, OTHERS_CPU_SHARE, CPU_BURST = 0.05, 0.2, 0.25
 
 -- A peer's string in a refusal: its first 64 bytes (an echo of 64 KiB of
 -- control bytes was a 390 KiB answer).
@@ -119,7 +126,8 @@ function supervisor:_accept()
         self.control_refused = self.control_refused + 1
         if full then refuse(c, full, E.EUSERS) else refuse(c, "permission denied: uid " .. uid, E.EACCES) end
       else
-        local conn = { sock = c, inbuf = "", outbuf = "", pid = pid, uid = uid, role = role, last = now() }
+        local conn = { sock = c, inbuf = "", outbuf = "", pid = pid, uid = uid, role = role, last = now(),
+          metered = uid ~= 0 and uid ~= self.uid }
         self.conns[c:fileno()] = conn
         if not self:_watch(c, function() self:_conn_read(conn) end) then
           self.conns[c:fileno()] = nil
@@ -139,7 +147,13 @@ function supervisor:_conns_tick(t)
     assert(self:_watch(self.control, function() self:_accept() end))
   end
   for _, conn in pairs(self.conns) do
-    local idle = conn.waiting and math.huge or conn.last + CONN_IDLE
+    if conn.cpu_until and t >= conn.cpu_until then
+      -- (its share back: held by us, it was not idle)
+      conn.cpu_until, conn.last = nil, t
+      self:_conn_hold(conn)
+      if conn.inbuf:find("\n", 1, true) then self.pending_in = true end
+    end
+    local idle = conn.cpu_until or conn.waiting and math.huge or conn.last + CONN_IDLE
     if conn.waiting and t >= conn.waiting_since + LOGGER_WAIT then
       conn.waiting.abandoned, conn.waiting = true, nil
       self:_conn_answer(conn, refusal(("logs: the logger did not answer within %d s"):format(LOGGER_WAIT), E.ETIMEDOUT))
@@ -165,11 +179,11 @@ end
 
 -- A connection is not read while a request of its waits for the logger,
 -- while it holds more unanswered than a full read (its input stays in the
--- socket, the peer's writes block, not in our memory) or once its peer
--- has shut its side; it is not polled either, or its readable socket
--- would spin the loop.
+-- socket, the peer's writes block, not in our memory), while its uid is
+-- past its CPU share, or once its peer has shut its side; it is not polled
+-- either, or its readable socket would spin the loop.
 function supervisor:_conn_hold(conn)
-  local hold = conn.waiting ~= nil or conn.eof == true or #conn.inbuf > 65536
+  local hold = conn.waiting ~= nil or conn.eof == true or #conn.inbuf > 65536 or conn.cpu_until ~= nil
   if hold and not conn.held then
     self:_unwatch(conn.sock)
   elseif conn.held and not hold then
@@ -206,14 +220,48 @@ function supervisor:_conn_read(conn)
   self:_conn_serve(conn)
 end
 
+-- A metered peer's CPU accounts, refilled to time t: its uid's and that
+-- of all metered peers together.
+function supervisor:_cpu_accounts(conn, t)
+  local accounts = self.cpu_accounts
+  if not accounts then
+    accounts = {}
+    self.cpu_accounts = accounts
+  end
+  local mine, all = accounts[conn.uid], accounts.others
+  if not mine then
+    mine = { credit = CPU_BURST, at = t }
+    accounts[conn.uid] = mine
+  end
+  if not all then
+    all = { credit = CPU_BURST, at = t }
+    accounts.others = all
+  end
+  mine.credit, mine.at = math.min(CPU_BURST, mine.credit + (t - mine.at) * UID_CPU_SHARE), t
+  all.credit, all.at = math.min(CPU_BURST, all.credit + (t - all.at) * OTHERS_CPU_SHARE), t
+  return mine, all
+end
+
+-- Whether a metered conn may have another request answered now; if not,
+-- it is held until its share is back (conn.cpu_until).
+function supervisor:_cpu_allows(conn)
+  local t = now()
+  local mine, all = self:_cpu_accounts(conn, t)
+  if mine.credit > 0 and all.credit > 0 then return true end
+  self.control_held = self.control_held + 1
+  conn.cpu_until = t + math.max(-mine.credit / UID_CPU_SHARE, -all.credit / OTHERS_CPU_SHARE, 0.01)
+  return false
+end
+
 -- Answers the complete lines waiting, up to REQUESTS_A_WAKE, reading them
 -- by position (copying the rest after each made a 64 KiB pipeline cost
--- seconds), then sends what it can.
+-- seconds), then sends what it can. A metered peer pays for the CPU.
 function supervisor:_conn_serve(conn)
+  local cpu0 = conn.metered and os.clock()
   local buf, pos, answers = conn.inbuf, 1, {}
   local size, served = #conn.outbuf, 0
   for _ = 1, REQUESTS_A_WAKE do
-    if conn.waiting then break end
+    if conn.waiting or cpu0 and (conn.cpu_until or not self:_cpu_allows(conn)) then break end
     if size > OUT_MAX then
       conn.outbuf, conn.eof, answers, buf, pos = "", true, {}, "", 1
       break
@@ -250,9 +298,16 @@ function supervisor:_conn_serve(conn)
     end
   end
   conn.inbuf = buf:sub(pos)
-  if not conn.waiting and (conn.deferred or conn.inbuf:find("\n", 1, true)) then self.pending_in = true end
+  if not conn.waiting and not conn.cpu_until and (conn.deferred or conn.inbuf:find("\n", 1, true)) then
+    self.pending_in = true
+  end
   conn.outbuf = conn.outbuf .. table.concat(answers)
   self:_flush(conn)
+  if cpu0 then
+    local spent = os.clock() - cpu0
+    local mine, all = self:_cpu_accounts(conn, now())
+    mine.credit, all.credit = mine.credit - spent, all.credit - spent
+  end
   if not conn.closed then self:_conn_hold(conn) end
 end
 

@@ -163,7 +163,11 @@ end
 --   this user and root may always do everything, anyone else is refused;
 --   each uid may hold 16 connections, the others than root and this user
 --   64 together, and one idle for 60 s is closed (`sup.control_refused`
---   counts the refused);
+--   counts the refused); the others than root and this user may make the
+--   supervisor spend 5% of a CPU each on their requests, 20% together,
+--   after a burst of 0.25 s: one past its share is neither read nor
+--   answered until the share is back (`sup.control_held` counts the
+--   times);
 --   `adopt`: adopt services found running in their cgroups (default: stop
 --   them first); `reload`: `function(sup) -> [declarations [, options]]`
 --   called on SIGHUP and `takana ctl SOCKET reload` (see `sup:reload`);
@@ -213,7 +217,7 @@ function M.new(opts, ...)
     reload_hook = opts.reload, on_exit = opts.on_exit, on_reload = opts.on_reload, options = given,
     log_size = opts.log_size or 1048576, log_files = opts.log_files or 5,
     log_lines = opts.log_lines or 200, logger_opt = opts.logger, uid = core.geteuid(), shutting = false, done = false,
-    notify_batch = 64, started_at = now(), control_refused = 0, logger_waiters = {}, deferred = {}, deferred_behind = {},
+    notify_batch = 64, started_at = now(), control_refused = 0, control_held = 0, logger_waiters = {}, deferred = {}, deferred_behind = {},
     answer_budget = 0, request_budget = 0,
   }, supervisor)
   local cg, err, errno, made = own_cgroup(opts.cgroup)
