@@ -211,7 +211,7 @@ lint: deps all
 # The LDoc API reference, from the comments in lua/takana/ and csrc/lua/
 # (lua-ldoc), written to doc/api/ (config.ld); doc/*.md are kept sources.
 doc:
-	ldoc .
+	sh .ci/ldoc .
 
 # The schema blocks of doc/reference.md and of the LDoc comments, from the schemas
 # (tools/docgen.lua; spec/89-doc fails while one is out of date).

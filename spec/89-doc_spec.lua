@@ -5,18 +5,19 @@ local takana = require "takana"
 local core = require "takana.core"
 local H = require "helpers"
 
+-- (.ci/ldoc: ldoc's templates in a directory of its own, not /tmp/ldoc_root)
 local function ldoc()
-  local dir = os.tmpname()
-  os.remove(dir)
-  local ok = os.execute("ldoc -d " .. dir .. " . >" .. dir .. ".log 2>&1")
-  local log = H.read(dir .. ".log") or ""
-  os.remove(dir .. ".log")
+  local mk = assert(io.popen("mktemp -d"))
+  local dir = assert(mk:read("l"))
+  mk:close()
+  local q = H.shell_quote(dir)
+  local ok = os.execute("sh .ci/ldoc -d " .. q .. "/out . >" .. q .. "/log 2>&1")
+  local log = H.read(dir .. "/log") or ""
+  local modules, pages = { "takana", "takana.cgroup", "takana.supervisor", "takana.ctl", "takana.prometheus" }, {}
+  for _, m in ipairs(modules) do pages[m] = H.read(dir .. "/out/modules/" .. m .. ".html") end
+  os.execute("rm -rf " .. q)
   assert(ok, "ldoc failed:\n" .. log)
-  local pages = {}
-  for _, m in ipairs { "takana", "takana.cgroup", "takana.supervisor", "takana.ctl", "takana.prometheus" } do
-    pages[m] = assert(H.read(dir .. "/modules/" .. m .. ".html"), "ldoc wrote no page for " .. m)
-  end
-  os.execute("rm -rf " .. dir)
+  for _, m in ipairs(modules) do assert(pages[m], "ldoc wrote no page for " .. m) end
   return pages, log
 end
 
