@@ -357,23 +357,38 @@ end)
 describe("bpf event streams and the poller #root #bpf", function()
   local function link(o) return require("luv").fs_readlink("/proc/" .. H.pid .. "/fd/" .. o:fileno()) end
 
-  -- Starts a child and polls through p until its fork shows in ev: true
+  -- Until ev shows the fork of a child it starts, polling through p: true
   -- once seen. These rings hold some 30 events, which a busy host fills
   -- in a moment: when ev says it lost events before ours showed (ours may
-  -- be among them), another child is started, at most 5 times.
-  local function sees_fork(p, ev)
-    for _ = 1, 5 do
-      for _ in assert(ev:read()) do end
-      local c = assert(takana.spawn { "/bin/true" })
+  -- be among them), another child is started, at most 5 times. With
+  -- later, that stream must then show the same fork, read only after ev
+  -- has seen it (a stream sharing ev's ring: from its inbox).
+  local function sees_fork(p, ev, later)
+    local function until_seen(stream, pid)
       local seen, lost = false, false
       -- (p:wait returns at once while another stream of p is unread.)
       local deadline = H.boottime_ns() + 5e9
       while not (seen or lost) and H.boottime_ns() < deadline do
-        p:wait(0.1)
-        for e in assert(ev:read()) do
-          if e.type == "fork" and e.pid == c.pid then seen = true end
+        for e in assert(stream:read()) do
+          if e.type == "fork" and e.pid == pid then seen = true end
           if e.type == "lost" then lost = true end
         end
+        if not (seen or lost) then p:wait(0.1) end
+      end
+      return seen, lost
+    end
+    for _ = 1, 5 do
+      for _ in assert(ev:read()) do end
+      if later then for _ in assert(later:read()) do end end
+      local c = assert(takana.spawn { "/bin/true" })
+      local seen, lost = until_seen(ev, c.pid)
+      if seen and later then
+        -- ev's read drained the ring: later's copy is in its inbox.
+        local waited = p:wait(5)
+        local ready = false
+        for _, o in ipairs(waited) do ready = ready or o == later end
+        seen, lost = until_seen(later, c.pid)
+        seen = seen and ready
       end
       c:wait() c:close()
       if seen or not lost then return seen end
@@ -401,6 +416,9 @@ describe("bpf event streams and the poller #root #bpf", function()
     assert(p:add(s3))
     assert.is_true(sees_fork(p, s2))
     assert.is_true(sees_fork(p, s3))
+    -- what s2's fill takes from the shared ring for s3 waits in s3's
+    -- inbox, and its eventfd wakes p
+    assert.is_true(sees_fork(p, s2, s3))
     s2:close() s3:close()
     -- none left: the next is alone again
     local s4 = assert(takana.events { "fork", backend = "bpf", buffer = 8192 })

@@ -39,11 +39,16 @@ local PENDING = {}
 -- How long a logs request waits for the logger.
 local LOGGER_WAIT = 2
 -- The CPU that peers other than root and the supervisor's own user may
--- make it spend on their requests, in CPU seconds a second: UID_CPU_SHARE
--- each uid, OTHERS_CPU_SHARE all of them together, after a burst of
--- CPU_BURST. A peer past its share is neither read nor answered until the
--- share has come back (a read-only user pipelining status requests held
--- the supervisor at 70% of a CPU).
+-- make it spend, in CPU seconds a second: UID_CPU_SHARE each uid,
+-- OTHERS_CPU_SHARE all of them together, after a burst of CPU_BURST. What
+-- is charged: accepting (or refusing) their connections, reading and
+-- answering them, their logs answers from the logger, and the rest of each
+-- step their input woke. A connection past its uid's share is neither
+-- read nor answered until the share is back; a connection accepted past
+-- either share rests the listener too (root's and this user's connections
+-- wait in its backlog, not refused). Why: a read-only user pipelining status
+-- requests held the supervisor at 70% of a CPU, and one connecting in a
+-- loop, or writing a byte at a time, at 90%.
 local UID_CPU_SHARE, OTHERS_CPU_SHARE, CPU_BURST = 0.05, 0.2, 0.25
 
 -- A peer's string in a refusal: its first 64 bytes (an echo of 64 KiB of
@@ -107,6 +112,7 @@ end
 function supervisor:_accept()
   -- A burst of peers waits for the next wake-up past this many.
   for _ = 1, CONN_PER_UID do
+    local cpu0 = os.clock()
     local c, pid, uid, gid = self.control:accept()
     if not c then
       local errno = uid -- (nil, message, errno)
@@ -122,16 +128,26 @@ function supervisor:_accept()
       -- still admits nobody else.
       local role = self:_role(c, uid, gid)
       local full = role and self:_conn_limit(uid)
+      local conn = { sock = c, inbuf = "", outbuf = "", pid = pid, uid = uid, role = role, last = now(),
+        metered = uid ~= 0 and uid ~= self.uid }
       if not role or full then
         self.control_refused = self.control_refused + 1
         if full then refuse(c, full, E.EUSERS) else refuse(c, "permission denied: uid " .. uid, E.EACCES) end
       else
-        local conn = { sock = c, inbuf = "", outbuf = "", pid = pid, uid = uid, role = role, last = now(),
-          metered = uid ~= 0 and uid ~= self.uid }
         self.conns[c:fileno()] = conn
-        if not self:_watch(c, function() self:_conn_read(conn) end) then
+        if not self:_watch(c, function() self:_conn_run(conn, self._conn_read) end) then
           self.conns[c:fileno()] = nil
           c:close()
+        end
+      end
+      if conn.metered then
+        self:_cpu_charge(conn, os.clock() - cpu0)
+        local mine, all = self:_cpu_accounts(uid, now())
+        if mine.credit <= 0 or all.credit <= 0 then
+          self:_unwatch(self.control)
+          self.accept_paused = now() + math.min(1, 0.01 + math.max(-mine.credit / UID_CPU_SHARE,
+            -all.credit / OTHERS_CPU_SHARE))
+          return
         end
       end
     end
@@ -187,7 +203,7 @@ function supervisor:_conn_hold(conn)
   if hold and not conn.held then
     self:_unwatch(conn.sock)
   elseif conn.held and not hold then
-    assert(self:_watch(conn.sock, function() self:_conn_read(conn) end))
+    assert(self:_watch(conn.sock, function() self:_conn_run(conn, self._conn_read) end))
   end
   conn.held = hold
 end
@@ -220,18 +236,18 @@ function supervisor:_conn_read(conn)
   self:_conn_serve(conn)
 end
 
--- A metered peer's CPU accounts, refilled to time t: its uid's and that
--- of all metered peers together.
-function supervisor:_cpu_accounts(conn, t)
+-- A metered uid's CPU accounts, refilled to time t: its own and that of
+-- all metered uids together.
+function supervisor:_cpu_accounts(uid, t)
   local accounts = self.cpu_accounts
   if not accounts then
     accounts = {}
     self.cpu_accounts = accounts
   end
-  local mine, all = accounts[conn.uid], accounts.others
+  local mine, all = accounts[uid], accounts.others
   if not mine then
     mine = { credit = CPU_BURST, at = t }
-    accounts[conn.uid] = mine
+    accounts[uid] = mine
   end
   if not all then
     all = { credit = CPU_BURST, at = t }
@@ -242,11 +258,45 @@ function supervisor:_cpu_accounts(conn, t)
   return mine, all
 end
 
+-- Charges spent seconds of CPU to a metered conn's uid, and notes the
+-- conn as one this step worked for (step() charges the step's rest).
+function supervisor:_cpu_charge(conn, spent)
+  if not conn.metered then return end
+  local mine, all = self:_cpu_accounts(conn.uid, now())
+  mine.credit, all.credit = mine.credit - spent, all.credit - spent
+  if self.step_served then
+    self.step_served[conn] = true
+    self.step_charged = self.step_charged + spent
+  end
+end
+
+-- Runs fn(self, conn), its CPU charged to conn's uid.
+function supervisor:_conn_run(conn, fn)
+  if not conn.metered then return fn(self, conn) end
+  local cpu0 = os.clock()
+  fn(self, conn)
+  self:_cpu_charge(conn, os.clock() - cpu0)
+end
+
+-- The CPU a step spent besides what it charged, shared among the metered
+-- connections it worked for: the wakeup their input caused.
+function supervisor:_cpu_charge_rest(spent)
+  local served, n = self.step_served, 0
+  self.step_served = nil
+  for _ in pairs(served) do n = n + 1 end
+  local rest = spent - self.step_charged
+  if n == 0 or rest <= 0 then return end
+  for conn in pairs(served) do
+    local mine, all = self:_cpu_accounts(conn.uid, now())
+    mine.credit, all.credit = mine.credit - rest / n, all.credit - rest / n
+  end
+end
+
 -- Whether a metered conn may have another request answered now; if not,
 -- it is held until its share is back (conn.cpu_until).
 function supervisor:_cpu_allows(conn)
   local t = now()
-  local mine, all = self:_cpu_accounts(conn, t)
+  local mine, all = self:_cpu_accounts(conn.uid, t)
   if mine.credit > 0 and all.credit > 0 then return true end
   self.control_held = self.control_held + 1
   conn.cpu_until = t + math.max(-mine.credit / UID_CPU_SHARE, -all.credit / OTHERS_CPU_SHARE, 0.01)
@@ -255,13 +305,13 @@ end
 
 -- Answers the complete lines waiting, up to REQUESTS_A_WAKE, reading them
 -- by position (copying the rest after each made a 64 KiB pipeline cost
--- seconds), then sends what it can. A metered peer pays for the CPU.
+-- seconds), then sends what it can. A metered peer's next request waits
+-- while its uid is past its share.
 function supervisor:_conn_serve(conn)
-  local cpu0 = conn.metered and os.clock()
   local buf, pos, answers = conn.inbuf, 1, {}
   local size, served = #conn.outbuf, 0
   for _ = 1, REQUESTS_A_WAKE do
-    if conn.waiting or cpu0 and (conn.cpu_until or not self:_cpu_allows(conn)) then break end
+    if conn.waiting or conn.metered and (conn.cpu_until or not self:_cpu_allows(conn)) then break end
     if size > OUT_MAX then
       conn.outbuf, conn.eof, answers, buf, pos = "", true, {}, "", 1
       break
@@ -303,11 +353,6 @@ function supervisor:_conn_serve(conn)
   end
   conn.outbuf = conn.outbuf .. table.concat(answers)
   self:_flush(conn)
-  if cpu0 then
-    local spent = os.clock() - cpu0
-    local mine, all = self:_cpu_accounts(conn, now())
-    mine.credit, all.credit = mine.credit - spent, all.credit - spent
-  end
   if not conn.closed then self:_conn_hold(conn) end
 end
 
@@ -315,7 +360,8 @@ function supervisor:_flush(conn)
   while conn.outbuf ~= "" do
     local n, _, errno = conn.sock:write(conn.outbuf)
     if not n then
-      if errno ~= EAGAIN then conn.outbuf = "" break end
+      -- A peer gone (EPIPE): what it left unread is not answered.
+      if errno ~= EAGAIN then return self:_conn_close(conn) end
       self.pending_out = true
       return
     end
@@ -335,7 +381,7 @@ function supervisor:_conns_budget()
   self.deferred, self.deferred_behind = {}, {}
   for _, conn in ipairs(queue) do
     conn.deferred = nil
-    if not conn.closed then self:_conn_serve(conn) end
+    if not conn.closed then self:_conn_run(conn, self._conn_serve) end
   end
 end
 
@@ -345,9 +391,9 @@ function supervisor:_flush_conns()
   self.pending_out, self.pending_in = false, false
   for _, conn in pairs(self.conns) do
     if serve and conn.inbuf:find("\n", 1, true) then
-      self:_conn_serve(conn)
+      self:_conn_run(conn, self._conn_serve)
     elseif conn.outbuf ~= "" then
-      self:_flush(conn)
+      self:_conn_run(conn, self._flush)
     end
   end
 end
@@ -421,6 +467,8 @@ function supervisor:_command(line, conn, room)
       end
     end)
     if now_answer then return now_answer end
+    -- (the logger's answer is decoded for conn: its CPU is conn's)
+    waiter.conn = conn
     conn.waiting, conn.waiting_since = waiter, now()
     return PENDING
   end

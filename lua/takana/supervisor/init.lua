@@ -164,10 +164,10 @@ end
 --   each uid may hold 16 connections, the others than root and this user
 --   64 together, and one idle for 60 s is closed (`sup.control_refused`
 --   counts the refused); the others than root and this user may make the
---   supervisor spend 5% of a CPU each on their requests, 20% together,
---   after a burst of 0.25 s: one past its share is neither read nor
---   answered until the share is back (`sup.control_held` counts the
---   times);
+--   supervisor spend 5% of a CPU each, 20% together, after a burst of
+--   0.25 s (their connections accepted, read and answered): one past its
+--   share is neither read nor answered until the share is back
+--   (`sup.control_held` counts the times), and the listener rests;
 --   `adopt`: adopt services found running in their cgroups (default: stop
 --   them first); `reload`: `function(sup) -> [declarations [, options]]`
 --   called on SIGHUP and `takana ctl SOCKET reload` (see `sup:reload`);
@@ -462,6 +462,10 @@ function supervisor.events() return "r" end
 -- the next deadline or input).
 -- @treturn boolean false once a shutdown has completed
 function supervisor:step(timeout)
+  -- (control: the step's CPU besides what it charged is the metered
+  -- connections' it worked for, if any)
+  local cpu0 = self.control and os.clock()
+  self.step_served, self.step_charged = cpu0 and {} or nil, 0
   if not self.begun then
     self.begun = true
     self:_sweep()
@@ -481,6 +485,7 @@ function supervisor:step(timeout)
   end
   self:_flush_conns()
   self:_tick()
+  if cpu0 then self:_cpu_charge_rest(os.clock() - cpu0) end
   return not self.done
 end
 

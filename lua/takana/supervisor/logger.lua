@@ -394,6 +394,7 @@ function supervisor:_logger_read()
     while true do
       local nl = self.logger_buf:find("\n", 1, true)
       if not nl then break end
+      local cpu0 = os.clock()
       local ok, msg = pcall(json.decode, self.logger_buf:sub(1, nl - 1))
       self.logger_buf = self.logger_buf:sub(nl + 1)
       if ok and type(msg) == "table" and msg.op == "error" then
@@ -410,6 +411,7 @@ function supervisor:_logger_read()
         if waiter and not waiter.abandoned then
           waiter.done(type(msg.lines) == "table" and msg.lines or {})
         end
+        if waiter and waiter.conn then self:_cpu_charge(waiter.conn, os.clock() - cpu0) end
       end
     end
   end
