@@ -232,8 +232,7 @@ static int l_events_open(lua_State *L)
 	return 1;
 }
 
-/* upvalue 1: the stream */
-/* Room for any event's fields. */
+/* Room for a fork or exit event's fields (a hint: an exec's fit too). */
 #define EVENT_TABLE_FIELDS 12
 
 /* upvalue 1: the stream (events_read makes the iterator); 2: the table
