@@ -232,7 +232,7 @@ static int l_events_open(lua_State *L)
 	return 1;
 }
 
-/* Room for a fork or exit event's fields (a hint: an exec's fit too). */
+/* Room for a fork or exit event's fields (a hint: an exec's, with more, grow it). */
 #define EVENT_TABLE_FIELDS 12
 
 /* upvalue 1: the stream (events_read makes the iterator); 2: the table
