@@ -342,6 +342,10 @@ describe("takana.events backend choice", function()
           start_tree()
           -- poll sees only what lives across its ticks
           local slow = assert(takana.spawn { "sleep", "0.3" })
+          -- stime_ns: a process whose exit has system time in ticks (the
+          -- tree's and the host's may have none)
+          local sys = assert(takana.spawn { "dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=100000",
+            stderr = "null" })
           for _ = 1, 40 do
             takana.poll({ ev }, 0.05)
             for e in ev:read() do
@@ -361,6 +365,8 @@ describe("takana.events backend choice", function()
           end
           slow:wait()
           slow:close()
+          sys:wait()
+          sys:close()
           if #missing == 0 then break end
         end
         ev:close()
