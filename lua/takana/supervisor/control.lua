@@ -18,6 +18,11 @@ local CONN_PER_UID, CONN_OTHERS, CONN_IDLE = 16, 64, 60
 -- Out of descriptors (EMFILE), accept fails and the listener stays ready:
 -- it is left unwatched this long instead of spinning the loop.
 local ACCEPT_PAUSE = 0.5
+-- After a wake-up that refused a uid past its CPU share, the listener
+-- rests this long: CONN_PER_UID refusals a rest bound what connecting in
+-- a loop costs, and root's connection, behind at most a backlog of such
+-- peers, waits a few rests, not theirs times its place.
+local ACCEPT_REST = 0.05
 -- Requests answered a wake-up, per connection: the rest wait for the next
 -- step (self.pending_in), so one peer's pipeline never holds the loop.
 local REQUESTS_A_WAKE = 64
@@ -44,11 +49,10 @@ local LOGGER_WAIT = 2
 -- is charged: accepting (or refusing) their connections, reading and
 -- answering them, their logs answers from the logger, and the rest of each
 -- step their input woke. A connection past its uid's share is neither
--- read nor answered until the share is back; a connection accepted past
--- either share rests the listener too (root's and this user's connections
--- wait in its backlog, not refused). Why: a read-only user pipelining status
--- requests held the supervisor at 70% of a CPU, and one connecting in a
--- loop, or writing a byte at a time, at 90%.
+-- read nor answered until the share is back, and a new one from a uid
+-- past a share is closed at once, with one line (see ACCEPT_REST). Why: a read-only user pipelining status requests held the
+-- supervisor at 70% of a CPU, and one connecting in a loop, or writing a
+-- byte at a time, at 90%.
 local UID_CPU_SHARE, OTHERS_CPU_SHARE, CPU_BURST = 0.05, 0.2, 0.25
 
 -- A peer's string in a refusal: its first 64 bytes (an echo of 64 KiB of
@@ -104,12 +108,16 @@ function supervisor:_conn_limit(uid)
   end
 end
 
+-- What a uid past its CPU share is told at connect, made once.
+local OVER_SHARE
+
 local function refuse(c, message, errno)
   c:write(M.json_encode(refusal(message, errno)) .. "\n")
   c:close()
 end
 
 function supervisor:_accept()
+  local over = false
   -- A burst of peers waits for the next wake-up past this many.
   for _ = 1, CONN_PER_UID do
     local cpu0 = os.clock()
@@ -120,8 +128,17 @@ function supervisor:_accept()
         self:_unwatch(self.control)
         self.accept_paused = now() + ACCEPT_PAUSE
         self.control_refused = self.control_refused + 1
+        return
       end
-      if errno ~= E.ECONNABORTED then return end
+      if errno ~= E.ECONNABORTED then break end
+    elseif uid ~= 0 and uid ~= self.uid and not self:_cpu_credit(uid) then
+      -- Before anything else is spent on it.
+      OVER_SHARE = OVER_SHARE or M.json_encode(refusal("over its share of the supervisor's CPU: try later",
+        E.EAGAIN)) .. "\n"
+      c:write(OVER_SHARE)
+      c:close()
+      self.control_refused, over = self.control_refused + 1, true
+      self:_cpu_charge({ uid = uid, metered = true }, os.clock() - cpu0)
     else
       -- Without delegation the socket is 0600; the peer's credentials are
       -- checked as well, so a socket file moved or chmod'ed by mistake
@@ -140,17 +157,13 @@ function supervisor:_accept()
           c:close()
         end
       end
-      if conn.metered then
-        self:_cpu_charge(conn, os.clock() - cpu0)
-        local mine, all = self:_cpu_accounts(uid, now())
-        if mine.credit <= 0 or all.credit <= 0 then
-          self:_unwatch(self.control)
-          self.accept_paused = now() + math.min(1, 0.01 + math.max(-mine.credit / UID_CPU_SHARE,
-            -all.credit / OTHERS_CPU_SHARE))
-          return
-        end
-      end
+      self:_cpu_charge(conn, os.clock() - cpu0)
     end
+  end
+  if over then
+    -- Refusing costs too: a uid past its share gets a burst a rest.
+    self:_unwatch(self.control)
+    self.accept_paused = now() + ACCEPT_REST
   end
 end
 
@@ -164,8 +177,9 @@ function supervisor:_conns_tick(t)
   end
   for _, conn in pairs(self.conns) do
     if conn.cpu_until and t >= conn.cpu_until then
-      -- (its share back: held by us, it was not idle)
+      -- (its share back: held by us, it was not idle; this step is its)
       conn.cpu_until, conn.last = nil, t
+      if self.step_served then self.step_served[conn] = true end
       self:_conn_hold(conn)
       if conn.inbuf:find("\n", 1, true) then self.pending_in = true end
     end
@@ -292,6 +306,12 @@ function supervisor:_cpu_charge_rest(spent)
   end
 end
 
+-- Whether a metered uid has CPU left now (its own share, and all's).
+function supervisor:_cpu_credit(uid)
+  local mine, all = self:_cpu_accounts(uid, now())
+  return mine.credit > 0 and all.credit > 0
+end
+
 -- Whether a metered conn may have another request answered now; if not,
 -- it is held until its share is back (conn.cpu_until).
 function supervisor:_cpu_allows(conn)
@@ -347,7 +367,8 @@ function supervisor:_conn_serve(conn)
       self.answer_budget = self.answer_budget - #answer
     end
   end
-  conn.inbuf = buf:sub(pos)
+  -- (a serve that took nothing copies nothing)
+  if pos > 1 or buf ~= conn.inbuf then conn.inbuf = buf:sub(pos) end
   if not conn.waiting and not conn.cpu_until and (conn.deferred or conn.inbuf:find("\n", 1, true)) then
     self.pending_in = true
   end
@@ -390,7 +411,8 @@ function supervisor:_flush_conns()
   local serve = self.pending_in
   self.pending_out, self.pending_in = false, false
   for _, conn in pairs(self.conns) do
-    if serve and conn.inbuf:find("\n", 1, true) then
+    -- (one held for CPU or waiting for the logger is served when that ends)
+    if serve and not conn.cpu_until and not conn.waiting and conn.inbuf:find("\n", 1, true) then
       self:_conn_run(conn, self._conn_serve)
     elseif conn.outbuf ~= "" then
       self:_conn_run(conn, self._flush)

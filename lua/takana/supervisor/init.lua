@@ -167,7 +167,8 @@ end
 --   supervisor spend 5% of a CPU each, 20% together, after a burst of
 --   0.25 s (their connections accepted, read and answered): one past its
 --   share is neither read nor answered until the share is back
---   (`sup.control_held` counts the times), and the listener rests;
+--   (`sup.control_held` counts the times), and its uid's new connections
+--   are refused (EAGAIN);
 --   `adopt`: adopt services found running in their cgroups (default: stop
 --   them first); `reload`: `function(sup) -> [declarations [, options]]`
 --   called on SIGHUP and `takana ctl SOCKET reload` (see `sup:reload`);
