@@ -50,9 +50,10 @@ local LOGGER_WAIT = 2
 -- answering them, their logs answers from the logger, and the rest of each
 -- step their input woke. A connection past its uid's share is neither
 -- read nor answered until the share is back, and a new one from a uid
--- past a share is closed at once, with one line (see ACCEPT_REST). Why: a read-only user pipelining status requests held the
--- supervisor at 70% of a CPU, and one connecting in a loop, or writing a
--- byte at a time, at 90%.
+-- past a share is closed at once, with one line (see ACCEPT_REST). Why:
+-- a read-only user pipelining status requests held the supervisor at 70%
+-- of a CPU, and one connecting in a loop, or writing a byte at a time, at
+-- 90%.
 local UID_CPU_SHARE, OTHERS_CPU_SHARE, CPU_BURST = 0.05, 0.2, 0.25
 
 -- A peer's string in a refusal: its first 64 bytes (an echo of 64 KiB of
